@@ -1,0 +1,122 @@
+//! `weir-bench`: benchmarks against a running Weir server.
+//!
+//! `weir-bench serving --port 5488 --clients 8 --seconds 10` measures, over
+//! pgwire with tokio-postgres:
+//! - single-row autocommit INSERT throughput (each is an fsynced commit;
+//!   group commit lets concurrent clients share fsyncs),
+//! - batched INSERT throughput (1000 rows per statement),
+//! - point SELECT by primary key with a prepared statement.
+//!
+//! Results are printed as rates per second and per client. Run the server
+//! with `--release` for meaningful numbers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use tokio_postgres::{Client, NoTls};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    command: Bench,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Write and point-read rates over pgwire.
+    Serving {
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        #[arg(long, default_value_t = 5488)]
+        port: u16,
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+    },
+}
+
+async fn connect(host: &str, port: u16) -> Result<Client, tokio_postgres::Error> {
+    let (client, connection) =
+        tokio_postgres::connect(&format!("host={host} port={port} user=weir dbname=weir"), NoTls).await?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+type Work = fn(Arc<Client>, u64, usize) -> futures::future::BoxFuture<'static, Result<u64, tokio_postgres::Error>>;
+
+/// Runs `work` from `clients` connections for `seconds`; returns units done per second.
+async fn measure(host: &str, port: u16, clients: usize, seconds: u64, work: Work) -> Result<f64, Box<dyn std::error::Error>> {
+    let done = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let client = Arc::new(connect(host, port).await?);
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                let n = work(client.clone(), i, c).await?;
+                done.fetch_add(n, Ordering::Relaxed);
+                i += 1;
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        }));
+    }
+    let started = Instant::now();
+    for t in tasks {
+        t.await??;
+    }
+    Ok(done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let Bench::Serving { host, port, clients, seconds } = Cli::parse().command;
+    let admin = connect(&host, port).await?;
+    admin
+        .batch_execute(
+            "DROP TABLE IF EXISTS bench_rows; CREATE TABLE bench_rows (id BIGINT PRIMARY KEY, client INT, payload TEXT)",
+        )
+        .await?;
+
+    let single = measure(&host, port, clients, seconds, |client, i, c| {
+        Box::pin(async move {
+            let id = (c as i64) << 40 | i as i64;
+            client
+                .execute("INSERT INTO bench_rows VALUES ($1, $2, 'x')", &[&id, &(c as i32)])
+                .await?;
+            Ok(1)
+        })
+    })
+    .await?;
+    println!("single-row INSERT commits: {single:.0}/s ({:.0}/s per client, {clients} clients)", single / clients as f64);
+
+    let batched = measure(&host, port, clients, seconds, |client, i, c| {
+        Box::pin(async move {
+            let base = (1i64 << 50) | ((c as i64) << 40) | (i as i64 * 1000);
+            let sql = format!(
+                "INSERT INTO bench_rows SELECT {base} + value, {c}, 'y' FROM generate_series(0, 999)"
+            );
+            client.batch_execute(&sql).await?;
+            Ok(1000)
+        })
+    })
+    .await?;
+    println!("batched INSERT rows: {batched:.0}/s (1000 rows per statement)");
+
+    let rows: i64 = admin.query_one("SELECT count(*) FROM bench_rows", &[]).await?.get(0);
+    let reads = measure(&host, port, clients, seconds, |client, i, c| {
+        Box::pin(async move {
+            let statement = client.prepare("SELECT payload FROM bench_rows WHERE id = $1").await?;
+            let id = (c as i64) << 40 | (i as i64 % 100);
+            client.query(&statement, &[&id]).await?;
+            Ok(1)
+        })
+    })
+    .await?;
+    println!("point SELECT (prepare + execute) over {rows} rows: {reads:.0}/s");
+    Ok(())
+}

@@ -1,0 +1,17 @@
+//! SQL front half of Weir: parsing with Weir's dialect and the SQL type system.
+//!
+//! - [`parse`]: SQL text to `sqlparser` statements (PostgreSQL dialect, with
+//!   the PostgreSQL-compatibility rewrites psql and drivers need), with
+//!   syntax errors carrying the 1-based character position.
+//! - [`types`]: the SQL type names users write in DDL, mapped to Arrow
+//!   fields; the one mapping every front end shares.
+//!
+//! Planning proper (binding with DataFusion and, for projections, the
+//! `LogicalPlan -> StreamPlan -> GraphSpec` lowering) builds on these.
+
+pub mod parse;
+pub mod types;
+
+pub use datafusion::sql::sqlparser;
+pub use parse::{ParseError, parse_sql};
+pub use types::{PG_TYPE_METADATA_KEY, SqlType};

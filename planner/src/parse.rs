@@ -1,0 +1,73 @@
+//! Parsing SQL text into statements.
+
+use std::sync::LazyLock;
+
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::parser::ParserError;
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+
+static PARSER: LazyLock<PostgresCompatibilityParser> = LazyLock::new(PostgresCompatibilityParser::new);
+
+/// A syntax error, with where it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ParseError {
+    pub message: String,
+    /// 1-based character offset into the whole query string, when known.
+    pub position: Option<usize>,
+}
+
+/// Parses every statement of `sql`. Like PostgreSQL, a syntax error anywhere
+/// fails the whole string before any statement runs.
+pub fn parse_sql(sql: &str) -> Result<Vec<Statement>, ParseError> {
+    PARSER.parse(sql).map_err(|e| {
+        let message = match e {
+            ParserError::TokenizerError(m) | ParserError::ParserError(m) => m,
+            ParserError::RecursionLimitExceeded => "statement is nested too deeply".to_string(),
+        };
+        let position = position_of(&message, sql);
+        let message = match message.find(" at Line: ") {
+            Some(i) => message[..i].to_string(),
+            None => message,
+        };
+        ParseError { message, position }
+    })
+}
+
+/// sqlparser reports `... at Line: L, Column: C`; PostgreSQL clients want a
+/// character offset into the query.
+fn position_of(message: &str, sql: &str) -> Option<usize> {
+    let rest = &message[message.find("Line: ")? + "Line: ".len()..];
+    let (line, rest) = rest.split_once(", Column: ")?;
+    let line: usize = line.trim().parse().ok()?;
+    let column: usize = rest
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .ok()?;
+    let before: usize = sql
+        .split('\n')
+        .take(line.checked_sub(1)?)
+        .map(|l| l.chars().count() + 1)
+        .sum();
+    Some(before + column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_statements() {
+        assert_eq!(parse_sql("select 1; select 2;").unwrap().len(), 2);
+        assert!(parse_sql("  -- only a comment\n").unwrap().is_empty());
+    }
+
+    #[test]
+    fn syntax_errors_carry_a_position() {
+        let err = parse_sql("SELECT 1;\nSELEC 2").unwrap_err();
+        assert_eq!(err.position, Some(11));
+        assert!(err.message.contains("SELEC"), "{}", err.message);
+    }
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Weir's whole test suite, as CI runs it (README: "scripts/test-all.sh").
+#
+# 1. Installs what the integration tests need, only if it is missing, on a fresh
+#    Debian 12 machine as root: psql (postgresql-client), pgjdbc
+#    (libpostgresql-jdbc-java), openssl, a JDK, python3-venv, and the Python venv
+#    $HOME/.cache/weir-venv with psycopg, asyncpg, SQLAlchemy, pyarrow and ADBC.
+#    Re-running it changes nothing once everything is there.
+# 2. cargo build --workspace, then cargo test --workspace (every crate's unit
+#    tests, the pgwire fuzz tests, and server/tests/it: .slt files, drivers,
+#    psql, JDBC, Python clients, crash, HTTP, auth, TLS).
+#
+# Exits with the status of the tests. Arguments replace `--workspace` in the
+# `cargo test` call (e.g. `scripts/test-all.sh -p weir-server --test it slt`).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
+VENV="$HOME/.cache/weir-venv"
+PY_PACKAGES=('psycopg[binary]' asyncpg sqlalchemy pyarrow adbc-driver-flightsql adbc-driver-manager)
+PY_IMPORTS="import psycopg, asyncpg, sqlalchemy, pyarrow, adbc_driver_flightsql, adbc_driver_manager"
+
+say() { printf '==> %s\n' "$*" >&2; }
+
+# ---- system packages -----------------------------------------------------------
+missing=()
+command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
+[ -f /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# `java File.java` (single-file programs) needs the compiler module of a JDK.
+if ! command -v java >/dev/null 2>&1 || ! java --list-modules 2>/dev/null | grep -q '^jdk.compiler'; then
+    missing+=(default-jdk-headless)
+fi
+if [ ! -x "$VENV/bin/python" ] && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    missing+=(python3-venv)
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        say "missing packages: ${missing[*]}; run as root or install them yourself"
+        exit 1
+    fi
+    say "installing ${missing[*]}"
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# ---- Python venv for the client scripts in tests/clients/ -------------------------
+if ! "$VENV/bin/python" -c "$PY_IMPORTS" >/dev/null 2>&1; then
+    say "creating $VENV"
+    python3 -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    "$VENV/bin/python" -m pip install --quiet "${PY_PACKAGES[@]}"
+    "$VENV/bin/python" -c "$PY_IMPORTS"
+fi
+
+# ---- Rust ----------------------------------------------------------------------
+if ! command -v cargo >/dev/null 2>&1; then
+    say "cargo is not installed (the rust machine kind ships it; see rustup.rs otherwise)"
+    exit 1
+fi
+say "cargo build --workspace (target dir $CARGO_TARGET_DIR)"
+cargo build --workspace
+
+if [ "$#" -eq 0 ]; then
+    set -- --workspace
+fi
+say "cargo test --no-fail-fast $*"
+status=0
+cargo test --no-fail-fast "$@" || status=$?
+if [ "$status" -eq 0 ]; then
+    say "all tests passed"
+else
+    say "tests failed (exit $status)"
+fi
+exit "$status"

@@ -1,0 +1,320 @@
+//! The catalog value and the changes that evolve it.
+//!
+//! The catalog is an immutable value; DDL produces [`CatalogChange`]s that
+//! are validated against a copy, written to the control log as one
+//! [`ControlEntry`] per transaction, and then applied. Replaying the control
+//! log with [`Catalog::apply`] rebuilds exactly the same value.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use weir_common::ObjectId;
+use weir_planner::SqlType;
+
+use crate::error::ServerError;
+
+/// The hidden key column of tables declared without a primary key.
+pub const ROW_ID_COLUMN: &str = "_weir_row_id";
+pub const DEFAULT_SCHEMA: &str = "public";
+pub const DATABASE_NAME: &str = "weir";
+pub const SUPERUSER: &str = "weir";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ColumnDef {
+    pub name: String,
+    pub sql_type: SqlType,
+    pub nullable: bool,
+    /// The DEFAULT expression as written, re-planned when the table loads.
+    pub default: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TableDef {
+    pub id: ObjectId,
+    pub schema: String,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    /// Primary-key column names; empty means the hidden row id is the key.
+    pub primary_key: Vec<String>,
+}
+
+impl TableDef {
+    /// The columns users see, in order.
+    pub fn user_schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|c| c.sql_type.field(&c.name, c.nullable))
+                .collect::<Vec<Field>>(),
+        ))
+    }
+
+    /// The stored columns: the user's, then the hidden row id when there is
+    /// no primary key.
+    pub fn physical_schema(&self) -> SchemaRef {
+        let mut fields: Vec<Field> = self
+            .columns
+            .iter()
+            .map(|c| c.sql_type.field(&c.name, c.nullable))
+            .collect();
+        if self.has_row_id() {
+            fields.push(Field::new(ROW_ID_COLUMN, DataType::Int64, false));
+        }
+        Arc::new(Schema::new(fields))
+    }
+
+    pub fn has_row_id(&self) -> bool {
+        self.primary_key.is_empty()
+    }
+
+    /// Indices of the key columns in the physical schema.
+    pub fn key_indices(&self) -> Vec<usize> {
+        if self.has_row_id() {
+            return vec![self.columns.len()];
+        }
+        self.primary_key
+            .iter()
+            .filter_map(|k| self.columns.iter().position(|c| &c.name == k))
+            .collect()
+    }
+
+    pub fn qualified_name(&self) -> String {
+        if self.schema == DEFAULT_SCHEMA {
+            self.name.clone()
+        } else {
+            format!("{}.{}", self.schema, self.name)
+        }
+    }
+
+    pub fn pkey_constraint_name(&self) -> String {
+        format!("{}_pkey", self.name)
+    }
+
+    /// `CREATE TABLE` text that recreates this table exactly.
+    pub fn create_statement(&self) -> String {
+        let mut parts: Vec<String> = self
+            .columns
+            .iter()
+            .map(|c| {
+                let mut s = format!("{} {}", quote_ident(&c.name), c.sql_type.display_name().to_uppercase());
+                if !c.nullable && !self.primary_key.contains(&c.name) {
+                    s.push_str(" NOT NULL");
+                }
+                if let Some(d) = &c.default {
+                    s.push_str(&format!(" DEFAULT {d}"));
+                }
+                s
+            })
+            .collect();
+        if !self.primary_key.is_empty() {
+            let cols: Vec<String> = self.primary_key.iter().map(|c| quote_ident(c)).collect();
+            parts.push(format!("PRIMARY KEY ({})", cols.join(", ")));
+        }
+        let name = if self.schema == DEFAULT_SCHEMA {
+            quote_ident(&self.name)
+        } else {
+            format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+        };
+        format!("CREATE TABLE {name} ({})", parts.join(", "))
+    }
+}
+
+/// Quotes an identifier only when PostgreSQL would need it.
+pub fn quote_ident(name: &str) -> String {
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserDef {
+    pub name: String,
+    pub superuser: bool,
+    /// SCRAM-SHA-256 credentials; `None` for users without a password.
+    pub scram: Option<ScramSecret>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScramSecret {
+    pub salt: Vec<u8>,
+    pub iterations: usize,
+    pub salted_password: Vec<u8>,
+}
+
+/// One change to the catalog, as recorded in the control log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum CatalogChange {
+    CreateSchema { name: String },
+    DropSchema { name: String },
+    CreateTable(TableDef),
+    DropTable { id: ObjectId },
+    CreateUser(UserDef),
+    DropUser { name: String },
+}
+
+/// The control-log entry of one committed transaction.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ControlEntry {
+    /// Identifies the transaction; its table-log record names it too, so a
+    /// record whose entry never made it to the control log is skipped.
+    pub txn: uuid::Uuid,
+    pub changes: Vec<CatalogChange>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    /// The control-log revision this value reflects.
+    pub revision: u64,
+    pub schemas: BTreeSet<String>,
+    pub tables: BTreeMap<ObjectId, Arc<TableDef>>,
+    pub users: BTreeMap<String, UserDef>,
+    next_id: u64,
+}
+
+impl Catalog {
+    /// The catalog of a new database: the `public` schema.
+    pub fn bootstrap() -> Self {
+        Self {
+            schemas: BTreeSet::from([DEFAULT_SCHEMA.to_string()]),
+            next_id: 1,
+            ..Default::default()
+        }
+    }
+
+    pub fn allocate_id(&mut self) -> ObjectId {
+        let id = ObjectId(self.next_id);
+        self.next_id += 1;
+        id
+    }
+
+    pub fn table(&self, schema: &str, name: &str) -> Option<&Arc<TableDef>> {
+        self.tables
+            .values()
+            .find(|t| t.schema == schema && t.name == name)
+    }
+
+    /// Applies one change, validating it. On error `self` is unchanged.
+    pub fn apply(&mut self, change: &CatalogChange) -> Result<(), ServerError> {
+        match change {
+            CatalogChange::CreateSchema { name } => {
+                if !self.schemas.insert(name.clone()) {
+                    return Err(ServerError::DuplicateSchema(name.clone()));
+                }
+            }
+            CatalogChange::DropSchema { name } => {
+                if self.tables.values().any(|t| &t.schema == name) {
+                    return Err(ServerError::DependentObjects {
+                        object: format!("schema {name}"),
+                        dependents: "tables".into(),
+                    });
+                }
+                if !self.schemas.remove(name) {
+                    return Err(ServerError::UndefinedSchema(name.clone()));
+                }
+            }
+            CatalogChange::CreateTable(def) => {
+                if !self.schemas.contains(&def.schema) {
+                    return Err(ServerError::UndefinedSchema(def.schema.clone()));
+                }
+                if self.table(&def.schema, &def.name).is_some() {
+                    return Err(ServerError::DuplicateTable(def.name.clone()));
+                }
+                self.next_id = self.next_id.max(def.id.0 + 1);
+                self.tables.insert(def.id, Arc::new(def.clone()));
+            }
+            CatalogChange::DropTable { id } => {
+                if self.tables.remove(id).is_none() {
+                    return Err(ServerError::UndefinedTable(format!("object {id}")));
+                }
+            }
+            CatalogChange::CreateUser(user) => {
+                if self.users.contains_key(&user.name) {
+                    return Err(ServerError::DuplicateRole(user.name.clone()));
+                }
+                self.users.insert(user.name.clone(), user.clone());
+            }
+            CatalogChange::DropUser { name } => {
+                if self.users.remove(name).is_none() {
+                    return Err(ServerError::InvalidParameterValue(format!(
+                        "role \"{name}\" does not exist"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(id: u64, name: &str) -> TableDef {
+        TableDef {
+            id: ObjectId(id),
+            schema: DEFAULT_SCHEMA.into(),
+            name: name.into(),
+            columns: vec![
+                ColumnDef {
+                    name: "id".into(),
+                    sql_type: SqlType::Int8,
+                    nullable: false,
+                    default: None,
+                },
+                ColumnDef {
+                    name: "Owner".into(),
+                    sql_type: SqlType::Numeric(Some((12, 2))),
+                    nullable: true,
+                    default: Some("0".into()),
+                },
+            ],
+            primary_key: vec!["id".into()],
+        }
+    }
+
+    #[test]
+    fn replaying_changes_rebuilds_the_catalog() {
+        let changes = vec![
+            CatalogChange::CreateTable(table(1, "a")),
+            CatalogChange::CreateSchema { name: "s".into() },
+            CatalogChange::DropTable { id: ObjectId(1) },
+            CatalogChange::CreateTable(table(2, "a")),
+        ];
+        let json = serde_json::to_string(&changes).unwrap();
+        let mut catalog = Catalog::bootstrap();
+        for c in serde_json::from_str::<Vec<CatalogChange>>(&json).unwrap() {
+            catalog.apply(&c).unwrap();
+        }
+        assert_eq!(catalog.table("public", "a").unwrap().id, ObjectId(2));
+        assert_eq!(catalog.allocate_id(), ObjectId(3));
+        assert!(catalog.schemas.contains("s"));
+    }
+
+    #[test]
+    fn duplicate_table_is_rejected() {
+        let mut catalog = Catalog::bootstrap();
+        catalog.apply(&CatalogChange::CreateTable(table(1, "a"))).unwrap();
+        let err = catalog.apply(&CatalogChange::CreateTable(table(2, "a"))).unwrap_err();
+        assert_eq!(err.sqlstate(), "42P07");
+    }
+
+    #[test]
+    fn create_statement_round_trips_names_and_types() {
+        assert_eq!(
+            table(1, "a").create_statement(),
+            "CREATE TABLE a (id BIGINT, \"Owner\" NUMERIC(12,2) DEFAULT 0, PRIMARY KEY (id))"
+        );
+    }
+}

@@ -1,0 +1,339 @@
+//! DataFusion's view of a Weir database, as one session sees it.
+//!
+//! A [`SessionView`] holds the snapshot the current statement reads (the
+//! latest committed one, or the session's transaction overlay). The
+//! providers here resolve names against that snapshot only, so every table
+//! of one query reads the same committed state.
+//!
+//! Layout: catalog `weir` with the user schemas (`public`, ...),
+//! `pg_catalog` (datafusion-pg-catalog over this view), `weir_catalog`
+//! (Weir's system tables) and DataFusion's `information_schema`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::{CatalogProvider, CatalogProviderList, SchemaProvider, Session, TableProvider};
+use datafusion::common::{Constraint, Constraints, DFSchema};
+use datafusion::datasource::TableType;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_pg_catalog::pg_catalog::catalog_info::CatalogInfo;
+use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+use datafusion_pg_catalog::pg_catalog::{PgCatalogSchemaProvider, PgCatalogStaticTables};
+use parking_lot::RwLock;
+use weir_engine::TableState;
+
+use super::TableDef;
+use super::model::DATABASE_NAME;
+use crate::db::Snapshot;
+use crate::system::SystemSchema;
+
+pub const PG_CATALOG: &str = "pg_catalog";
+pub const WEIR_CATALOG: &str = "weir_catalog";
+pub const INFORMATION_SCHEMA: &str = "information_schema";
+
+/// What the current statement of one session reads.
+#[derive(Debug)]
+pub struct SessionView {
+    snapshot: RwLock<Arc<Snapshot>>,
+    /// While set, tables expose their hidden row-id column (DML planning).
+    expose_hidden: AtomicBool,
+    /// Parsed DEFAULT expressions per table, planned once per table version.
+    defaults: RwLock<HashMap<weir_common::ObjectId, Arc<HashMap<String, Expr>>>>,
+    pub system: Arc<SystemSchema>,
+}
+
+impl SessionView {
+    pub fn new(snapshot: Arc<Snapshot>, system: Arc<SystemSchema>) -> Self {
+        Self {
+            snapshot: RwLock::new(snapshot),
+            expose_hidden: AtomicBool::new(false),
+            defaults: RwLock::default(),
+            system,
+        }
+    }
+
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.read().clone()
+    }
+
+    pub fn set_snapshot(&self, snapshot: Arc<Snapshot>) {
+        *self.snapshot.write() = snapshot;
+    }
+
+    pub fn set_expose_hidden(&self, on: bool) {
+        self.expose_hidden.store(on, Ordering::Release);
+    }
+
+    pub fn set_defaults(&self, id: weir_common::ObjectId, defaults: Arc<HashMap<String, Expr>>) {
+        self.defaults.write().insert(id, defaults);
+    }
+
+    fn table(&self, schema: &str, name: &str) -> Option<Arc<dyn TableProvider>> {
+        let snapshot = self.snapshot();
+        let def = snapshot.catalog.table(schema, name)?.clone();
+        let state = snapshot.tables.get(&def.id)?.clone();
+        let defaults = self.defaults.read().get(&def.id).cloned().unwrap_or_default();
+        Some(Arc::new(WeirTable::new(
+            def,
+            state,
+            self.expose_hidden.load(Ordering::Acquire),
+            defaults,
+        )))
+    }
+}
+
+/// The catalog list of one session: just the `weir` database.
+#[derive(Debug)]
+pub struct WeirCatalogList {
+    catalog: Arc<WeirCatalog>,
+}
+
+impl WeirCatalogList {
+    pub fn new(view: Arc<SessionView>, pg_static: Arc<PgCatalogStaticTables>) -> DfResult<Self> {
+        let pg_catalog = Arc::new(PgCatalogSchemaProvider::try_new(
+            ViewCatalogInfo { view: view.clone() },
+            pg_static,
+            EmptyContextProvider,
+        )?);
+        Ok(Self {
+            catalog: Arc::new(WeirCatalog { view, pg_catalog }),
+        })
+    }
+}
+
+impl CatalogProviderList for WeirCatalogList {
+
+    fn register_catalog(
+        &self,
+        _name: String,
+        _catalog: Arc<dyn CatalogProvider>,
+    ) -> Option<Arc<dyn CatalogProvider>> {
+        None
+    }
+
+    fn catalog_names(&self) -> Vec<String> {
+        vec![DATABASE_NAME.to_string()]
+    }
+
+    fn catalog(&self, name: &str) -> Option<Arc<dyn CatalogProvider>> {
+        (name == DATABASE_NAME).then(|| self.catalog.clone() as Arc<dyn CatalogProvider>)
+    }
+}
+
+#[derive(Debug)]
+struct WeirCatalog {
+    view: Arc<SessionView>,
+    pg_catalog: Arc<PgCatalogSchemaProvider<ViewCatalogInfo, EmptyContextProvider>>,
+}
+
+impl CatalogProvider for WeirCatalog {
+
+    fn schema_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.view.snapshot().catalog.schemas.iter().cloned().collect();
+        names.push(PG_CATALOG.to_string());
+        names.push(WEIR_CATALOG.to_string());
+        names
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        match name {
+            PG_CATALOG => Some(self.pg_catalog.clone()),
+            WEIR_CATALOG => Some(self.view.system.clone()),
+            _ if self.view.snapshot().catalog.schemas.contains(name) => Some(Arc::new(UserSchema {
+                view: self.view.clone(),
+                name: name.to_string(),
+            })),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct UserSchema {
+    view: Arc<SessionView>,
+    name: String,
+}
+
+#[async_trait]
+impl SchemaProvider for UserSchema {
+
+    fn table_names(&self) -> Vec<String> {
+        self.view
+            .snapshot()
+            .catalog
+            .tables
+            .values()
+            .filter(|t| t.schema == self.name)
+            .map(|t| t.name.clone())
+            .collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        Ok(self.view.table(&self.name, name))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.view.snapshot().catalog.table(&self.name, name).is_some()
+    }
+}
+
+/// A table as of one snapshot.
+#[derive(Debug)]
+pub struct WeirTable {
+    def: Arc<TableDef>,
+    state: TableState,
+    schema: SchemaRef,
+    expose_hidden: bool,
+    constraints: Constraints,
+    defaults: Arc<HashMap<String, Expr>>,
+}
+
+impl WeirTable {
+    fn new(def: Arc<TableDef>, state: TableState, expose_hidden: bool, defaults: Arc<HashMap<String, Expr>>) -> Self {
+        let schema = if expose_hidden {
+            def.physical_schema()
+        } else {
+            def.user_schema()
+        };
+        let pk: Vec<usize> = def
+            .primary_key
+            .iter()
+            .filter_map(|k| def.columns.iter().position(|c| &c.name == k))
+            .collect();
+        let constraints = if pk.is_empty() {
+            Constraints::default()
+        } else {
+            Constraints::new_unverified(vec![Constraint::PrimaryKey(pk)])
+        };
+        Self {
+            def,
+            state,
+            schema,
+            expose_hidden,
+            constraints,
+            defaults,
+        }
+    }
+}
+
+#[async_trait]
+impl TableProvider for WeirTable {
+
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn constraints(&self) -> Option<&Constraints> {
+        Some(&self.constraints)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn get_column_default(&self, column: &str) -> Option<&Expr> {
+        self.defaults.get(column)
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let batches = self
+            .state
+            .scan()
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let visible = self.schema.fields().len();
+        let batches: Vec<_> = if visible == self.def.physical_schema().fields().len() {
+            batches.iter().cloned().collect()
+        } else {
+            let cols: Vec<usize> = (0..visible).collect();
+            batches
+                .iter()
+                .map(|b| b.project(&cols).and_then(|b| b.with_schema(self.schema.clone())))
+                .collect::<Result<_, _>>()?
+        };
+        let _ = self.expose_hidden;
+        Ok(MemorySourceConfig::try_new_exec(&[batches], self.schema.clone(), projection.cloned())?)
+    }
+}
+
+/// Feeds datafusion-pg-catalog's `pg_class`, `pg_attribute`, ... from the view.
+#[derive(Debug, Clone)]
+struct ViewCatalogInfo {
+    view: Arc<SessionView>,
+}
+
+#[async_trait]
+impl CatalogInfo for ViewCatalogInfo {
+    async fn catalog_names(&self) -> DfResult<Vec<String>> {
+        Ok(vec![DATABASE_NAME.to_string()])
+    }
+
+    async fn schema_names(&self, catalog_name: &str) -> DfResult<Option<Vec<String>>> {
+        if catalog_name != DATABASE_NAME {
+            return Ok(None);
+        }
+        let mut names: Vec<String> = self.view.snapshot().catalog.schemas.iter().cloned().collect();
+        names.push(WEIR_CATALOG.to_string());
+        Ok(Some(names))
+    }
+
+    async fn table_names(&self, catalog_name: &str, schema_name: &str) -> DfResult<Option<Vec<String>>> {
+        if catalog_name != DATABASE_NAME {
+            return Ok(None);
+        }
+        if schema_name == WEIR_CATALOG {
+            return Ok(Some(self.view.system.table_names()));
+        }
+        let snapshot = self.view.snapshot();
+        if !snapshot.catalog.schemas.contains(schema_name) {
+            return Ok(None);
+        }
+        Ok(Some(
+            snapshot
+                .catalog
+                .tables
+                .values()
+                .filter(|t| t.schema == schema_name)
+                .map(|t| t.name.clone())
+                .collect(),
+        ))
+    }
+
+    async fn table_schema(&self, catalog_name: &str, schema_name: &str, table_name: &str) -> DfResult<Option<SchemaRef>> {
+        if catalog_name != DATABASE_NAME {
+            return Ok(None);
+        }
+        if schema_name == WEIR_CATALOG {
+            return Ok(self.view.system.table_schema(table_name));
+        }
+        Ok(self
+            .view
+            .snapshot()
+            .catalog
+            .table(schema_name, table_name)
+            .map(|t| t.user_schema()))
+    }
+
+    async fn table_type(&self, catalog_name: &str, schema_name: &str, table_name: &str) -> DfResult<Option<TableType>> {
+        Ok(self
+            .table_schema(catalog_name, schema_name, table_name)
+            .await?
+            .map(|_| if schema_name == WEIR_CATALOG { TableType::View } else { TableType::Base }))
+    }
+}
+
+/// The DFSchema of a table's user columns, for planning expressions over it.
+pub fn df_schema_of(def: &TableDef) -> DfResult<DFSchema> {
+    DFSchema::try_from_qualified_schema(def.name.as_str(), &def.user_schema())
+}

@@ -1,0 +1,394 @@
+//! [`Database`]: the state every connection shares, and the commit path.
+//!
+//! Readers take a [`Snapshot`] (catalog + table states, an immutable value)
+//! and never block writers. A commit, serialized by one lock, re-validates
+//! the transaction's writes against the newest snapshot, makes them durable
+//! (table log, then control log) and only then publishes the next snapshot.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
+
+use arrow::array::{Array, Int64Array};
+use bytes::Bytes;
+use object_store::ObjectStore;
+use object_store::local::LocalFileSystem;
+use parking_lot::{Mutex, RwLock};
+use tokio_util::sync::CancellationToken;
+use weir_common::ObjectId;
+use weir_engine::TableState;
+use weir_storage::{ControlLog, DataDirLock, TableLog};
+
+use datafusion::execution::SessionState;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables;
+use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+
+use crate::catalog::model::{DATABASE_NAME, DEFAULT_SCHEMA, ScramSecret, SUPERUSER};
+use crate::session::AdvisoryLocks;
+use crate::catalog::{Catalog, CatalogChange, ControlEntry};
+use crate::config::{AuthMode, ServeConfig};
+use crate::error::ServerError;
+use crate::metrics::Metrics;
+use crate::wal::{TableWrite, WalRecord};
+
+/// A consistent view of everything: what a statement reads.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub catalog: Arc<Catalog>,
+    pub tables: Arc<HashMap<ObjectId, TableState>>,
+}
+
+impl Snapshot {
+    /// Applies table writes to this snapshot (PK checked). All or nothing.
+    pub fn apply_writes(&mut self, ops: &[(ObjectId, TableWrite)]) -> Result<(), ServerError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let mut tables = (*self.tables).clone();
+        for (id, op) in ops {
+            let state = tables.get_mut(id).ok_or_else(|| {
+                ServerError::SerializationFailure(format!(
+                    "table {id} was dropped by a concurrent transaction"
+                ))
+            })?;
+            match op {
+                TableWrite::Truncate => state.clear(),
+                TableWrite::Changes(change) => state.apply(change).map_err(|e| {
+                    let def = self.catalog.tables.get(id);
+                    match (e, def) {
+                        (weir_engine::EngineError::DuplicateKey { key }, Some(def)) => {
+                            ServerError::UniqueViolation {
+                                constraint: def.pkey_constraint_name(),
+                                columns: def.primary_key.join(", "),
+                                values: key,
+                            }
+                        }
+                        (e, _) => e.into(),
+                    }
+                })?,
+            }
+        }
+        self.tables = Arc::new(tables);
+        Ok(())
+    }
+
+    /// Applies catalog changes, creating and dropping table states with them.
+    pub fn apply_catalog(&mut self, changes: &[CatalogChange]) -> Result<(), ServerError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let mut catalog = (*self.catalog).clone();
+        let mut tables = (*self.tables).clone();
+        for change in changes {
+            catalog.apply(change)?;
+            match change {
+                CatalogChange::CreateTable(def) => {
+                    let state = TableState::new(def.physical_schema(), def.key_indices())?;
+                    tables.insert(def.id, state);
+                }
+                CatalogChange::DropTable { id } => {
+                    tables.remove(id);
+                }
+                _ => {}
+            }
+        }
+        self.catalog = Arc::new(catalog);
+        self.tables = Arc::new(tables);
+        Ok(())
+    }
+}
+
+/// The writes of one transaction, in statement order.
+#[derive(Debug, Default, Clone)]
+pub struct TxnWrites {
+    pub ddl: Vec<CatalogChange>,
+    pub tables: Vec<(ObjectId, TableWrite)>,
+}
+
+impl TxnWrites {
+    pub fn is_empty(&self) -> bool {
+        self.ddl.is_empty() && self.tables.is_empty()
+    }
+}
+
+struct BackendEntry {
+    secret: i32,
+    running: Option<CancellationToken>,
+}
+
+/// What every session's DataFusion context starts from: functions, type
+/// planner and pg_catalog's static tables, built once.
+pub struct QueryEnv {
+    pub template: SessionState,
+    pub pg_static: Arc<PgCatalogStaticTables>,
+}
+
+impl QueryEnv {
+    fn new() -> Result<Self, ServerError> {
+        let config = SessionConfig::new()
+            .with_default_catalog_and_schema(DATABASE_NAME, DEFAULT_SCHEMA)
+            .with_information_schema(true);
+        let ctx = SessionContext::new_with_config(config);
+        datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE_NAME, EmptyContextProvider)
+            .map_err(|e| ServerError::internal(format!("pg_catalog setup: {e}")))?;
+        let pg_static = Arc::new(
+            PgCatalogStaticTables::try_new().map_err(|e| ServerError::internal(format!("pg_catalog tables: {e}")))?,
+        );
+        Ok(Self { template: ctx.state(), pg_static })
+    }
+}
+
+pub struct Database {
+    config: ServeConfig,
+    query_env: QueryEnv,
+    advisory_locks: AdvisoryLocks,
+    metrics: Metrics,
+    control_log: ControlLog,
+    table_log: TableLog,
+    current: RwLock<Arc<Snapshot>>,
+    commit_lock: tokio::sync::Mutex<()>,
+    next_row_id: AtomicI64,
+    backends: Mutex<HashMap<i32, BackendEntry>>,
+    next_pid: AtomicI32,
+    ready: AtomicBool,
+    _lock: DataDirLock,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database").field("data_dir", &self.config.data_dir).finish()
+    }
+}
+
+impl Database {
+    /// Opens (or creates) the database in `config.data_dir`: takes the
+    /// directory lock, replays the control log, then the table log.
+    pub async fn open(config: ServeConfig) -> Result<Arc<Self>, ServerError> {
+        if config.auth == AuthMode::Scram && config.superuser_password.is_none() {
+            return Err(ServerError::invalid_param(
+                "--auth scram needs a password for the weir superuser: pass --superuser-password or set WEIR_PASSWORD",
+            ));
+        }
+        let lock = DataDirLock::acquire(&config.data_dir)?;
+        let store: Arc<dyn ObjectStore> = Arc::new(
+            LocalFileSystem::new_with_prefix(&config.data_dir)
+                .map_err(weir_storage::StorageError::from)?,
+        );
+        let control_log = ControlLog::new(store, "catalog");
+
+        let mut snapshot = Snapshot {
+            catalog: Arc::new(Catalog::bootstrap()),
+            tables: Arc::default(),
+        };
+        let mut committed = std::collections::HashSet::new();
+        let entries = control_log.read_all().await?;
+        for (revision, bytes) in &entries {
+            let entry: ControlEntry = serde_json::from_slice(bytes).map_err(|e| {
+                ServerError::internal(format!("control-log entry {revision} is unreadable: {e}"))
+            })?;
+            snapshot.apply_catalog(&entry.changes)?;
+            committed.insert(entry.txn);
+        }
+        Arc::make_mut(&mut snapshot.catalog).revision = entries.len() as u64;
+
+        let (table_log, records) = TableLog::open(&config.data_dir.join("tablelog"))?;
+        let mut max_row_id = 0i64;
+        let mut replayed = 0usize;
+        for bytes in &records {
+            let record = WalRecord::decode(bytes)?;
+            if record.has_ddl && !committed.contains(&record.txn) {
+                // Its catalog entry never landed: the transaction did not commit.
+                continue;
+            }
+            let ops: Vec<_> = record
+                .ops
+                .into_iter()
+                .filter(|(id, _)| snapshot.catalog.tables.contains_key(id))
+                .collect();
+            for (id, op) in &ops {
+                if let (TableWrite::Changes(c), Some(def)) = (op, snapshot.catalog.tables.get(id))
+                    && def.has_row_id()
+                    && let Some(ids) = c.rows().columns().last().and_then(|a| a.as_any().downcast_ref::<Int64Array>())
+                    && let Some(m) = arrow::compute::max(ids)
+                {
+                    max_row_id = max_row_id.max(m);
+                }
+            }
+            if let Err(e) = snapshot.apply_writes(&ops) {
+                tracing::error!(txn = %record.txn, error = %e, "skipping a table-log record that no longer applies");
+            }
+            replayed += 1;
+        }
+        tracing::info!(
+            revision = snapshot.catalog.revision,
+            tables = snapshot.catalog.tables.len(),
+            replayed,
+            "opened database"
+        );
+        Ok(Arc::new(Self {
+            config,
+            query_env: QueryEnv::new()?,
+            advisory_locks: AdvisoryLocks::default(),
+            metrics: Metrics::default(),
+            control_log,
+            table_log,
+            current: RwLock::new(Arc::new(snapshot)),
+            commit_lock: tokio::sync::Mutex::new(()),
+            next_row_id: AtomicI64::new(max_row_id + 1),
+            backends: Mutex::new(HashMap::new()),
+            next_pid: AtomicI32::new(1000),
+            ready: AtomicBool::new(true),
+            _lock: lock,
+        }))
+    }
+
+    pub fn config(&self) -> &ServeConfig {
+        &self.config
+    }
+
+    pub fn query_env(&self) -> &QueryEnv {
+        &self.query_env
+    }
+
+    pub fn advisory_locks(&self) -> &AdvisoryLocks {
+        &self.advisory_locks
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// The latest committed snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.current.read().clone()
+    }
+
+    /// Reserves `n` hidden row ids for inserts into tables without a key.
+    pub fn allocate_row_ids(&self, n: usize) -> i64 {
+        self.next_row_id.fetch_add(n as i64, Ordering::Relaxed)
+    }
+
+    /// Makes a transaction's writes durable and visible, or fails without
+    /// effect. `base` is the snapshot the transaction started from.
+    pub async fn commit(&self, base: &Snapshot, writes: TxnWrites) -> Result<(), ServerError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let _guard = self.commit_lock.lock().await;
+        let mut next = (*self.snapshot()).clone();
+        if !writes.ddl.is_empty() && next.catalog.revision != base.catalog.revision {
+            return Err(ServerError::SerializationFailure(
+                "the catalog changed since this transaction started".into(),
+            ));
+        }
+        next.apply_catalog(&writes.ddl)?;
+        next.apply_writes(&writes.tables)?;
+
+        let txn = uuid::Uuid::new_v4();
+        if !writes.tables.is_empty() {
+            let record = WalRecord {
+                txn,
+                has_ddl: !writes.ddl.is_empty(),
+                ops: writes.tables,
+            };
+            self.table_log.append(record.encode()?).await?;
+            self.metrics.commit();
+        }
+        if !writes.ddl.is_empty() {
+            let entry = ControlEntry {
+                txn,
+                changes: writes.ddl,
+            };
+            let bytes = serde_json::to_vec(&entry).map_err(|e| ServerError::internal(e.to_string()))?;
+            let revision = self
+                .control_log
+                .append(next.catalog.revision, Bytes::from(bytes))
+                .await?;
+            Arc::make_mut(&mut next.catalog).revision = revision;
+        }
+        *self.current.write() = Arc::new(next);
+        Ok(())
+    }
+
+    /// SCRAM credentials of a user who may log in with a password.
+    pub fn scram_credentials(&self, user: &str) -> Option<ScramSecret> {
+        if user == SUPERUSER {
+            let password = self.config.superuser_password.as_deref()?;
+            return Some(scram_secret(password, b"weir-superuser-salt".to_vec()));
+        }
+        self.snapshot().catalog.users.get(user)?.scram.clone()
+    }
+
+    pub fn user_exists(&self, user: &str) -> bool {
+        user == SUPERUSER || self.snapshot().catalog.users.contains_key(user)
+    }
+
+    pub fn database_exists(&self, name: &str) -> bool {
+        name == crate::catalog::model::DATABASE_NAME
+    }
+
+    /// Registers a new backend (connection); returns its (pid, secret).
+    pub fn register_backend(&self) -> (i32, i32) {
+        let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
+        let secret = uuid::Uuid::new_v4().as_u128() as i32;
+        self.backends
+            .lock()
+            .insert(pid, BackendEntry { secret, running: None });
+        (pid, secret)
+    }
+
+    pub fn unregister_backend(&self, pid: i32) {
+        self.backends.lock().remove(&pid);
+    }
+
+    /// Marks a statement of `pid` as running; cancelling the token stops it.
+    pub fn statement_started(&self, pid: i32) -> CancellationToken {
+        let token = CancellationToken::new();
+        if let Some(entry) = self.backends.lock().get_mut(&pid) {
+            entry.running = Some(token.clone());
+        }
+        token
+    }
+
+    pub fn statement_finished(&self, pid: i32) {
+        if let Some(entry) = self.backends.lock().get_mut(&pid) {
+            entry.running = None;
+        }
+    }
+
+    /// A cancel request: stops the running statement of `pid` if the secret
+    /// matches. Returns whether something was cancelled.
+    pub fn cancel(&self, pid: i32, secret: i32) -> bool {
+        match self.backends.lock().get(&pid) {
+            Some(entry) if entry.secret == secret => match &entry.running {
+                Some(token) => {
+                    token.cancel();
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        }
+    }
+
+    pub fn backend_count(&self) -> usize {
+        self.backends.lock().len()
+    }
+}
+
+/// SCRAM-SHA-256 credentials for a password (RFC 5802 SaltedPassword).
+pub fn scram_secret(password: &str, salt: Vec<u8>) -> ScramSecret {
+    const ITERATIONS: usize = 4096;
+    let salted_password =
+        pgwire::api::auth::sasl::scram::gen_salted_password(password, &salt, ITERATIONS);
+    ScramSecret {
+        salt,
+        iterations: ITERATIONS,
+        salted_password,
+    }
+}

@@ -1,0 +1,203 @@
+//! [`ServerError`]: every error a client can see, and the one place that maps
+//! each to its SQLSTATE, hint and syntax-error position.
+
+use datafusion::error::DataFusionError;
+use weir_engine::EngineError;
+use weir_storage::StorageError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("syntax error: {message}")]
+    Syntax { message: String, position: Option<usize> },
+    #[error("relation \"{0}\" does not exist")]
+    UndefinedTable(String),
+    #[error("column \"{0}\" does not exist")]
+    UndefinedColumn(String),
+    #[error("schema \"{0}\" does not exist")]
+    UndefinedSchema(String),
+    #[error("relation \"{0}\" already exists")]
+    DuplicateTable(String),
+    #[error("schema \"{0}\" already exists")]
+    DuplicateSchema(String),
+    #[error("role \"{0}\" already exists")]
+    DuplicateRole(String),
+    #[error("unrecognized configuration parameter \"{0}\"")]
+    UndefinedParameter(String),
+    #[error("duplicate key value violates unique constraint \"{constraint}\": Key ({columns})=({values}) already exists.")]
+    UniqueViolation {
+        constraint: String,
+        columns: String,
+        values: String,
+    },
+    #[error("null value in column \"{column}\" of relation \"{table}\" violates not-null constraint")]
+    NotNullViolation { table: String, column: String },
+    #[error("{0} is not supported")]
+    FeatureNotSupported(String),
+    #[error("current transaction is aborted, commands ignored until end of transaction block")]
+    InFailedTransaction,
+    #[error("could not serialize access due to concurrent update: {0}")]
+    SerializationFailure(String),
+    #[error("cannot drop {object} because other objects depend on it")]
+    DependentObjects { object: String, dependents: String },
+    #[error("{0}")]
+    InvalidParameterValue(String),
+    #[error("invalid input syntax: {0}")]
+    InvalidText(String),
+    #[error("{0}")]
+    DataException(String),
+    #[error("{0}")]
+    Protocol(String),
+    #[error("canceling statement due to user request")]
+    QueryCanceled,
+    #[error("password authentication failed for user \"{0}\"")]
+    InvalidPassword(String),
+    #[error("the server is starting: {0}")]
+    NotReady(String),
+    #[error("{0}")]
+    Planning(String),
+    #[error("{0}")]
+    DataFusion(#[source] DataFusionError),
+    #[error("storage error: {0}")]
+    Storage(#[from] StorageError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ServerError {
+    pub fn protocol(msg: impl Into<String>) -> Self {
+        Self::Protocol(msg.into())
+    }
+    pub fn invalid_param(msg: impl Into<String>) -> Self {
+        Self::InvalidParameterValue(msg.into())
+    }
+    pub fn feature_not_supported(what: impl Into<String>) -> Self {
+        Self::FeatureNotSupported(what.into())
+    }
+    pub fn undefined_table(name: impl Into<String>) -> Self {
+        Self::UndefinedTable(name.into())
+    }
+    pub fn internal(msg: impl Into<String>) -> Self {
+        Self::Internal(msg.into())
+    }
+    pub fn planning(msg: impl Into<String>) -> Self {
+        Self::Planning(msg.into())
+    }
+
+    /// The SQLSTATE a client sees.
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            Self::Syntax { .. } => "42601",
+            Self::UndefinedTable(_) => "42P01",
+            Self::UndefinedColumn(_) => "42703",
+            Self::UndefinedSchema(_) => "3F000",
+            Self::DuplicateTable(_) => "42P07",
+            Self::DuplicateSchema(_) => "42P06",
+            Self::DuplicateRole(_) => "42710",
+            Self::UndefinedParameter(_) => "42704",
+            Self::UniqueViolation { .. } => "23505",
+            Self::NotNullViolation { .. } => "23502",
+            Self::FeatureNotSupported(_) => "0A000",
+            Self::InFailedTransaction => "25P02",
+            Self::SerializationFailure(_) => "40001",
+            Self::DependentObjects { .. } => "2BP01",
+            Self::InvalidParameterValue(_) => "22023",
+            Self::InvalidText(_) => "22P02",
+            Self::DataException(_) => "22000",
+            Self::Protocol(_) => "08P01",
+            Self::QueryCanceled => "57014",
+            Self::InvalidPassword(_) => "28P01",
+            Self::NotReady(_) => "57P03",
+            Self::Planning(_) => "42000",
+            Self::DataFusion(e) => datafusion_sqlstate(e),
+            Self::Storage(StorageError::RevisionConflict { .. }) => "40001",
+            Self::Storage(_) => "58030",
+            Self::Internal(_) => "XX000",
+        }
+    }
+
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            Self::InFailedTransaction => Some("issue ROLLBACK to end the failed transaction".into()),
+            Self::SerializationFailure(_) | Self::Storage(StorageError::RevisionConflict { .. }) => {
+                Some("another session changed the catalog first; retry the statement".into())
+            }
+            Self::DependentObjects { dependents, .. } => Some(format!(
+                "{dependents} depend on it; use DROP ... CASCADE to drop them too"
+            )),
+            Self::UndefinedTable(_) => {
+                Some("check the name and search_path; SHOW TABLES lists the tables".into())
+            }
+            Self::NotReady(_) => Some("retry shortly, or SELECT weir_wait_ready('10s')".into()),
+            _ => None,
+        }
+    }
+
+    /// 1-based character position of a syntax error in the query string.
+    pub fn position(&self) -> Option<usize> {
+        match self {
+            Self::Syntax { position, .. } => *position,
+            _ => None,
+        }
+    }
+
+    /// Whether the error is the client's (bad input) rather than the server's;
+    /// used for logging levels.
+    pub fn is_internal(&self) -> bool {
+        matches!(self.sqlstate(), "XX000" | "58030")
+    }
+}
+
+fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
+    match e.find_root() {
+        DataFusionError::SQL(..) => "42601",
+        DataFusionError::Plan(msg) if msg.contains("not found") || msg.contains("No field named") => {
+            "42703"
+        }
+        DataFusionError::Plan(_) | DataFusionError::SchemaError(..) => "42000",
+        DataFusionError::NotImplemented(_) => "0A000",
+        DataFusionError::ArrowError(err, _) => match err.as_ref() {
+            arrow::error::ArrowError::DivideByZero => "22012",
+            arrow::error::ArrowError::CastError(_) | arrow::error::ArrowError::ParseError(_) => {
+                "22P02"
+            }
+            arrow::error::ArrowError::ComputeError(msg) if msg.contains("overflow") => "22003",
+            _ => "22000",
+        },
+        DataFusionError::Execution(msg) if msg.contains("Divide by zero") => "22012",
+        DataFusionError::Execution(_) => "22000",
+        DataFusionError::ResourcesExhausted(_) => "53200",
+        _ => "XX000",
+    }
+}
+
+impl From<DataFusionError> for ServerError {
+    fn from(e: DataFusionError) -> Self {
+        match e.find_root() {
+            DataFusionError::Plan(msg) if msg.starts_with("table '") && msg.ends_with("' not found") => {
+                let name = msg["table '".len()..msg.len() - "' not found".len()].to_string();
+                let name = name.rsplit('.').next().unwrap_or(&name).to_string();
+                Self::UndefinedTable(name)
+            }
+            _ => Self::DataFusion(e),
+        }
+    }
+}
+
+impl From<EngineError> for ServerError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::DuplicateKey { key } => Self::UniqueViolation {
+                constraint: String::new(),
+                columns: String::new(),
+                values: key,
+            },
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<arrow::error::ArrowError> for ServerError {
+    fn from(e: arrow::error::ArrowError) -> Self {
+        Self::DataFusion(DataFusionError::from(e))
+    }
+}

@@ -1,0 +1,31 @@
+//! The `weir` server: catalog, sessions, front ends and operations.
+//!
+//! - [`db::Database`]: shared state (catalog and table snapshots, the
+//!   durable logs) and the commit path. Opened from a data directory.
+//! - [`session::Session`]: one client's statements, transactions and
+//!   planning context; the API both front ends use.
+//! - [`pgwire`] and [`flight`]: the PostgreSQL wire protocol and Arrow
+//!   Flight SQL front ends, translating their protocols to sessions.
+//! - [`http`]: `/health`, `/ready`, `/metrics`.
+//! - [`catalog`]: catalog model, control-log entries, DataFusion providers.
+//! - [`system`]: the `weir_catalog` system tables.
+//! - [`error::ServerError`]: every client-visible error and its SQLSTATE.
+//!
+//! Data enters through DML/COPY/ingest, becomes a change batch in the
+//! session's transaction, and on COMMIT goes to the table log (fsync) and,
+//! for DDL, the control log, before the next snapshot is published.
+
+pub mod catalog;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod flight;
+pub mod http;
+pub mod metrics;
+pub mod pgwire;
+pub mod server;
+pub mod session;
+pub mod system;
+pub mod text_input;
+pub mod types;
+pub mod wal;

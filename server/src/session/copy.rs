@@ -1,0 +1,178 @@
+//! COPY: `FROM STDIN` into a table and `TO STDOUT` from a table or query,
+//! in PostgreSQL's text and CSV formats.
+
+use std::collections::HashMap;
+
+use arrow::array::{ArrayRef, StringArray};
+use datafusion::sql::sqlparser::ast::{
+    CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource, CopyTarget, Statement,
+};
+
+use super::dml::{Conflict, normalize_ident};
+use super::{CopyFormat, CopyInTarget, CopyOptions, Session, StatementResult, command};
+use crate::error::ServerError;
+
+impl CopyOptions {
+    fn for_format(format: CopyFormat) -> Self {
+        match format {
+            CopyFormat::Text => Self { format, delimiter: '\t', null: "\\N".into(), header: false, quote: '"', escape: '"' },
+            CopyFormat::Csv => Self { format, delimiter: ',', null: String::new(), header: false, quote: '"', escape: '"' },
+        }
+    }
+}
+
+fn copy_options(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<CopyOptions, ServerError> {
+    let mut format = CopyFormat::Text;
+    for option in options {
+        if let CopyOption::Format(f) = option {
+            format = match f.value.to_ascii_lowercase().as_str() {
+                "text" => CopyFormat::Text,
+                "csv" => CopyFormat::Csv,
+                other => return Err(ServerError::feature_not_supported(format!("COPY format {other}"))),
+            };
+        }
+    }
+    if legacy.iter().any(|o| matches!(o, CopyLegacyOption::Csv(_))) {
+        format = CopyFormat::Csv;
+    }
+    let mut out = CopyOptions::for_format(format);
+    for option in options {
+        match option {
+            CopyOption::Format(_) => {}
+            CopyOption::Delimiter(c) => out.delimiter = *c,
+            CopyOption::Null(s) => out.null = s.clone(),
+            CopyOption::Header(h) => out.header = *h,
+            CopyOption::Quote(c) => out.quote = *c,
+            CopyOption::Escape(c) => out.escape = *c,
+            CopyOption::Encoding(e) if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
+            other => return Err(ServerError::feature_not_supported(format!("COPY option {other}"))),
+        }
+    }
+    for option in legacy {
+        match option {
+            CopyLegacyOption::Csv(csv) => {
+                for o in csv {
+                    match o {
+                        CopyLegacyCsvOption::Header => out.header = true,
+                        CopyLegacyCsvOption::Quote(c) => out.quote = *c,
+                        CopyLegacyCsvOption::Escape(c) => out.escape = *c,
+                        other => return Err(ServerError::feature_not_supported(format!("COPY option {other}"))),
+                    }
+                }
+            }
+            CopyLegacyOption::Delimiter(c) => out.delimiter = *c,
+            CopyLegacyOption::Null(s) => out.null = s.clone(),
+            CopyLegacyOption::Header => out.header = true,
+            CopyLegacyOption::Binary => return Err(ServerError::feature_not_supported("COPY BINARY")),
+            other => return Err(ServerError::feature_not_supported(format!("COPY option {other}"))),
+        }
+    }
+    if out.format == CopyFormat::Text && out.header {
+        return Err(ServerError::feature_not_supported("COPY HEADER in text format (use FORMAT csv)"));
+    }
+    Ok(out)
+}
+
+impl Session {
+    pub(super) async fn copy(&mut self, statement: Statement) -> Result<StatementResult, ServerError> {
+        let Statement::Copy { source, to, target, options, legacy_options, .. } = statement else {
+            unreachable!("dispatch sends only COPY here");
+        };
+        let options = copy_options(&options, &legacy_options)?;
+        match (to, target) {
+            (false, CopyTarget::Stdin) => {
+                let CopySource::Table { table_name, columns } = source else {
+                    return Err(ServerError::feature_not_supported("COPY (query) FROM"));
+                };
+                let def = self.resolve_table(&table_name)?;
+                let columns: Vec<String> = if columns.is_empty() {
+                    def.columns.iter().map(|c| c.name.clone()).collect()
+                } else {
+                    columns.iter().map(normalize_ident).collect()
+                };
+                let mut fields = Vec::new();
+                for name in &columns {
+                    let column = def
+                        .columns
+                        .iter()
+                        .find(|c| &c.name == name)
+                        .ok_or_else(|| ServerError::UndefinedColumn(format!("{}.{name}", def.name)))?;
+                    fields.push(column.sql_type.field(&column.name, column.nullable));
+                }
+                Ok(StatementResult::CopyIn(CopyInTarget {
+                    table: def.qualified_name(),
+                    columns,
+                    schema: std::sync::Arc::new(arrow::datatypes::Schema::new(fields)),
+                    options,
+                }))
+            }
+            (true, CopyTarget::Stdout) => {
+                let (schema, batches) = match source {
+                    CopySource::Query(query) => {
+                        let plan = self.plan_statement(Statement::Query(query)).await?;
+                        self.run_plan(plan).await?
+                    }
+                    CopySource::Table { table_name, columns } => {
+                        let def = self.resolve_table(&table_name)?;
+                        let state = self.snapshot().tables.get(&def.id).cloned().ok_or_else(|| ServerError::UndefinedTable(def.name.clone()))?;
+                        let user: Vec<usize> = if columns.is_empty() {
+                            (0..def.columns.len()).collect()
+                        } else {
+                            columns
+                                .iter()
+                                .map(|c| {
+                                    let name = normalize_ident(c);
+                                    def.columns.iter().position(|d| d.name == name).ok_or(ServerError::UndefinedColumn(name))
+                                })
+                                .collect::<Result<_, _>>()?
+                        };
+                        let batches = state
+                            .scan()?
+                            .iter()
+                            .map(|b| b.project(&user))
+                            .collect::<Result<Vec<_>, _>>()?;
+                        let schema = std::sync::Arc::new(def.physical_schema().project(&user)?);
+                        (schema, batches)
+                    }
+                };
+                Ok(StatementResult::CopyOut { options, schema, batches })
+            }
+            (_, CopyTarget::File { .. } | CopyTarget::Program { .. }) => Err(ServerError::feature_not_supported(
+                "COPY to or from a server file or program (use STDIN/STDOUT, e.g. psql's \\copy)",
+            )),
+            (to, target) => Err(ServerError::feature_not_supported(format!(
+                "COPY {} {target}",
+                if to { "TO" } else { "FROM" }
+            ))),
+        }
+    }
+
+    /// Loads the data of a `COPY ... FROM STDIN` (all CopyData concatenated).
+    pub async fn copy_in(&mut self, target: &CopyInTarget, data: bytes::Bytes) -> Result<StatementResult, ServerError> {
+        self.db.metrics().query("copy");
+        let implicit = self.open_implicit()?;
+        let result = (|| {
+            let name = datafusion::sql::sqlparser::ast::ObjectName::from(
+                target.table.split('.').map(|part| datafusion::sql::sqlparser::ast::Ident::with_quote('"', part)).collect::<Vec<_>>(),
+            );
+            let def = self.resolve_table(&name)?;
+            let rows = crate::pgwire::copy_format::decode_copy(&data, &target.options, target.columns.len())?;
+            let mut provided: HashMap<String, ArrayRef> = HashMap::new();
+            for (i, name) in target.columns.iter().enumerate() {
+                let column = def
+                    .columns
+                    .iter()
+                    .find(|c| &c.name == name)
+                    .ok_or_else(|| ServerError::UndefinedColumn(name.clone()))?;
+                let text = StringArray::from_iter(rows.iter().map(|r| r[i].as_deref()));
+                let array = crate::text_input::parse_column(&text, &column.sql_type)
+                    .map_err(|e| ServerError::InvalidText(format!("COPY {}, column {}: {e}", def.name, column.name)))?;
+                provided.insert(name.clone(), array);
+            }
+            let batch = self.complete_columns(&def, provided, rows.len())?;
+            let written = self.insert_rows(&def, batch, Conflict::Error, &def.name.clone(), None)?;
+            Ok(command(&format!("COPY {}", written.num_rows())))
+        })();
+        self.close_implicit(implicit, result).await
+    }
+}

@@ -1,0 +1,519 @@
+//! INSERT (with ON CONFLICT and RETURNING), UPDATE, DELETE, TRUNCATE, and
+//! the bulk paths that end in an insert: COPY FROM STDIN and Flight ingest.
+//!
+//! DataFusion binds each statement (column lists, defaults, casts, WHERE,
+//! SET); the session runs the bound input over the statement's snapshot and
+//! turns the result into a change batch (`-old/+new`) for the transaction.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions, UInt32Array};
+use arrow::compute::{cast_with_options, concat_batches, filter_record_batch, take};
+use arrow::datatypes::SchemaRef;
+use datafusion::common::{Column, DFSchema, ParamValues};
+use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, Projection};
+use datafusion::sql::sqlparser::ast::{
+    self, Assignment, AssignmentTarget, ConflictTarget, Delete, Ident, Insert, ObjectName, OnConflictAction,
+    OnInsert, Statement, TableFactor, TableObject, Truncate, Update,
+};
+use weir_common::ChangeBatch;
+
+use super::eval::{Frame, qualify_bare_columns};
+use super::{Session, StatementResult, command};
+use crate::catalog::TableDef;
+use crate::db::TxnWrites;
+use crate::error::ServerError;
+use crate::wal::TableWrite;
+
+/// What an INSERT does with a row whose key exists.
+pub(super) enum Conflict {
+    Error,
+    DoNothing,
+    DoUpdate { assignments: Vec<Assignment>, selection: Option<ast::Expr> },
+}
+
+/// PostgreSQL folds unquoted identifiers to lower case.
+pub(crate) fn normalize_ident(ident: &Ident) -> String {
+    match ident.quote_style {
+        Some(_) => ident.value.clone(),
+        None => ident.value.to_lowercase(),
+    }
+}
+
+impl Session {
+    /// Resolves a possibly schema-qualified table name in this statement's snapshot.
+    pub(crate) fn resolve_table(&self, name: &ObjectName) -> Result<Arc<TableDef>, ServerError> {
+        let parts: Vec<String> = name
+            .0
+            .iter()
+            .map(|p| p.as_ident().map(normalize_ident).unwrap_or_else(|| p.to_string()))
+            .collect();
+        let catalog = &self.snapshot().catalog;
+        let found = match parts.as_slice() {
+            [table] => catalog.table(&self.vars.default_schema(), table).or_else(|| catalog.table("public", table)),
+            [schema, table] => catalog.table(schema, table),
+            [_db, schema, table] => catalog.table(schema, table),
+            _ => None,
+        };
+        found.cloned().ok_or_else(|| ServerError::UndefinedTable(parts.join(".")))
+    }
+
+    /// Plans the DEFAULT expressions of `def` so DataFusion fills omitted columns.
+    pub(super) fn ensure_defaults(&self, def: &TableDef) -> Result<(), ServerError> {
+        let state = self.ctx.state();
+        let mut defaults = HashMap::new();
+        for column in &def.columns {
+            if let Some(text) = &column.default {
+                let sql = state.sql_to_expr(text, &datafusion::config::Dialect::PostgreSQL)?;
+                let expr = state.create_logical_expr_from_sql_expr(
+                    ast::ExprWithAlias { expr: sql, alias: None },
+                    &DFSchema::empty(),
+                )?;
+                let field = column.sql_type.field(&column.name, true);
+                defaults.insert(column.name.clone(), expr.cast_to(field.data_type(), &DFSchema::empty())?);
+            }
+        }
+        self.view.set_defaults(def.id, Arc::new(defaults));
+        Ok(())
+    }
+
+    pub(super) async fn insert(&mut self, mut insert: Insert, params: Option<&ParamValues>) -> Result<StatementResult, ServerError> {
+        let TableObject::TableName(name) = &insert.table else {
+            return Err(ServerError::feature_not_supported("INSERT INTO a table function"));
+        };
+        let def = self.resolve_table(name)?;
+        let qualifier = insert
+            .table_alias
+            .as_ref()
+            .map(|a| normalize_ident(&a.alias))
+            .unwrap_or_else(|| def.name.clone());
+        let conflict = match insert.on.take() {
+            None => Conflict::Error,
+            Some(OnInsert::OnConflict(on)) => {
+                check_conflict_target(&def, on.conflict_target.as_ref())?;
+                match on.action {
+                    OnConflictAction::DoNothing => Conflict::DoNothing,
+                    OnConflictAction::DoUpdate(update) => Conflict::DoUpdate {
+                        assignments: update.assignments,
+                        selection: update.selection,
+                    },
+                }
+            }
+            Some(other) => return Err(ServerError::feature_not_supported(format!("INSERT {other}"))),
+        };
+        let returning = insert.returning.take();
+        insert.table_alias = None;
+        self.ensure_defaults(&def)?;
+        let plan = self.plan_statement(Statement::Insert(insert)).await?;
+        let LogicalPlan::Dml(dml) = plan else {
+            return Err(ServerError::internal("INSERT did not plan to a DML statement"));
+        };
+        let input = Self::bind(Arc::unwrap_or_clone(dml.input), params)?;
+        let (schema, batches) = self.run_plan(input).await?;
+        let rows = concat_batches(&schema, &batches)?;
+        let rows = conform(&def, &rows)?;
+        let written = self.insert_rows(&def, rows, conflict, &qualifier, params)?;
+        let count = written.num_rows();
+        match returning {
+            Some(items) => {
+                let (schema, batch) = self.returning(&qualifier, &written, items, params)?;
+                Ok(StatementResult::Rows { schema, batches: vec![batch] })
+            }
+            None => Ok(command(&format!("INSERT 0 {count}"))),
+        }
+    }
+
+    /// Inserts user-schema rows (already conformed) into the transaction;
+    /// returns the rows actually written (inserted or updated), for
+    /// RETURNING and the command tag.
+    pub(super) fn insert_rows(
+        &mut self,
+        def: &TableDef,
+        rows: RecordBatch,
+        conflict: Conflict,
+        qualifier: &str,
+        params: Option<&ParamValues>,
+    ) -> Result<RecordBatch, ServerError> {
+        let physical = self.with_row_ids(def, &rows)?;
+        let state = self
+            .snapshot()
+            .tables
+            .get(&def.id)
+            .ok_or_else(|| ServerError::UndefinedTable(def.name.clone()))?
+            .clone();
+        let (changes, written) = match conflict {
+            Conflict::Error => (ChangeBatch::inserts(physical), rows),
+            Conflict::DoNothing => {
+                let (positions, _) = state.lookup(&physical)?;
+                let keys = state.keys(&physical)?;
+                let mut seen = HashSet::new();
+                let keep: BooleanArray = positions
+                    .iter()
+                    .zip(&keys)
+                    .map(|(existing, key)| Some(existing.is_none() && seen.insert(key.clone())))
+                    .collect();
+                let kept = filter_record_batch(&physical, &keep)?;
+                (ChangeBatch::inserts(kept), filter_record_batch(&rows, &keep)?)
+            }
+            Conflict::DoUpdate { assignments, selection } => {
+                let (positions, existing) = state.lookup(&physical)?;
+                let keys = state.keys(&physical)?;
+                let mut seen = HashSet::new();
+                for key in &keys {
+                    if !seen.insert(key.clone()) {
+                        return Err(ServerError::DataException(
+                            "ON CONFLICT DO UPDATE command cannot affect row a second time".into(),
+                        ));
+                    }
+                }
+                let fresh: BooleanArray = positions.iter().map(|p| Some(p.is_none())).collect();
+                let conflicting: Vec<u32> = (0..positions.len() as u32).filter(|&i| positions[i as usize].is_some()).collect();
+                let existing_idx: UInt32Array = positions.iter().flatten().copied().collect();
+                let old = take_batch(&existing, &existing_idx)?;
+                let excluded = take_batch(&rows, &UInt32Array::from(conflicting))?;
+                let (old, new) = self.conflict_updates(def, qualifier, old, excluded, assignments, selection, params)?;
+                let inserted = filter_record_batch(&physical, &fresh)?;
+                let retract = old.clone();
+                let all_new = concat_batches(&physical.schema(), &[inserted, new.clone()])?;
+                let weights: Vec<i64> = std::iter::repeat_n(-1, retract.num_rows())
+                    .chain(std::iter::repeat_n(1, all_new.num_rows()))
+                    .collect();
+                let rows_all = concat_batches(&physical.schema(), &[retract, all_new.clone()])?;
+                let change = ChangeBatch::new(rows_all, Int64Array::from(weights))
+                    .map_err(|e| ServerError::internal(e.to_string()))?;
+                let user_cols: Vec<usize> = (0..def.columns.len()).collect();
+                let written = all_new.project(&user_cols)?.with_schema(def.user_schema())?;
+                (change, written)
+            }
+        };
+        let n = changes.num_rows() as u64;
+        self.write(TxnWrites {
+            ddl: vec![],
+            tables: vec![(def.id, TableWrite::Changes(changes))],
+        })?;
+        self.db.metrics().rows_written(n);
+        Ok(written)
+    }
+
+    /// For ON CONFLICT DO UPDATE: the stored rows that conflict (`old`) and
+    /// their replacements, after the optional WHERE.
+    #[allow(clippy::too_many_arguments)]
+    fn conflict_updates(
+        &self,
+        def: &TableDef,
+        qualifier: &str,
+        old: RecordBatch,
+        excluded: RecordBatch,
+        assignments: Vec<Assignment>,
+        selection: Option<ast::Expr>,
+        params: Option<&ParamValues>,
+    ) -> Result<(RecordBatch, RecordBatch), ServerError> {
+        let user_schema = def.user_schema();
+        let old_user = old.clone().with_schema(def.physical_schema())?;
+        let old_user = RecordBatch::try_new(user_schema.clone(), old_user.columns()[..def.columns.len()].to_vec())?;
+        let frame = Frame::new(vec![(qualifier, &old_user), ("excluded", &excluded)])?;
+        let mut columns: Vec<ArrayRef> = old_user.columns().to_vec();
+        for assignment in assignments {
+            let AssignmentTarget::ColumnName(target) = &assignment.target else {
+                return Err(ServerError::feature_not_supported("tuple assignment in ON CONFLICT DO UPDATE"));
+            };
+            let name = target.0.last().and_then(|p| p.as_ident()).map(normalize_ident).unwrap_or_default();
+            let index = def
+                .columns
+                .iter()
+                .position(|c| c.name == name)
+                .ok_or_else(|| ServerError::UndefinedColumn(name.clone()))?;
+            let mut value = assignment.value;
+            qualify_bare_columns(&mut value, qualifier);
+            let (_, array) = self.evaluate(&frame, value, params)?;
+            columns[index] = cast_with_options(&array, user_schema.field(index).data_type(), &strict_cast())?;
+        }
+        let new_user = RecordBatch::try_new_with_options(
+            user_schema,
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(old_user.num_rows())),
+        )
+        .map_err(|e| not_null_error(def, e))?;
+        let new_user = conform(def, &new_user)?;
+        let (old, new_user) = match selection {
+            Some(mut predicate) => {
+                qualify_bare_columns(&mut predicate, qualifier);
+                let (_, mask) = self.evaluate(&frame, predicate, params)?;
+                let mask = mask
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .ok_or_else(|| ServerError::planning("ON CONFLICT ... WHERE must be a boolean"))?
+                    .clone();
+                let mask = arrow::compute::prep_null_mask_filter(&mask);
+                (filter_record_batch(&old, &mask)?, filter_record_batch(&new_user, &mask)?)
+            }
+            None => (old, new_user),
+        };
+        Ok((old, self.with_row_ids(def, &new_user)?))
+    }
+
+    /// Appends hidden row ids for tables without a primary key.
+    fn with_row_ids(&self, def: &TableDef, rows: &RecordBatch) -> Result<RecordBatch, ServerError> {
+        if !def.has_row_id() {
+            return Ok(rows.clone().with_schema(def.physical_schema())?);
+        }
+        let first = self.db.allocate_row_ids(rows.num_rows());
+        let ids = Int64Array::from_iter_values(first..first + rows.num_rows() as i64);
+        let mut columns = rows.columns().to_vec();
+        columns.push(Arc::new(ids));
+        Ok(RecordBatch::try_new(def.physical_schema(), columns)?)
+    }
+
+    pub(super) async fn update(&mut self, mut update: Update, params: Option<&ParamValues>) -> Result<StatementResult, ServerError> {
+        if update.from.is_some() {
+            return Err(ServerError::feature_not_supported("UPDATE ... FROM"));
+        }
+        if !update.table.joins.is_empty() {
+            return Err(ServerError::feature_not_supported("UPDATE of a join"));
+        }
+        let TableFactor::Table { name, alias, .. } = &update.table.relation else {
+            return Err(ServerError::feature_not_supported("UPDATE of a derived table"));
+        };
+        let def = self.resolve_table(name)?;
+        let qualifier = alias.as_ref().map(|a| normalize_ident(&a.name)).unwrap_or_else(|| def.name.clone());
+        let returning = update.returning.take();
+        let plan = self.plan_with_hidden(Statement::Update(update)).await?;
+        let LogicalPlan::Dml(dml) = plan else {
+            return Err(ServerError::internal("UPDATE did not plan to a DML statement"));
+        };
+        let LogicalPlan::Projection(projection) = Arc::unwrap_or_clone(dml.input) else {
+            return Err(ServerError::internal("UPDATE input is not a projection"));
+        };
+        // Keep the old row next to the new one: the change is -old/+new.
+        let width = def.physical_schema().fields().len();
+        let mut exprs: Vec<Expr> = (0..width)
+            .map(|i| {
+                let (qualifier, field) = projection.input.schema().qualified_field(i);
+                Expr::Column(Column::new(qualifier.cloned(), field.name())).alias(format!("__weir_old_{i}"))
+            })
+            .collect();
+        exprs.extend(projection.expr.iter().cloned());
+        let plan = LogicalPlan::Projection(Projection::try_new(exprs, projection.input.clone())?);
+        let (schema, batches) = self.run_plan(Self::bind(plan, params)?).await?;
+        let both = concat_batches(&schema, &batches)?;
+        let old = both.project(&(0..width).collect::<Vec<_>>())?.with_schema(def.physical_schema())?;
+        let new = both.project(&(width..2 * width).collect::<Vec<_>>())?;
+        let new_user = conform(&def, &new.project(&(0..def.columns.len()).collect::<Vec<_>>())?)?;
+        let mut new_columns = new_user.columns().to_vec();
+        if def.has_row_id() {
+            new_columns.push(cast_with_options(new.column(width - 1), &arrow::datatypes::DataType::Int64, &strict_cast())?);
+        }
+        let new = RecordBatch::try_new(def.physical_schema(), new_columns)?;
+        let count = old.num_rows();
+        let weights: Vec<i64> = std::iter::repeat_n(-1, count).chain(std::iter::repeat_n(1, count)).collect();
+        let change = ChangeBatch::new(concat_batches(&def.physical_schema(), &[old, new])?, Int64Array::from(weights))
+            .map_err(|e| ServerError::internal(e.to_string()))?;
+        self.write(TxnWrites { ddl: vec![], tables: vec![(def.id, TableWrite::Changes(change))] })?;
+        self.db.metrics().rows_written(count as u64);
+        match returning {
+            Some(items) => {
+                let (schema, batch) = self.returning(&qualifier, &new_user, items, params)?;
+                Ok(StatementResult::Rows { schema, batches: vec![batch] })
+            }
+            None => Ok(command(&format!("UPDATE {count}"))),
+        }
+    }
+
+    pub(super) async fn delete(&mut self, mut delete: Delete, params: Option<&ParamValues>) -> Result<StatementResult, ServerError> {
+        if delete.using.is_some() {
+            return Err(ServerError::feature_not_supported("DELETE ... USING"));
+        }
+        let tables = match &delete.from {
+            ast::FromTable::WithFromKeyword(t) | ast::FromTable::WithoutKeyword(t) => t.clone(),
+        };
+        let [table] = tables.as_slice() else {
+            return Err(ServerError::feature_not_supported("DELETE from several tables"));
+        };
+        let TableFactor::Table { name, alias, .. } = &table.relation else {
+            return Err(ServerError::feature_not_supported("DELETE from a derived table"));
+        };
+        let def = self.resolve_table(name)?;
+        let qualifier = alias.as_ref().map(|a| normalize_ident(&a.name)).unwrap_or_else(|| def.name.clone());
+        let returning = delete.returning.take();
+        let plan = self.plan_with_hidden(Statement::Delete(delete)).await?;
+        let LogicalPlan::Dml(dml) = plan else {
+            return Err(ServerError::internal("DELETE did not plan to a DML statement"));
+        };
+        let (schema, batches) = self.run_plan(Self::bind(Arc::unwrap_or_clone(dml.input), params)?).await?;
+        let old = concat_batches(&schema, &batches)?.with_schema(def.physical_schema())?;
+        let count = old.num_rows();
+        let old_user = old.project(&(0..def.columns.len()).collect::<Vec<_>>())?.with_schema(def.user_schema())?;
+        self.write(TxnWrites {
+            ddl: vec![],
+            tables: vec![(def.id, TableWrite::Changes(ChangeBatch::retractions(old)))],
+        })?;
+        self.db.metrics().rows_written(count as u64);
+        match returning {
+            Some(items) => {
+                let (schema, batch) = self.returning(&qualifier, &old_user, items, params)?;
+                Ok(StatementResult::Rows { schema, batches: vec![batch] })
+            }
+            None => Ok(command(&format!("DELETE {count}"))),
+        }
+    }
+
+    /// Plans a statement with hidden row-id columns visible, so DML can
+    /// address rows of tables without a primary key.
+    async fn plan_with_hidden(&self, statement: Statement) -> Result<LogicalPlan, ServerError> {
+        self.view.set_expose_hidden(true);
+        let plan = self.plan_statement(statement).await;
+        self.view.set_expose_hidden(false);
+        plan
+    }
+
+    pub(super) fn truncate(&mut self, truncate: Truncate) -> Result<StatementResult, ServerError> {
+        let mut writes = TxnWrites::default();
+        for target in &truncate.table_names {
+            match self.resolve_table(&target.name) {
+                Ok(def) => writes.tables.push((def.id, TableWrite::Truncate)),
+                Err(_) if truncate.if_exists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.write(writes)?;
+        Ok(command("TRUNCATE TABLE"))
+    }
+
+    /// Fills columns a bulk load did not provide with their defaults (or
+    /// NULL) and conforms the result to the table.
+    pub(super) fn complete_columns(
+        &self,
+        def: &TableDef,
+        provided: HashMap<String, ArrayRef>,
+        num_rows: usize,
+    ) -> Result<RecordBatch, ServerError> {
+        let empty = RecordBatch::try_new_with_options(
+            Arc::new(arrow::datatypes::Schema::empty()),
+            vec![],
+            &RecordBatchOptions::new().with_row_count(Some(num_rows)),
+        )?;
+        let frame = Frame::new(vec![])?;
+        let mut columns = Vec::with_capacity(def.columns.len());
+        for column in &def.columns {
+            let field = column.sql_type.field(&column.name, true);
+            let array = match (provided.get(&column.name), &column.default) {
+                (Some(array), _) => array.clone(),
+                (None, Some(text)) => {
+                    let state = self.ctx.state();
+                    let sql = state.sql_to_expr(text, &datafusion::config::Dialect::PostgreSQL)?;
+                    let frame = Frame { schema: frame.schema.clone(), batch: empty.clone() };
+                    self.evaluate(&frame, sql, None)?.1
+                }
+                (None, None) => arrow::array::new_null_array(field.data_type(), num_rows),
+            };
+            columns.push(cast_with_options(&array, field.data_type(), &strict_cast())?);
+        }
+        let batch = RecordBatch::try_new_with_options(
+            Arc::new(arrow::datatypes::Schema::new(
+                def.columns.iter().map(|c| c.sql_type.field(&c.name, true)).collect::<Vec<_>>(),
+            )),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(num_rows)),
+        )?;
+        conform(def, &batch)
+    }
+
+    /// Bulk insert of Arrow batches (Flight SQL ingest): columns by name.
+    pub async fn ingest(&mut self, table: &str, batches: Vec<RecordBatch>) -> Result<u64, ServerError> {
+        let name = ObjectName::from(table.split('.').map(Ident::new).collect::<Vec<_>>());
+        let implicit = self.open_implicit()?;
+        let result = (|| {
+            let def = self.resolve_table(&name)?;
+            let mut total = 0u64;
+            for batch in batches {
+                let mut provided = HashMap::new();
+                for (field, array) in batch.schema().fields().iter().zip(batch.columns()) {
+                    let column = def
+                        .columns
+                        .iter()
+                        .find(|c| c.name.eq_ignore_ascii_case(field.name()))
+                        .ok_or_else(|| ServerError::UndefinedColumn(format!("{}.{}", def.name, field.name())))?;
+                    provided.insert(column.name.clone(), array.clone());
+                }
+                let rows = self.complete_columns(&def, provided, batch.num_rows())?;
+                total += self.insert_rows(&def, rows, Conflict::Error, &def.name.clone(), None)?.num_rows() as u64;
+            }
+            Ok(total)
+        })();
+        self.close_implicit(implicit, result).await
+    }
+}
+
+fn check_conflict_target(def: &TableDef, target: Option<&ConflictTarget>) -> Result<(), ServerError> {
+    let no_match = || {
+        ServerError::Planning(
+            "there is no unique or exclusion constraint matching the ON CONFLICT specification".into(),
+        )
+    };
+    match target {
+        None => Ok(()),
+        Some(ConflictTarget::Columns(columns)) => {
+            let mut given: Vec<String> = columns.iter().map(normalize_ident).collect();
+            let mut pk = def.primary_key.clone();
+            given.sort();
+            pk.sort();
+            if given == pk && !pk.is_empty() { Ok(()) } else { Err(no_match()) }
+        }
+        Some(ConflictTarget::OnConstraint(name)) => {
+            if name.to_string() == def.pkey_constraint_name() { Ok(()) } else { Err(no_match()) }
+        }
+    }
+}
+
+pub(super) fn strict_cast() -> arrow::compute::CastOptions<'static> {
+    arrow::compute::CastOptions { safe: false, ..Default::default() }
+}
+
+fn take_batch(batch: &RecordBatch, indices: &UInt32Array) -> Result<RecordBatch, ServerError> {
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|c| take(c.as_ref(), indices, None))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        batch.schema(),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(indices.len())),
+    )?)
+}
+
+fn not_null_error(def: &TableDef, e: arrow::error::ArrowError) -> ServerError {
+    let text = e.to_string();
+    match def.columns.iter().find(|c| text.contains(&format!("'{}'", c.name))) {
+        Some(c) => ServerError::NotNullViolation { table: def.name.clone(), column: c.name.clone() },
+        None => e.into(),
+    }
+}
+
+/// Casts rows to the table's user schema and enforces NOT NULL.
+pub(super) fn conform(def: &TableDef, rows: &RecordBatch) -> Result<RecordBatch, ServerError> {
+    let schema: SchemaRef = def.user_schema();
+    if rows.num_columns() != schema.fields().len() {
+        return Err(ServerError::internal(format!(
+            "{} values for {} columns of {}",
+            rows.num_columns(),
+            schema.fields().len(),
+            def.name
+        )));
+    }
+    let mut columns = Vec::with_capacity(rows.num_columns());
+    for (column, (field, array)) in def.columns.iter().zip(schema.fields().iter().zip(rows.columns())) {
+        if !column.nullable && array.null_count() > 0 {
+            return Err(ServerError::NotNullViolation { table: def.name.clone(), column: column.name.clone() });
+        }
+        columns.push(cast_with_options(array, field.data_type(), &strict_cast()).map_err(|e| {
+            ServerError::InvalidText(format!("column \"{}\" is of type {}: {e}", column.name, column.sql_type.display_name()))
+        })?);
+    }
+    Ok(RecordBatch::try_new_with_options(
+        schema,
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
+    )?)
+}

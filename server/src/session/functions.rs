@@ -1,0 +1,221 @@
+//! PostgreSQL functions that need the session or the database:
+//! `version()`, `current_setting()`, `pg_backend_pid()` and the advisory
+//! locks migration tools take (`pg_advisory_lock` and friends).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{ArrayRef, BooleanArray, Int64Array, StringArray};
+use arrow::datatypes::DataType;
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
+use datafusion::prelude::SessionContext;
+use datafusion::scalar::ScalarValue;
+use parking_lot::Mutex;
+
+use super::vars::{SERVER_VERSION, SharedVars};
+use crate::db::Database;
+
+/// How long `pg_advisory_lock` waits before giving up.
+const ADVISORY_LOCK_WAIT: Duration = Duration::from_secs(60);
+
+/// Session-level advisory locks: key -> (holding backend, re-entry count).
+#[derive(Debug, Default)]
+pub struct AdvisoryLocks {
+    held: Mutex<HashMap<i64, (i32, u32)>>,
+}
+
+impl AdvisoryLocks {
+    pub fn try_lock(&self, key: i64, pid: i32) -> bool {
+        let mut held = self.held.lock();
+        match held.get_mut(&key) {
+            Some((owner, count)) if *owner == pid => {
+                *count += 1;
+                true
+            }
+            Some(_) => false,
+            None => {
+                held.insert(key, (pid, 1));
+                true
+            }
+        }
+    }
+
+    pub fn unlock(&self, key: i64, pid: i32) -> bool {
+        let mut held = self.held.lock();
+        match held.get_mut(&key) {
+            Some((owner, count)) if *owner == pid => {
+                *count -= 1;
+                if *count == 0 {
+                    held.remove(&key);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn release_all(&self, pid: i32) {
+        self.held.lock().retain(|_, (owner, _)| *owner != pid);
+    }
+}
+
+pub(super) fn release_advisory_locks(db: &Database, pid: i32) {
+    db.advisory_locks().release_all(pid);
+}
+
+fn keys(args: &[ColumnarValue]) -> Result<Vec<Option<i64>>, DataFusionError> {
+    let arrays = ColumnarValue::values_to_arrays(args)?;
+    let array = arrow::compute::cast(&arrays[0], &DataType::Int64)?;
+    let keys = array
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .ok_or_else(|| DataFusionError::Execution("advisory lock key must be a bigint".into()))?;
+    Ok(keys.iter().collect())
+}
+
+pub(super) fn register_session_functions(ctx: &SessionContext, db: &Arc<Database>, pid: i32, vars: SharedVars) {
+    let version = format!(
+        "PostgreSQL {SERVER_VERSION} (Weir {}) on x86_64-pc-linux-gnu, a SQL-first streaming database",
+        env!("CARGO_PKG_VERSION")
+    );
+    ctx.register_udf(create_udf(
+        "version",
+        vec![],
+        DataType::Utf8,
+        Volatility::Stable,
+        Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(version.clone()))))),
+    ));
+
+    ctx.register_udf(create_udf(
+        "pg_backend_pid",
+        vec![],
+        DataType::Int32,
+        Volatility::Stable,
+        Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(pid))))),
+    ));
+
+    let setting = move |args: &[ColumnarValue]| -> Result<ColumnarValue, DataFusionError> {
+        let arrays = ColumnarValue::values_to_arrays(args)?;
+        let names = arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
+        let names = names
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| DataFusionError::Execution("setting name must be text".into()))?;
+        let values = vars.read();
+        let out: StringArray = names
+            .iter()
+            .map(|n| {
+                n.and_then(|n| {
+                    values
+                        .iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case(n))
+                        .map(|(_, v)| v.clone())
+                })
+            })
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
+    };
+    let setting = Arc::new(setting);
+    ctx.register_udf(create_udf("current_setting", vec![DataType::Utf8], DataType::Utf8, Volatility::Stable, setting));
+
+    let lock_db = db.clone();
+    ctx.register_udf(create_udf(
+        "pg_advisory_lock",
+        vec![DataType::Int64],
+        DataType::Null,
+        Volatility::Volatile,
+        Arc::new(move |args| {
+            for key in keys(args)?.into_iter().flatten() {
+                let started = Instant::now();
+                // The lock is held across statements, so waiting is polling:
+                // the holder releases it from another session.
+                tokio::task::block_in_place(|| {
+                    while !lock_db.advisory_locks().try_lock(key, pid) {
+                        if started.elapsed() > ADVISORY_LOCK_WAIT {
+                            return Err(DataFusionError::Execution(format!(
+                                "could not obtain advisory lock {key} within {ADVISORY_LOCK_WAIT:?}"
+                            )));
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Ok(())
+                })?;
+            }
+            Ok(ColumnarValue::Scalar(ScalarValue::Null))
+        }),
+    ));
+
+    let try_db = db.clone();
+    ctx.register_udf(create_udf(
+        "pg_try_advisory_lock",
+        vec![DataType::Int64],
+        DataType::Boolean,
+        Volatility::Volatile,
+        Arc::new(move |args| {
+            let out: BooleanArray = keys(args)?
+                .into_iter()
+                .map(|k| k.map(|k| try_db.advisory_locks().try_lock(k, pid)))
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out)))
+        }),
+    ));
+
+    let unlock_db = db.clone();
+    ctx.register_udf(create_udf(
+        "pg_advisory_unlock",
+        vec![DataType::Int64],
+        DataType::Boolean,
+        Volatility::Volatile,
+        Arc::new(move |args| {
+            let out: BooleanArray = keys(args)?
+                .into_iter()
+                .map(|k| k.map(|k| unlock_db.advisory_locks().unlock(k, pid)))
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out)))
+        }),
+    ));
+
+    let all_db = db.clone();
+    ctx.register_udf(create_udf(
+        "pg_advisory_unlock_all",
+        vec![],
+        DataType::Null,
+        Volatility::Volatile,
+        Arc::new(move |_| {
+            all_db.advisory_locks().release_all(pid);
+            Ok(ColumnarValue::Scalar(ScalarValue::Null))
+        }),
+    ));
+
+    for name in ["obj_description", "col_description", "shobj_description"] {
+        ctx.register_udf(create_udf(
+            name,
+            vec![DataType::Int64, DataType::Utf8],
+            DataType::Utf8,
+            Volatility::Stable,
+            Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advisory_locks_are_reentrant_per_backend_and_exclusive_across() {
+        let locks = AdvisoryLocks::default();
+        assert!(locks.try_lock(1, 10));
+        assert!(locks.try_lock(1, 10));
+        assert!(!locks.try_lock(1, 11));
+        assert!(locks.unlock(1, 10));
+        assert!(!locks.try_lock(1, 11));
+        assert!(locks.unlock(1, 10));
+        assert!(locks.try_lock(1, 11));
+        locks.release_all(11);
+        assert!(locks.try_lock(1, 12));
+        assert!(!locks.unlock(1, 10));
+    }
+}

@@ -1,0 +1,456 @@
+//! A client session: statement dispatch, transactions and planning context.
+//!
+//! Every statement runs inside a transaction: the explicit one opened with
+//! `BEGIN`, or an implicit one that commits when the statement ends. A
+//! transaction reads its own overlay snapshot (the committed snapshot it
+//! started from plus its own writes) and records its writes; `COMMIT` hands
+//! them to [`Database::commit`], which validates and persists them all at
+//! once. A failed statement inside an explicit block marks the block failed
+//! (SQLSTATE 25P02 until `ROLLBACK`).
+//!
+//! Submodules: [`api`] (what front ends see), `query` (SELECT/EXPLAIN and
+//! planning helpers), `dml` (INSERT/UPDATE/DELETE/TRUNCATE/COPY/ingest),
+//! `ddl` (CREATE/DROP), `show` (SHOW/DESCRIBE), `vars` (SET/SHOW variables),
+//! `prepared` (extended protocol), `functions` (PostgreSQL functions).
+
+pub mod api;
+mod copy;
+mod ddl;
+mod dml;
+mod eval;
+mod functions;
+pub(crate) mod prepared;
+mod query;
+mod show;
+mod vars;
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use datafusion::common::ParamValues;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::Statement;
+
+pub use functions::AdvisoryLocks;
+pub use api::{CopyFormat, CopyInTarget, CopyOptions, PreparedStatement, StatementResult};
+
+use crate::catalog::provider::{SessionView, WeirCatalogList};
+use crate::db::{Database, Snapshot, TxnWrites};
+use crate::error::ServerError;
+use crate::system::SystemSchema;
+use vars::Vars;
+
+/// Transaction state, as ReadyForQuery reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnStatus {
+    Idle,
+    InBlock,
+    Failed,
+}
+
+/// A table as metadata calls (Flight SQL GetTables) describe it.
+#[derive(Debug, Clone)]
+pub struct TableInfo {
+    pub catalog: String,
+    pub schema: String,
+    pub name: String,
+    pub kind: &'static str,
+    pub arrow_schema: SchemaRef,
+    pub primary_key: Vec<String>,
+}
+
+struct Txn {
+    base: Arc<Snapshot>,
+    overlay: Snapshot,
+    writes: TxnWrites,
+    explicit: bool,
+    failed: bool,
+}
+
+pub struct Session {
+    db: Arc<Database>,
+    user: String,
+    pid: i32,
+    secret: i32,
+    vars: Vars,
+    view: Arc<SessionView>,
+    ctx: SessionContext,
+    txn: Option<Txn>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        functions::release_advisory_locks(&self.db, self.pid);
+        self.db.unregister_backend(self.pid);
+    }
+}
+
+impl Session {
+    pub fn new(db: Arc<Database>, user: &str, database: &str) -> Session {
+        let (pid, secret) = db.register_backend();
+        let view = Arc::new(SessionView::new(db.snapshot(), Arc::new(SystemSchema::new(db.clone()))));
+        let env = db.query_env();
+        let catalog_list = WeirCatalogList::new(view.clone(), env.pg_static.clone())
+            .expect("pg_catalog provider construction does not fail");
+        let state = SessionStateBuilder::new_from_existing(env.template.clone())
+            .with_catalog_list(Arc::new(catalog_list))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        let vars = Vars::new(user, database);
+        functions::register_session_functions(&ctx, &db, pid, vars.shared());
+        let mut session = Session {
+            db,
+            user: user.to_string(),
+            pid,
+            secret,
+            vars,
+            view,
+            ctx,
+            txn: None,
+        };
+        session.apply_vars_to_planner();
+        session
+    }
+
+    pub fn backend_key(&self) -> (i32, i32) {
+        (self.pid, self.secret)
+    }
+
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    pub fn startup_parameters(&self) -> Vec<(String, String)> {
+        self.vars.startup_parameters()
+    }
+
+    pub fn set_startup_option(&mut self, name: &str, value: &str) {
+        if name == "options" {
+            // `options=-c name=value -c ...` (libpq's PGOPTIONS).
+            let mut words = value.split_whitespace();
+            while let Some(word) = words.next() {
+                let assignment = match word {
+                    "-c" => words.next().unwrap_or_default(),
+                    w => w.strip_prefix("-c").unwrap_or(w),
+                };
+                let assignment = assignment.strip_prefix("--").unwrap_or(assignment);
+                if let Some((k, v)) = assignment.split_once('=') {
+                    let _ = self.set_var(k, v);
+                }
+            }
+        } else if !matches!(name, "user" | "database" | "replication") {
+            let _ = self.set_var(name, value);
+        }
+    }
+
+    pub fn transaction_status(&self) -> TxnStatus {
+        match &self.txn {
+            Some(t) if t.failed => TxnStatus::Failed,
+            Some(t) if t.explicit => TxnStatus::InBlock,
+            _ => TxnStatus::Idle,
+        }
+    }
+
+    /// Runs every statement of a simple-protocol query string.
+    pub async fn execute_simple(&mut self, sql: &str) -> Vec<Result<StatementResult, ServerError>> {
+        let statements = match weir_planner::parse_sql(sql) {
+            Ok(s) => s,
+            Err(e) => {
+                let err = ServerError::Syntax {
+                    message: e.message,
+                    position: e.position,
+                };
+                self.note_error(&err);
+                self.fail_block();
+                return vec![Err(err)];
+            }
+        };
+        if statements.is_empty() {
+            return vec![Ok(StatementResult::Empty)];
+        }
+        let mut results = Vec::with_capacity(statements.len());
+        for statement in statements {
+            let result = self.execute(statement, None).await;
+            let failed = result.is_err();
+            results.push(result);
+            if failed {
+                break;
+            }
+        }
+        results
+    }
+
+    /// Runs one parsed statement with optional bound parameters, inside the
+    /// session's transaction (or an implicit one), with cancellation.
+    pub(crate) async fn execute(
+        &mut self,
+        statement: Statement,
+        params: Option<&ParamValues>,
+    ) -> Result<StatementResult, ServerError> {
+        let kind = statement_kind(&statement);
+        self.db.metrics().query(kind);
+        let result = self.execute_inner(statement, params).await;
+        if let Err(e) = &result {
+            self.note_error(e);
+        }
+        result
+    }
+
+    fn note_error(&self, e: &ServerError) {
+        self.db.metrics().error(e.sqlstate());
+        if e.is_internal() {
+            tracing::error!(error = %e, "statement failed");
+        } else {
+            tracing::debug!(error = %e, "statement failed");
+        }
+    }
+
+    fn fail_block(&mut self) {
+        match &mut self.txn {
+            Some(t) if t.explicit => t.failed = true,
+            _ => self.txn = None,
+        }
+    }
+
+    async fn execute_inner(
+        &mut self,
+        statement: Statement,
+        params: Option<&ParamValues>,
+    ) -> Result<StatementResult, ServerError> {
+        match &statement {
+            Statement::StartTransaction { .. } => return Ok(self.begin()),
+            Statement::Commit { .. } => return self.commit().await,
+            Statement::Rollback { savepoint: None, .. } => {
+                self.txn = None;
+                return Ok(command("ROLLBACK"));
+            }
+            _ => {}
+        }
+        if self.txn.as_ref().is_some_and(|t| t.failed) {
+            return Err(ServerError::InFailedTransaction);
+        }
+        if !self.db.is_ready() {
+            return Err(ServerError::NotReady("recovery is in progress".into()));
+        }
+        let implicit = self.open_implicit()?;
+        let token = self.db.statement_started(self.pid);
+        let outcome = tokio::select! {
+            r = self.dispatch(statement, params) => r,
+            _ = token.cancelled() => Err(ServerError::QueryCanceled),
+        };
+        self.db.statement_finished(self.pid);
+        self.close_implicit(implicit, outcome).await
+    }
+
+    /// Opens an implicit transaction unless a block is open; returns whether
+    /// it did. Fails inside a failed block.
+    fn open_implicit(&mut self) -> Result<bool, ServerError> {
+        if self.txn.as_ref().is_some_and(|t| t.failed) {
+            return Err(ServerError::InFailedTransaction);
+        }
+        let implicit = self.txn.is_none();
+        if implicit {
+            let base = self.db.snapshot();
+            self.txn = Some(Txn {
+                overlay: (*base).clone(),
+                base,
+                writes: TxnWrites::default(),
+                explicit: false,
+                failed: false,
+            });
+        }
+        self.refresh_view();
+        Ok(implicit)
+    }
+
+    /// Ends a statement: on error fails the block (or drops the implicit
+    /// transaction); on success commits the implicit transaction.
+    async fn close_implicit<T>(&mut self, implicit: bool, outcome: Result<T, ServerError>) -> Result<T, ServerError> {
+        match outcome {
+            Err(e) => {
+                self.fail_block();
+                Err(e)
+            }
+            Ok(result) if implicit => {
+                let txn = self.txn.take().expect("implicit transaction is open");
+                if let Err(e) = self.db.commit(&txn.base, txn.writes).await {
+                    self.note_error(&e);
+                    return Err(e);
+                }
+                Ok(result)
+            }
+            Ok(result) => Ok(result),
+        }
+    }
+
+    fn begin(&mut self) -> StatementResult {
+        if self.txn.is_none() {
+            let base = self.db.snapshot();
+            self.txn = Some(Txn {
+                overlay: (*base).clone(),
+                base,
+                writes: TxnWrites::default(),
+                explicit: true,
+                failed: false,
+            });
+        }
+        // PostgreSQL only warns about BEGIN inside a block.
+        command("BEGIN")
+    }
+
+    async fn commit(&mut self) -> Result<StatementResult, ServerError> {
+        match self.txn.take() {
+            None => Ok(command("COMMIT")),
+            Some(t) if t.failed => Ok(command("ROLLBACK")),
+            Some(t) => {
+                self.db.commit(&t.base, t.writes).await?;
+                Ok(command("COMMIT"))
+            }
+        }
+    }
+
+    /// Points the planning view at what the current statement must read.
+    fn refresh_view(&self) {
+        let snapshot = match &self.txn {
+            Some(t) => Arc::new(t.overlay.clone()),
+            None => self.db.snapshot(),
+        };
+        self.view.set_snapshot(snapshot);
+    }
+
+    /// The snapshot the current statement reads.
+    fn snapshot(&self) -> &Snapshot {
+        &self.txn.as_ref().expect("a statement runs in a transaction").overlay
+    }
+
+    /// Records writes in the open transaction and applies them to its overlay.
+    fn write(&mut self, writes: TxnWrites) -> Result<(), ServerError> {
+        let txn = self.txn.as_mut().expect("a statement runs in a transaction");
+        let mut overlay = txn.overlay.clone();
+        overlay.apply_catalog(&writes.ddl)?;
+        overlay.apply_writes(&writes.tables)?;
+        txn.overlay = overlay;
+        txn.writes.ddl.extend(writes.ddl);
+        txn.writes.tables.extend(writes.tables);
+        self.refresh_view();
+        Ok(())
+    }
+
+    async fn dispatch(
+        &mut self,
+        statement: Statement,
+        params: Option<&ParamValues>,
+    ) -> Result<StatementResult, ServerError> {
+        use Statement as S;
+        match statement {
+            S::Query(_) => self.query(statement, params).await,
+            S::Explain { .. } => self.explain(statement, params).await,
+            S::Insert(insert) => self.insert(insert, params).await,
+            S::Update(update) => self.update(update, params).await,
+            S::Delete(delete) => self.delete(delete, params).await,
+            S::Truncate(truncate) => self.truncate(truncate),
+            S::Copy { .. } => self.copy(statement).await,
+            S::CreateTable(create) => self.create_table(create).await,
+            S::CreateSchema { schema_name, if_not_exists, .. } => self.create_schema(schema_name, if_not_exists),
+            S::CreateUser(create) => self.create_user(create),
+            S::CreateRole(create) => self.create_role(create),
+            S::Drop { object_type, if_exists, names, cascade, .. } => {
+                self.drop_objects(object_type, if_exists, names, cascade)
+            }
+            S::Set(set) => self.set(set),
+            S::ShowVariable { variable } => self.show_variable(&variable),
+            S::Reset(reset) => self.reset(reset),
+            S::ShowTables { .. } => self.show_tables().await,
+            S::ShowCreate { obj_type, obj_name } => self.show_create(obj_type, &obj_name),
+            S::ExplainTable { table_name, .. } => self.describe(&table_name).await,
+            S::Discard { .. } => {
+                self.vars.reset_all();
+                Ok(command("DISCARD ALL"))
+            }
+            S::Deallocate { .. } => Ok(command("DEALLOCATE")),
+            S::Comment { .. } => Ok(command("COMMENT")),
+            S::Savepoint { .. } | S::ReleaseSavepoint { .. } | S::Rollback { .. } => {
+                Err(ServerError::feature_not_supported("SAVEPOINT"))
+            }
+            other => Err(ServerError::feature_not_supported(statement_name(&other))),
+        }
+    }
+
+    fn set_var(&mut self, name: &str, value: &str) -> Result<(), ServerError> {
+        self.vars.set(name, value)?;
+        self.apply_vars_to_planner();
+        Ok(())
+    }
+
+    pub async fn list_tables(&self) -> Vec<TableInfo> {
+        let snapshot = self.db.snapshot();
+        let mut out: Vec<TableInfo> = snapshot
+            .catalog
+            .tables
+            .values()
+            .map(|t| TableInfo {
+                catalog: crate::catalog::model::DATABASE_NAME.into(),
+                schema: t.schema.clone(),
+                name: t.name.clone(),
+                kind: "TABLE",
+                arrow_schema: t.user_schema(),
+                primary_key: t.primary_key.clone(),
+            })
+            .collect();
+        for name in self.view.system.table_names_sorted() {
+            if let Some(schema) = self.view.system.table_schema(&name) {
+                out.push(TableInfo {
+                    catalog: crate::catalog::model::DATABASE_NAME.into(),
+                    schema: crate::catalog::provider::WEIR_CATALOG.into(),
+                    name,
+                    kind: "SYSTEM TABLE",
+                    arrow_schema: schema,
+                    primary_key: vec![],
+                });
+            }
+        }
+        out
+    }
+
+    pub fn list_schemas(&self) -> Vec<(String, String)> {
+        let snapshot = self.db.snapshot();
+        let db = crate::catalog::model::DATABASE_NAME.to_string();
+        let mut out: Vec<_> = snapshot.catalog.schemas.iter().map(|s| (db.clone(), s.clone())).collect();
+        for s in [crate::catalog::provider::INFORMATION_SCHEMA, crate::catalog::provider::PG_CATALOG, crate::catalog::provider::WEIR_CATALOG] {
+            out.push((db.clone(), s.to_string()));
+        }
+        out
+    }
+}
+
+pub(crate) fn command(tag: &str) -> StatementResult {
+    StatementResult::Command { tag: tag.to_string() }
+}
+
+/// The metrics label of a statement.
+fn statement_kind(statement: &Statement) -> &'static str {
+    use Statement as S;
+    match statement {
+        S::Query(_) => "select",
+        S::Insert(_) => "insert",
+        S::Update(_) => "update",
+        S::Delete(_) => "delete",
+        S::Copy { .. } => "copy",
+        S::Truncate(_) => "truncate",
+        S::CreateTable(_) | S::CreateSchema { .. } | S::Drop { .. } | S::CreateUser(_) => "ddl",
+        S::StartTransaction { .. } | S::Commit { .. } | S::Rollback { .. } => "transaction",
+        S::Set(_) | S::ShowVariable { .. } | S::Reset(_) => "set",
+        S::ShowTables { .. } | S::ShowCreate { .. } | S::ExplainTable { .. } => "show",
+        S::Explain { .. } => "explain",
+        _ => "other",
+    }
+}
+
+/// The statement's leading keywords, to name it in a "not supported" error.
+fn statement_name(statement: &Statement) -> String {
+    let text = statement.to_string();
+    let words: Vec<&str> = text.split_whitespace().take(2).collect();
+    let name = words.join(" ").to_uppercase();
+    name.trim_end_matches(|c: char| !c.is_ascii_alphabetic()).to_string()
+}

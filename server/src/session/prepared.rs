@@ -1,0 +1,175 @@
+//! The extended protocol: prepare once (parse, bind types, describe), then
+//! execute many times with parameters.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use datafusion::common::ParamValues;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::scalar::ScalarValue;
+use datafusion::sql::sqlparser::ast::{SelectItem, Statement, TableFactor, TableObject};
+
+use super::{PreparedStatement, Session, StatementResult};
+use crate::error::ServerError;
+
+#[derive(Debug)]
+pub(crate) struct PreparedInner {
+    /// `None` for an empty query string.
+    statement: Option<Statement>,
+}
+
+impl Session {
+    pub async fn prepare(&mut self, sql: &str, param_hints: &[Option<DataType>]) -> Result<PreparedStatement, ServerError> {
+        let mut statements = weir_planner::parse_sql(sql).map_err(|e| ServerError::Syntax {
+            message: e.message,
+            position: e.position,
+        })?;
+        if statements.len() > 1 {
+            return Err(ServerError::Syntax {
+                message: "cannot insert multiple commands into a prepared statement".into(),
+                position: None,
+            });
+        }
+        let statement = statements.pop();
+        let (inferred, result_schema) = match &statement {
+            Some(s) => {
+                self.refresh_view();
+                self.describe_statement(s.clone()).await?
+            }
+            None => (vec![], None),
+        };
+        let count = inferred.len().max(param_hints.len());
+        let param_types = (0..count)
+            .map(|i| {
+                param_hints
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .or_else(|| inferred.get(i).cloned().flatten())
+                    .unwrap_or(DataType::Utf8)
+            })
+            .collect();
+        Ok(PreparedStatement {
+            sql: sql.to_string(),
+            param_types,
+            result_schema,
+            inner: Arc::new(PreparedInner { statement }),
+        })
+    }
+
+    pub async fn execute_prepared(
+        &mut self,
+        stmt: &PreparedStatement,
+        params: Vec<ScalarValue>,
+    ) -> Result<StatementResult, ServerError> {
+        let Some(statement) = stmt.inner.statement.clone() else {
+            return Ok(StatementResult::Empty);
+        };
+        if params.len() != stmt.param_types.len() {
+            return Err(ServerError::protocol(format!(
+                "bind message supplies {} parameters, but prepared statement requires {}",
+                params.len(),
+                stmt.param_types.len()
+            )));
+        }
+        let params = params
+            .into_iter()
+            .zip(&stmt.param_types)
+            .enumerate()
+            .map(|(i, (value, ty))| {
+                if value.data_type() == *ty || value.is_null() && matches!(ty, DataType::Null) {
+                    Ok(value)
+                } else {
+                    value.cast_to(ty).map_err(|e| {
+                        ServerError::InvalidText(format!("parameter ${}: cannot convert to {ty}: {e}", i + 1))
+                    })
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let params = ParamValues::from(params);
+        if params_empty(&params) {
+            self.execute(statement, None).await
+        } else {
+            self.execute(statement, Some(&params)).await
+        }
+    }
+
+    /// Parameter types (index i is `$i+1`) and the row schema, if any.
+    async fn describe_statement(&mut self, statement: Statement) -> Result<(Vec<Option<DataType>>, Option<SchemaRef>), ServerError> {
+        match statement {
+            Statement::Query(_) | Statement::Explain { .. } => {
+                let plan = self.plan_statement(statement).await?;
+                let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+                Ok((parameter_types(&plan)?, Some(schema)))
+            }
+            Statement::Insert(mut insert) => {
+                let returning = insert.returning.take();
+                insert.on = None;
+                let table = match &insert.table {
+                    TableObject::TableName(n) => Some(n.clone()),
+                    _ => None,
+                };
+                insert.table_alias = None;
+                if let Some(name) = &table {
+                    let def = self.resolve_table(name)?;
+                    self.ensure_defaults(&def)?;
+                }
+                let plan = self.plan_statement(Statement::Insert(insert)).await?;
+                let schema = match (returning, table) {
+                    (Some(items), Some(name)) => Some(self.returning_schema(&name, items)?),
+                    _ => None,
+                };
+                Ok((parameter_types(&plan)?, schema))
+            }
+            Statement::Update(mut update) => {
+                let returning = update.returning.take();
+                let name = match &update.table.relation {
+                    TableFactor::Table { name, .. } => Some(name.clone()),
+                    _ => None,
+                };
+                let plan = self.plan_statement(Statement::Update(update)).await?;
+                let schema = match (returning, name) {
+                    (Some(items), Some(name)) => Some(self.returning_schema(&name, items)?),
+                    _ => None,
+                };
+                Ok((parameter_types(&plan)?, schema))
+            }
+            Statement::Delete(mut delete) => {
+                let returning = delete.returning.take();
+                let plan = self.plan_statement(Statement::Delete(delete)).await?;
+                let _ = returning;
+                Ok((parameter_types(&plan)?, None))
+            }
+            Statement::ShowVariable { .. }
+            | Statement::ShowTables { .. }
+            | Statement::ShowCreate { .. }
+            | Statement::ExplainTable { .. } => match self.execute(statement, None).await? {
+                StatementResult::Rows { schema, .. } => Ok((vec![], Some(schema))),
+                _ => Ok((vec![], None)),
+            },
+            _ => Ok((vec![], None)),
+        }
+    }
+
+    fn returning_schema(&self, table: &datafusion::sql::sqlparser::ast::ObjectName, items: Vec<SelectItem>) -> Result<SchemaRef, ServerError> {
+        let def = self.resolve_table(table)?;
+        let empty = RecordBatch::new_empty(def.user_schema());
+        Ok(self.returning(&def.name, &empty, items, None)?.0)
+    }
+}
+
+fn params_empty(params: &ParamValues) -> bool {
+    matches!(params, ParamValues::List(l) if l.is_empty())
+}
+
+fn parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<DataType>>, ServerError> {
+    let types = plan.get_parameter_types()?;
+    let count = types
+        .keys()
+        .filter_map(|k| k.trim_start_matches('$').parse::<usize>().ok())
+        .max()
+        .unwrap_or(0);
+    Ok((1..=count).map(|i| types.get(&format!("${i}")).cloned().flatten()).collect())
+}
+

@@ -1,0 +1,343 @@
+//! Session variables: `SET`, `SHOW`, `RESET`, and what the startup sends.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::StringArray;
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use datafusion::sql::sqlparser::ast::{Expr, Ident, ObjectName, ResetStatement, Set, Value};
+use parking_lot::RwLock;
+
+use super::{Session, StatementResult, command};
+use crate::error::ServerError;
+
+pub const SERVER_VERSION: &str = "16.0";
+
+/// (name, default, description). Names are matched case-insensitively.
+const KNOWN: &[(&str, &str, &str)] = &[
+    ("application_name", "", "Name of the client application"),
+    ("client_encoding", "UTF8", "Client-side character set (only UTF8)"),
+    ("DateStyle", "ISO, MDY", "Display format for dates"),
+    ("TimeZone", "UTC", "Time zone for timestamps with time zone"),
+    ("extra_float_digits", "1", "Digits shown for floating-point values"),
+    ("search_path", "\"$user\", public", "Schema search order for unqualified names"),
+    ("standard_conforming_strings", "on", "Backslashes in ordinary strings are literal"),
+    ("integer_datetimes", "on", "Datetimes are 64-bit integers"),
+    ("IntervalStyle", "postgres", "Display format for intervals"),
+    ("server_version", SERVER_VERSION, "PostgreSQL version Weir speaks"),
+    ("server_version_num", "160000", "PostgreSQL version Weir speaks, as a number"),
+    ("server_encoding", "UTF8", "Server character set"),
+    ("is_superuser", "on", "Whether the session user is a superuser"),
+    ("session_authorization", "", "Session user"),
+    ("transaction_isolation", "serializable", "Isolation of the current transaction"),
+    ("default_transaction_isolation", "serializable", "Isolation of new transactions"),
+    ("transaction_read_only", "off", "Whether the current transaction is read-only"),
+    ("default_transaction_read_only", "off", "Whether new transactions are read-only"),
+    ("statement_timeout", "0", "Statement timeout (not enforced)"),
+    ("lock_timeout", "0", "Lock timeout (not enforced)"),
+    ("idle_in_transaction_session_timeout", "0", "Idle-in-transaction timeout (not enforced)"),
+    ("max_identifier_length", "63", "Longest identifier"),
+    ("client_min_messages", "notice", "Lowest message level sent to the client"),
+    ("bytea_output", "hex", "Output format of bytea"),
+    ("row_security", "on", "Row security (no policies exist)"),
+    ("synchronous_commit", "on", "Commits wait for fsync"),
+    ("barrier_interval", "1s", "Interval between epoch barriers"),
+    ("read_your_writes", "on", "Queries see the session's own earlier writes"),
+];
+
+/// Variables reported to the client at startup and whenever they change.
+const REPORTED: &[&str] = &[
+    "application_name",
+    "client_encoding",
+    "DateStyle",
+    "TimeZone",
+    "integer_datetimes",
+    "IntervalStyle",
+    "is_superuser",
+    "server_encoding",
+    "server_version",
+    "session_authorization",
+    "standard_conforming_strings",
+];
+
+fn canonical(name: &str) -> Option<&'static str> {
+    KNOWN
+        .iter()
+        .find(|(n, _, _)| n.eq_ignore_ascii_case(name))
+        .map(|(n, _, _)| *n)
+}
+
+/// The values, shared with the `current_setting()` function.
+pub type SharedVars = Arc<RwLock<BTreeMap<String, String>>>;
+
+pub struct Vars {
+    values: SharedVars,
+    user: String,
+    database: String,
+}
+
+impl Vars {
+    pub fn new(user: &str, database: &str) -> Self {
+        let vars = Self {
+            values: Arc::default(),
+            user: user.to_string(),
+            database: database.to_string(),
+        };
+        vars.reset_all();
+        vars
+    }
+
+    pub fn shared(&self) -> SharedVars {
+        self.values.clone()
+    }
+
+    pub fn reset_all(&self) {
+        let mut values = self.values.write();
+        values.clear();
+        for (name, default, _) in KNOWN {
+            values.insert(name.to_string(), default.to_string());
+        }
+        values.insert("session_authorization".into(), self.user.clone());
+        let _ = &self.database;
+    }
+
+    pub fn get(&self, name: &str) -> Option<String> {
+        let key = canonical(name).map(str::to_string).unwrap_or_else(|| name.to_ascii_lowercase());
+        self.values.read().get(&key).cloned()
+    }
+
+    /// Sets a variable; unknown names without a dot (custom `app.x` names
+    /// are allowed, as in PostgreSQL) are an error.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), ServerError> {
+        let key = match canonical(name) {
+            Some(k) => k.to_string(),
+            None if name.contains('.') => name.to_ascii_lowercase(),
+            None => return Err(ServerError::UndefinedParameter(name.to_string())),
+        };
+        let value = normalize(&key, value)?;
+        self.values.write().insert(key, value);
+        Ok(())
+    }
+
+    pub fn reset(&mut self, name: &str) -> Result<(), ServerError> {
+        match KNOWN.iter().find(|(n, _, _)| n.eq_ignore_ascii_case(name)) {
+            Some((n, default, _)) => {
+                self.values.write().insert(n.to_string(), default.to_string());
+                Ok(())
+            }
+            None if name.contains('.') => {
+                self.values.write().remove(&name.to_ascii_lowercase());
+                Ok(())
+            }
+            None => Err(ServerError::UndefinedParameter(name.to_string())),
+        }
+    }
+
+    pub fn startup_parameters(&self) -> Vec<(String, String)> {
+        let values = self.values.read();
+        REPORTED
+            .iter()
+            .map(|n| (n.to_string(), values.get(*n).cloned().unwrap_or_default()))
+            .collect()
+    }
+
+    /// The first schema of `search_path` (`$user` skipped), for unqualified names.
+    pub fn default_schema(&self) -> String {
+        self.get("search_path")
+            .unwrap_or_default()
+            .split(',')
+            .map(|s| s.trim().trim_matches('"').to_string())
+            .find(|s| !s.is_empty() && s != "$user")
+            .unwrap_or_else(|| "public".to_string())
+    }
+}
+
+fn normalize(key: &str, value: &str) -> Result<String, ServerError> {
+    let value = value.trim();
+    match key {
+        "client_encoding" => {
+            let upper = value.to_ascii_uppercase().replace(['-', '_'], "");
+            if upper != "UTF8" && upper != "UNICODE" {
+                return Err(ServerError::feature_not_supported(format!(
+                    "client_encoding {value} (only UTF8)"
+                )));
+            }
+            Ok("UTF8".into())
+        }
+        "TimeZone" => {
+            let tz = if value.eq_ignore_ascii_case("utc") || value.eq_ignore_ascii_case("gmt") || value.eq_ignore_ascii_case("z") {
+                "UTC".to_string()
+            } else {
+                value.to_string()
+            };
+            if tz != "UTC" && tz.parse::<arrow::array::timezone::Tz>().is_err() {
+                return Err(ServerError::invalid_param(format!("invalid value for parameter \"TimeZone\": \"{value}\"")));
+            }
+            Ok(tz)
+        }
+        "barrier_interval" => crate::config::parse_duration(value)
+            .map(|_| value.to_string())
+            .map_err(ServerError::invalid_param),
+        "read_your_writes" => match value.to_ascii_lowercase().as_str() {
+            "on" | "true" | "1" | "yes" => Ok("on".into()),
+            "off" | "false" | "0" | "no" => Ok("off".into()),
+            _ => Err(ServerError::invalid_param(format!(
+                "parameter \"read_your_writes\" requires a Boolean value, not \"{value}\""
+            ))),
+        },
+        _ => Ok(value.to_string()),
+    }
+}
+
+/// The text of a SET value: `'x'`, `x`, `1`, `DEFAULT`.
+fn value_text(expr: &Expr) -> String {
+    match expr {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+            Value::Number(n, _) => n.to_string(),
+            Value::Boolean(b) => b.to_string(),
+            other => other.to_string(),
+        },
+        Expr::Identifier(Ident { value, .. }) => value.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn one_column(name: &str, values: Vec<String>) -> StatementResult {
+    let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, true)]));
+    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(values))])
+        .expect("one Utf8 column matches its schema");
+    StatementResult::Rows {
+        schema,
+        batches: vec![batch],
+    }
+}
+
+impl Session {
+    pub(super) fn set(&mut self, set: Set) -> Result<StatementResult, ServerError> {
+        match set {
+            Set::SingleAssignment { variable, values, .. } => {
+                let name = object_name_text(&variable);
+                let value = values.iter().map(value_text).collect::<Vec<_>>().join(", ");
+                if value.eq_ignore_ascii_case("default") {
+                    self.vars.reset(&name)?;
+                } else {
+                    self.vars.set(&name, &value)?;
+                }
+            }
+            Set::SetTimeZone { value, .. } => {
+                self.vars.set("TimeZone", &value_text(&value))?;
+            }
+            Set::SetNames { charset_name, .. } => {
+                self.vars.set("client_encoding", &charset_name.to_string())?;
+            }
+            Set::SetTransaction { .. } => {
+                // Every Weir transaction is serializable; accepting the modes
+                // keeps migration tools happy.
+            }
+            Set::MultipleAssignments { assignments } => {
+                for a in assignments {
+                    self.vars.set(&object_name_text(&a.name), &value_text(&a.value))?;
+                }
+            }
+            other => {
+                return Err(ServerError::feature_not_supported(format!("SET form \"{other}\"")));
+            }
+        }
+        self.apply_vars_to_planner();
+        Ok(command("SET"))
+    }
+
+    pub(super) fn reset(&mut self, reset: ResetStatement) -> Result<StatementResult, ServerError> {
+        match reset.reset {
+            datafusion::sql::sqlparser::ast::Reset::ALL => self.vars.reset_all(),
+            datafusion::sql::sqlparser::ast::Reset::ConfigurationParameter(name) => {
+                self.vars.reset(&object_name_text(&name))?
+            }
+        }
+        self.apply_vars_to_planner();
+        Ok(command("RESET"))
+    }
+
+    pub(super) fn show_variable(&mut self, variable: &[Ident]) -> Result<StatementResult, ServerError> {
+        let name = variable.iter().map(|i| i.value.as_str()).collect::<Vec<_>>().join(" ");
+        if name.eq_ignore_ascii_case("all") {
+            let values = self.vars.shared();
+            let values = values.read();
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("name", DataType::Utf8, false),
+                Field::new("setting", DataType::Utf8, false),
+                Field::new("description", DataType::Utf8, false),
+            ]));
+            let rows: Vec<_> = values.iter().collect();
+            let describe = |n: &str| {
+                KNOWN.iter().find(|(k, _, _)| *k == n).map_or("", |(_, _, d)| *d).to_string()
+            };
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(StringArray::from_iter_values(rows.iter().map(|(k, _)| k.as_str()))),
+                    Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, v)| v.as_str()))),
+                    Arc::new(StringArray::from_iter_values(rows.iter().map(|(k, _)| describe(k)))),
+                ],
+            )?;
+            return Ok(StatementResult::Rows { schema, batches: vec![batch] });
+        }
+        let lookup = match name.to_ascii_lowercase().as_str() {
+            "time zone" => "TimeZone".to_string(),
+            "transaction isolation level" => "transaction_isolation".to_string(),
+            _ => name.clone(),
+        };
+        let value = self
+            .vars
+            .get(&lookup)
+            .ok_or_else(|| ServerError::UndefinedParameter(name.clone()))?;
+        let column = canonical(&lookup).unwrap_or(&lookup).to_ascii_lowercase();
+        Ok(one_column(&column, vec![value]))
+    }
+
+    /// Pushes the variables the planner cares about into DataFusion's config.
+    pub(super) fn apply_vars_to_planner(&mut self) {
+        let schema = self.vars.default_schema();
+        let tz = self.vars.get("TimeZone").unwrap_or_else(|| "UTC".into());
+        let state = self.ctx.state_ref();
+        let mut state = state.write();
+        let options = state.config_mut().options_mut();
+        options.catalog.default_schema = schema;
+        options.execution.time_zone = Some(if tz == "UTC" { "+00:00".to_string() } else { tz });
+    }
+}
+
+fn object_name_text(name: &ObjectName) -> String {
+    name.0
+        .iter()
+        .map(|p| p.as_ident().map(|i| i.value.clone()).unwrap_or_else(|| p.to_string()))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_case_insensitive_and_unknown_ones_fail() {
+        let mut vars = Vars::new("weir", "weir");
+        vars.set("datestyle", "ISO, DMY").unwrap();
+        assert_eq!(vars.get("DateStyle").as_deref(), Some("ISO, DMY"));
+        assert_eq!(vars.set("no_such_thing", "1").unwrap_err().sqlstate(), "42704");
+        vars.set("myapp.tenant", "7").unwrap();
+        assert_eq!(vars.get("myapp.tenant").as_deref(), Some("7"));
+        vars.reset("DateStyle").unwrap();
+        assert_eq!(vars.get("datestyle").as_deref(), Some("ISO, MDY"));
+    }
+
+    #[test]
+    fn search_path_gives_the_default_schema() {
+        let mut vars = Vars::new("weir", "weir");
+        assert_eq!(vars.default_schema(), "public");
+        vars.set("search_path", "app, public").unwrap();
+        assert_eq!(vars.default_schema(), "app");
+    }
+}

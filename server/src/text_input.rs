@@ -1,0 +1,190 @@
+//! PostgreSQL text input of values (COPY text/CSV fields): each column
+//! arrives as strings and is converted to its Arrow type the way PostgreSQL
+//! reads it (`t`/`f` booleans, `\x` hex bytea, `{a,b}` arrays).
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BinaryBuilder, BooleanBuilder, ListArray, StringArray};
+use arrow::buffer::OffsetBuffer;
+use arrow::compute::cast_with_options;
+use weir_planner::SqlType;
+
+/// Converts text values (NULL stays NULL) to the Arrow type of `sql_type`.
+pub fn parse_column(text: &StringArray, sql_type: &SqlType) -> Result<ArrayRef, String> {
+    match sql_type {
+        SqlType::Bool => {
+            let mut out = BooleanBuilder::with_capacity(text.len());
+            for value in text.iter() {
+                out.append_option(value.map(parse_bool).transpose()?);
+            }
+            Ok(Arc::new(out.finish()))
+        }
+        SqlType::Bytea => {
+            let mut out = BinaryBuilder::with_capacity(text.len(), 0);
+            for value in text.iter() {
+                match value {
+                    Some(v) => out.append_value(parse_bytea(v)?),
+                    None => out.append_null(),
+                }
+            }
+            Ok(Arc::new(out.finish()))
+        }
+        SqlType::Array(element) => {
+            let mut offsets = vec![0i32];
+            let mut items: Vec<Option<String>> = Vec::new();
+            let mut validity = Vec::with_capacity(text.len());
+            for value in text.iter() {
+                match value {
+                    Some(v) => {
+                        items.extend(parse_array_literal(v)?);
+                        validity.push(true);
+                    }
+                    None => validity.push(false),
+                }
+                offsets.push(items.len() as i32);
+            }
+            let values = parse_column(&StringArray::from(items), element)?;
+            let field = Arc::new(element.field("item", true));
+            Ok(Arc::new(
+                ListArray::try_new(field, OffsetBuffer::new(offsets.into()), values, Some(validity.into()))
+                    .map_err(|e| e.to_string())?,
+            ))
+        }
+        SqlType::Uuid => {
+            for value in text.iter().flatten() {
+                uuid::Uuid::parse_str(value).map_err(|_| format!("invalid input syntax for type uuid: \"{value}\""))?;
+            }
+            Ok(Arc::new(text.clone()))
+        }
+        SqlType::Json | SqlType::Jsonb => {
+            for value in text.iter().flatten() {
+                serde_json::from_str::<serde_json::Value>(value)
+                    .map_err(|e| format!("invalid input syntax for type json: {e}"))?;
+            }
+            Ok(Arc::new(text.clone()))
+        }
+        other => {
+            let options = arrow::compute::CastOptions { safe: false, ..Default::default() };
+            cast_with_options(text, &other.arrow_type(), &options)
+                .map_err(|e| format!("invalid input for type {}: {e}", other.display_name()))
+        }
+    }
+}
+
+fn parse_bool(v: &str) -> Result<bool, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "t" | "true" | "y" | "yes" | "on" | "1" => Ok(true),
+        "f" | "false" | "n" | "no" | "off" | "0" => Ok(false),
+        _ => Err(format!("invalid input syntax for type boolean: \"{v}\"")),
+    }
+}
+
+fn parse_bytea(v: &str) -> Result<Vec<u8>, String> {
+    match v.strip_prefix("\\x") {
+        Some(hex) => (0..hex.len())
+            .step_by(2)
+            .map(|i| {
+                hex.get(i..i + 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| format!("invalid hexadecimal data in bytea: \"{v}\""))
+            })
+            .collect(),
+        // The escape format: bytes as-is except backslash escapes.
+        None => {
+            let bytes = v.as_bytes();
+            let mut out = Vec::with_capacity(bytes.len());
+            let mut i = 0;
+            while i < bytes.len() {
+                if bytes[i] == b'\\' {
+                    if bytes.get(i + 1) == Some(&b'\\') {
+                        out.push(b'\\');
+                        i += 2;
+                    } else {
+                        let octal = v.get(i + 1..i + 4).and_then(|o| u8::from_str_radix(o, 8).ok());
+                        out.push(octal.ok_or_else(|| format!("invalid input syntax for type bytea: \"{v}\""))?);
+                        i += 4;
+                    }
+                } else {
+                    out.push(bytes[i]);
+                    i += 1;
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Splits a one-dimensional array literal `{a,"b c",NULL}` into its elements.
+pub fn parse_array_literal(v: &str) -> Result<Vec<Option<String>>, String> {
+    let inner = v
+        .trim()
+        .strip_prefix('{')
+        .and_then(|s| s.strip_suffix('}'))
+        .ok_or_else(|| format!("malformed array literal: \"{v}\" (expected {{...}})"))?;
+    if inner.trim().is_empty() {
+        return Ok(vec![]);
+    }
+    let mut out = Vec::new();
+    let mut chars = inner.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let mut item = String::new();
+        let quoted = chars.peek() == Some(&'"');
+        if quoted {
+            chars.next();
+            loop {
+                match chars.next() {
+                    Some('\\') => item.push(chars.next().ok_or("malformed array literal: dangling backslash")?),
+                    Some('"') => break,
+                    Some(c) => item.push(c),
+                    None => return Err(format!("malformed array literal: \"{v}\" (unterminated quote)")),
+                }
+            }
+        }
+        while let Some(&c) = chars.peek() {
+            if c == ',' {
+                break;
+            }
+            if c == '{' {
+                return Err("multi-dimensional arrays are not supported".into());
+            }
+            if !quoted {
+                item.push(c);
+            }
+            chars.next();
+        }
+        let item = if quoted { Some(item) } else {
+            let t = item.trim().to_string();
+            if t.eq_ignore_ascii_case("null") { None } else { Some(t) }
+        };
+        out.push(item);
+        if chars.next().is_none() {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{BinaryArray, Int32Array};
+
+    #[test]
+    fn arrays_bytea_and_booleans() {
+        assert_eq!(
+            parse_array_literal("{1, \"a,b\" ,NULL}").unwrap(),
+            vec![Some("1".into()), Some("a,b".into()), None]
+        );
+        let list = parse_column(&StringArray::from(vec![Some("{1,2}"), None]), &SqlType::Array(Box::new(SqlType::Int4))).unwrap();
+        let list = list.as_any().downcast_ref::<ListArray>().unwrap();
+        assert_eq!(list.value(0).as_any().downcast_ref::<Int32Array>().unwrap().values(), &[1, 2]);
+        assert!(list.is_null(1));
+        let bytes = parse_column(&StringArray::from(vec!["\\x00ff"]), &SqlType::Bytea).unwrap();
+        assert_eq!(bytes.as_any().downcast_ref::<BinaryArray>().unwrap().value(0), &[0, 255]);
+        assert!(parse_column(&StringArray::from(vec!["maybe"]), &SqlType::Bool).is_err());
+        assert!(parse_column(&StringArray::from(vec!["12x"]), &SqlType::Int4).is_err());
+    }
+}

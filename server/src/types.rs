@@ -1,0 +1,91 @@
+//! PostgreSQL wire types of Arrow fields: the §7 mapping as pgwire sees it.
+//!
+//! The SQL-level table lives in `weir_planner::types`; this adds the pgwire
+//! `Type` values and OID lookups the front ends need.
+
+use arrow::datatypes::{DataType, Field};
+use pgwire::api::Type;
+use weir_planner::SqlType;
+
+/// The PostgreSQL type a result column is reported as.
+pub fn pg_type_of_field(field: &Field) -> Type {
+    SqlType::from_field(field)
+        .and_then(|t| Type::from_oid(t.pg_oid()))
+        .unwrap_or(Type::TEXT)
+}
+
+/// The Arrow type a parameter declared with `oid` is decoded into, if Weir
+/// knows the type.
+pub fn arrow_type_of_pg_oid(oid: u32) -> Option<DataType> {
+    sql_type_of_pg_oid(oid).map(|t| t.arrow_type())
+}
+
+/// The SQL type of a PostgreSQL type OID.
+pub fn sql_type_of_pg_oid(oid: u32) -> Option<SqlType> {
+    use SqlType as S;
+    let scalar = |oid| {
+        Some(match oid {
+            16 => S::Bool,
+            21 => S::Int2,
+            23 => S::Int4,
+            20 => S::Int8,
+            700 => S::Float4,
+            701 => S::Float8,
+            1700 => S::Numeric(None),
+            25 | 19 | 1042 | 705 => S::Text,
+            1043 => S::Varchar(None),
+            17 => S::Bytea,
+            1082 => S::Date,
+            1083 => S::Time,
+            1114 => S::Timestamp,
+            1184 => S::Timestamptz,
+            1186 => S::Interval,
+            2950 => S::Uuid,
+            114 => S::Json,
+            3802 => S::Jsonb,
+            _ => return None,
+        })
+    };
+    if let Some(t) = scalar(oid) {
+        return Some(t);
+    }
+    let element = match oid {
+        1000 => 16,
+        1005 => 21,
+        1007 => 23,
+        1016 => 20,
+        1021 => 700,
+        1022 => 701,
+        1231 => 1700,
+        1009 => 25,
+        1015 => 1043,
+        1001 => 17,
+        1182 => 1082,
+        1183 => 1083,
+        1115 => 1114,
+        1185 => 1184,
+        1187 => 1186,
+        2951 => 2950,
+        199 => 114,
+        3807 => 3802,
+        _ => return None,
+    };
+    scalar(element).map(|t| S::Array(Box::new(t)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mapped_oid_round_trips() {
+        for oid in [
+            16, 21, 23, 20, 700, 701, 1700, 25, 1043, 17, 1082, 1083, 1114, 1184, 1186, 2950, 114,
+            3802, 1007, 1009, 1016,
+        ] {
+            let t = sql_type_of_pg_oid(oid).unwrap();
+            assert_eq!(t.pg_oid(), oid);
+            assert_eq!(pg_type_of_field(&t.field("c", true)).oid(), oid, "{t:?}");
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! SCRAM-SHA-256 authentication (`--auth scram --superuser-password`): the
+//! right password connects, a wrong one fails with 28P01, and a user created
+//! with a password can log in.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::harness::{Options, WeirServer, run_command, sqlstate};
+
+fn config(server: &WeirServer, user: &str, password: Option<&str>) -> tokio_postgres::Config {
+    let mut config = server.pg_config();
+    config.user(user);
+    if let Some(p) = password {
+        config.password(p);
+    }
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_checks_passwords_and_new_users_can_log_in() {
+    let server = WeirServer::start_with(Options::default().scram("pw"));
+
+    let client = server
+        .try_connect(config(&server, "weir", Some("pw")))
+        .await
+        .unwrap_or_else(|e| panic!("the superuser with the right password must connect: {e:?}\n{}", server.log_tail()));
+    let user: String = client.query_one("SELECT current_user", &[]).await.expect("current_user").get(0);
+    assert_eq!(user, "weir");
+
+    let err = server
+        .try_connect(config(&server, "weir", Some("not-pw")))
+        .await
+        .expect_err("a wrong password must be refused");
+    assert_eq!(sqlstate(&err), "28P01", "wrong password: {err:?}");
+
+    let err = server
+        .try_connect(config(&server, "weir", None))
+        .await
+        .expect_err("no password must be refused");
+    assert!(
+        format!("{err:?}").contains("password missing") || sqlstate(&err) == "28P01",
+        "no password: {err:?}"
+    );
+
+    let err = server
+        .try_connect(config(&server, "auth_nobody", Some("pw")))
+        .await
+        .expect_err("an unknown user must be refused");
+    assert_eq!(sqlstate(&err), "28P01", "unknown user (same error as a bad password): {err:?}");
+
+    // CREATE USER, or CREATE ROLE ... LOGIN where CREATE USER is not supported.
+    let form = match client.batch_execute("CREATE USER auth_bob PASSWORD 'x'").await {
+        Ok(()) => "CREATE USER auth_bob PASSWORD 'x'",
+        Err(first) => {
+            client
+                .batch_execute("CREATE ROLE auth_bob LOGIN PASSWORD 'x'")
+                .await
+                .unwrap_or_else(|e| panic!("neither CREATE USER ({first:?}) nor CREATE ROLE ... LOGIN ({e:?}) worked"));
+            "CREATE ROLE auth_bob LOGIN PASSWORD 'x'"
+        }
+    };
+    eprintln!("auth: created the user with `{form}`");
+
+    let bob = server
+        .try_connect(config(&server, "auth_bob", Some("x")))
+        .await
+        .unwrap_or_else(|e| panic!("auth_bob created with `{form}` must connect: {e:?}\n{}", server.log_tail()));
+    let user: String = bob.query_one("SELECT current_user", &[]).await.expect("current_user").get(0);
+    assert_eq!(user, "auth_bob");
+    let err = server
+        .try_connect(config(&server, "auth_bob", Some("y")))
+        .await
+        .expect_err("auth_bob with a wrong password must be refused");
+    assert_eq!(sqlstate(&err), "28P01", "{err:?}");
+
+    // libpq's SCRAM implementation (psql) as well as tokio-postgres'.
+    let mut psql = Command::new("psql");
+    psql.args(["-X", "-tA", "-h", "127.0.0.1", "-p", &server.pg_port.to_string(), "-U", "weir", "weir"])
+        .args(["-c", "SELECT 'scram ok'"])
+        .env("PGPASSWORD", "pw")
+        .env("PGCONNECT_TIMEOUT", "30");
+    let (code, out, err) = run_command(psql, Duration::from_secs(60), "psql with SCRAM");
+    assert!(
+        code == Some(0) && out.trim() == "scram ok",
+        "psql with the right password: exit {code:?}\nstdout: {out}\nstderr: {err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_is_the_default() {
+    let server = WeirServer::start();
+    let client = server
+        .try_connect(config(&server, "weir", None))
+        .await
+        .unwrap_or_else(|e| panic!("trust auth lets the superuser in without a password: {e:?}"));
+    let one: i32 = client.query_one("SELECT 1", &[]).await.expect("SELECT 1").get(0);
+    assert_eq!(one, 1);
+}

@@ -1,0 +1,26 @@
+//! Integration tests of the `weir` binary: one test binary for the crate
+//! (each links all of DataFusion). Every test starts its own server through
+//! [`harness::WeirServer`] on free ports with a temporary data directory.
+//!
+//! Modules by client or concern:
+//! - `slt`: every `sqllogictest/tests/*.slt` file against one server.
+//! - `tokio_pg`: the Rust driver: extended protocol, binary/text, COPY, cancel.
+//! - `psql`, `python`, `jdbc`: real clients (psql; psycopg, asyncpg,
+//!   SQLAlchemy and the Flight SQL scripts in `tests/clients/`; pgjdbc).
+//! - `crash`: `kill -9` during ingestion loses no acknowledged row.
+//! - `http`, `auth`, `tls`: health/metrics, SCRAM, TLS.
+//!
+//! External tools (psql, java with pgjdbc, the Python venv) are installed by
+//! `scripts/test-all.sh`; a test whose tool is missing fails and says how to get it.
+
+mod harness;
+
+mod auth;
+mod crash;
+mod http;
+mod jdbc;
+mod psql;
+mod python;
+mod slt;
+mod tls;
+mod tokio_pg;

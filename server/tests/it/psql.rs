@@ -1,0 +1,157 @@
+//! psql against `weir`: the meta-commands that read pg_catalog (`\l`, `\dn`,
+//! `\dt`, `\d table`, `\df`) and a five-minute-tour script with `\copy`.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::harness::{WeirServer, run_command};
+
+const PSQL_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn psql_binary() -> &'static str {
+    let found = Command::new("psql").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
+    assert!(
+        found,
+        "psql is not installed: run scripts/test-all.sh, or `apt-get install -y postgresql-client`"
+    );
+    "psql"
+}
+
+/// `psql -X -h 127.0.0.1 -p PORT -U weir weir` plus `args`; panics unless psql
+/// exits 0 with nothing on stderr that looks like an error. Returns stdout.
+fn psql(server: &WeirServer, args: &[&str]) -> String {
+    let mut command = Command::new(psql_binary());
+    command
+        .args(["-X", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p"])
+        .arg(server.pg_port.to_string())
+        .args(["-U", "weir", "weir"])
+        .args(args);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("PG") {
+            command.env_remove(key);
+        }
+    }
+    command.env("PGCONNECT_TIMEOUT", "30").env("PAGER", "").env("PSQL_PAGER", "");
+    let what = format!("psql {}", args.join(" "));
+    let (code, stdout, stderr) = run_command(command, PSQL_TIMEOUT, &what);
+    assert_eq!(
+        code,
+        Some(0),
+        "{what} should exit 0\nstdout:\n{stdout}\nstderr:\n{stderr}\n{}",
+        server.log_tail()
+    );
+    assert!(
+        !stderr.contains("ERROR") && !stderr.contains("error:"),
+        "{what} printed an error\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    stdout
+}
+
+fn assert_contains_all(output: &str, what: &str, needles: &[&str]) {
+    let missing: Vec<&&str> = needles.iter().filter(|n| !output.contains(**n)).collect();
+    assert!(missing.is_empty(), "{what}: missing {missing:?} in output:\n{output}");
+}
+
+#[test]
+fn psql_meta_commands_describe_the_catalog() {
+    let server = WeirServer::start();
+    psql(
+        &server,
+        &[
+            "-c",
+            "CREATE SCHEMA psql_sales",
+            "-c",
+            "CREATE TABLE psql_orders (id bigint PRIMARY KEY, customer text NOT NULL, amount numeric(10,2), placed_at timestamptz)",
+            "-c",
+            "CREATE TABLE psql_sales.psql_regions (code varchar(4) PRIMARY KEY, name text)",
+        ],
+    );
+
+    let out = psql(&server, &["-c", "\\l"]);
+    assert_contains_all(&out, "\\l lists databases", &["List of databases", "weir"]);
+
+    let out = psql(&server, &["-c", "\\dn"]);
+    assert_contains_all(&out, "\\dn lists schemas", &["List of schemas", "public", "psql_sales"]);
+
+    let out = psql(&server, &["-c", "\\dt"]);
+    assert_contains_all(&out, "\\dt lists tables on the search path", &["psql_orders", "table", "public"]);
+    assert!(!out.contains("psql_regions"), "\\dt shows only the search path:\n{out}");
+
+    let out = psql(&server, &["-c", "\\dt psql_sales.*"]);
+    assert_contains_all(&out, "\\dt psql_sales.*", &["psql_regions", "psql_sales"]);
+
+    let out = psql(&server, &["-c", "\\d psql_orders"]);
+    assert_contains_all(
+        &out,
+        "\\d psql_orders describes columns",
+        &[
+            "psql_orders",
+            "id",
+            "bigint",
+            "customer",
+            "text",
+            "not null",
+            "amount",
+            "numeric(10,2)",
+            "placed_at",
+            "timestamp with time zone",
+        ],
+    );
+
+    let out = psql(&server, &["-c", "\\d psql_sales.psql_regions"]);
+    assert_contains_all(&out, "\\d psql_sales.psql_regions", &["code", "character varying(4)", "name"]);
+
+    // \df runs its pg_proc query without error; it names its columns.
+    let out = psql(&server, &["-c", "\\df"]);
+    assert_contains_all(&out, "\\df lists functions", &["List of functions", "Schema", "Name"]);
+
+    // \d with no arguments lists relations.
+    let out = psql(&server, &["-c", "\\d"]);
+    assert_contains_all(&out, "\\d lists relations", &["List of relations", "psql_orders"]);
+}
+
+#[test]
+fn five_minute_tour_with_copy_from_a_csv_file() {
+    let server = WeirServer::start();
+    let dir = server.scratch_dir();
+    let csv = dir.join("rides.csv");
+    std::fs::write(
+        &csv,
+        "id,rider,city,fare,started_at\n\
+         1,ana,Lisbon,12.50,2024-05-01 08:00:00+00\n\
+         2,ben,Porto,7.25,2024-05-01 08:30:00+00\n\
+         3,ana,Lisbon,20.00,2024-05-02 09:15:00+00\n\
+         4,cai,Lisbon,5.00,2024-05-02 10:00:00+00\n\
+         5,ben,\"Porto\",,2024-05-03 11:45:00+00\n",
+    )
+    .expect("write rides.csv");
+    let script = dir.join("tour.sql");
+    std::fs::write(&script, tour_script(&csv)).expect("write tour.sql");
+
+    let out = psql(&server, &["-f", &script.to_string_lossy()]);
+    assert_contains_all(&out, "\\copy reports its row count", &["COPY 5"]);
+    // Unaligned, tuples-only output: one "city|rides|total" line per group.
+    assert_contains_all(&out, "aggregate per city", &["Lisbon|3|37.50", "Porto|2|7.25"]);
+    assert_contains_all(&out, "rides per rider", &["ana|2", "ben|2", "cai|1"]);
+    assert_contains_all(&out, "the NULL fare", &["fare_missing|5"]);
+    assert_contains_all(&out, "UPDATE then count", &["UPDATE 1", "after_update|1"]);
+}
+
+fn tour_script(csv: &Path) -> String {
+    format!(
+        r#"\set ON_ERROR_STOP on
+\pset format unaligned
+\pset tuples_only on
+CREATE TABLE tour_rides (id bigint PRIMARY KEY, rider text NOT NULL, city text, fare numeric(8,2), started_at timestamptz);
+\copy tour_rides FROM '{csv}' WITH (FORMAT csv, HEADER true)
+SELECT city, count(*) AS rides, sum(fare) AS total FROM tour_rides GROUP BY city ORDER BY city;
+SELECT rider, count(*) FROM tour_rides GROUP BY rider ORDER BY rider;
+SELECT 'fare_missing', id FROM tour_rides WHERE fare IS NULL;
+UPDATE tour_rides SET fare = 9.00 WHERE id = 5;
+SELECT 'after_update', count(*) FROM tour_rides WHERE fare IS NULL OR fare = 9.00 AND id = 5;
+DROP TABLE tour_rides;
+"#,
+        csv = csv.display()
+    )
+}

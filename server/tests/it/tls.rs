@@ -1,0 +1,85 @@
+//! TLS on the pgwire port: with `--tls-cert/--tls-key` psql connects with
+//! `sslmode=require` over TLS; without them `sslmode=prefer` falls back to a
+//! plain connection and `sslmode=require` is refused.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::harness::{Options, WeirServer, run_command};
+
+/// A self-signed certificate for localhost/127.0.0.1, made with openssl.
+fn self_signed(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let cert = dir.join("server.crt");
+    let key = dir.join("server.key");
+    let mut openssl = Command::new("openssl");
+    openssl
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert);
+    let (code, out, err) = run_command(openssl, Duration::from_secs(60), "openssl req -x509");
+    assert_eq!(
+        code,
+        Some(0),
+        "openssl could not make a certificate (install it with scripts/test-all.sh or `apt-get install -y openssl`)\n{out}\n{err}"
+    );
+    (cert, key)
+}
+
+/// psql with a full connection string; returns (exit code, stdout, stderr).
+fn psql(conninfo: &str, sql: &str) -> (Option<i32>, String, String) {
+    let mut command = Command::new("psql");
+    command.args(["-X", "-tA", conninfo, "-c", sql]);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("PG") {
+            command.env_remove(key);
+        }
+    }
+    run_command(command, Duration::from_secs(60), "psql")
+}
+
+fn conninfo(port: u16, sslmode: &str) -> String {
+    format!("host=127.0.0.1 port={port} user=weir dbname=weir sslmode={sslmode} connect_timeout=30")
+}
+
+#[test]
+fn psql_connects_over_tls_with_sslmode_require() {
+    let certs = tempfile::tempdir().expect("temp dir");
+    let (cert, key) = self_signed(certs.path());
+    let server = WeirServer::start_with(Options::default().tls(&cert, &key));
+
+    let (code, out, err) = psql(&conninfo(server.pg_port, "require"), "SELECT 40 + 2");
+    assert!(
+        code == Some(0) && out.trim() == "42",
+        "sslmode=require against a TLS server: exit {code:?}\nstdout: {out}\nstderr: {err}\n{}",
+        server.log_tail()
+    );
+    let (code, out, err) = psql(&conninfo(server.pg_port, "require"), "\\conninfo");
+    assert!(
+        code == Some(0) && out.contains("SSL connection"),
+        "\\conninfo should report an SSL connection: exit {code:?}\nstdout: {out}\nstderr: {err}"
+    );
+}
+
+#[test]
+fn without_tls_prefer_falls_back_and_require_is_refused() {
+    let server = WeirServer::start();
+    let (code, out, err) = psql(&conninfo(server.pg_port, "prefer"), "SELECT 'plain'");
+    assert!(
+        code == Some(0) && out.trim() == "plain",
+        "sslmode=prefer against a server without TLS must connect: exit {code:?}\nstdout: {out}\nstderr: {err}\n{}",
+        server.log_tail()
+    );
+    let (code, out, err) = psql(&conninfo(server.pg_port, "require"), "SELECT 1");
+    assert_ne!(code, Some(0), "sslmode=require must fail without TLS\nstdout: {out}\nstderr: {err}");
+    assert!(
+        err.contains("does not support SSL"),
+        "libpq's reason for the refusal: {err}"
+    );
+    // The server is unharmed by the refused handshake.
+    let (code, out, _) = psql(&conninfo(server.pg_port, "disable"), "SELECT 'still here'");
+    assert!(code == Some(0) && out.trim() == "still here", "plain connection after a refused TLS request");
+}

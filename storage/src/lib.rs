@@ -1,0 +1,24 @@
+//! Durable storage for Weir.
+//!
+//! - [`ControlLog`]: the catalog as a sequence of create-only entries
+//!   `catalog/{revision:020}` in an `object_store`. Appending requires the
+//!   expected current revision; a concurrent writer makes the put fail with
+//!   [`StorageError::RevisionConflict`] instead of overwriting.
+//! - [`TableLog`]: the write-ahead log of table changes. Appends are grouped
+//!   (group commit) and `fsync`ed before they are acknowledged; recovery
+//!   returns every complete record and cuts a torn tail.
+//! - [`DataDirLock`]: an exclusive lock on a data directory so two processes
+//!   never write the same one.
+//!
+//! Payloads are opaque bytes here: the server decides what a catalog entry or a
+//! table-log record holds.
+
+mod control_log;
+mod error;
+mod lock;
+mod table_log;
+
+pub use control_log::{ControlLog, Revision};
+pub use error::StorageError;
+pub use lock::DataDirLock;
+pub use table_log::{Lsn, TableLog};
