@@ -2,7 +2,8 @@
 # Weir's whole test suite, as CI runs it (README: "scripts/test-all.sh").
 #
 # 1. Installs what the integration tests need, only if it is missing, on a fresh
-#    Debian 12 machine as root: psql (postgresql-client), pgjdbc
+#    Debian 12 machine as root: psql (postgresql-client), the PostgreSQL server
+#    (the .slt expectations are checked against it), pgjdbc
 #    (libpostgresql-jdbc-java), openssl, a JDK, python3-venv, and the Python venv
 #    $HOME/.cache/weir-venv with psycopg, asyncpg, SQLAlchemy, pyarrow and ADBC.
 #    Re-running it changes nothing once everything is there.
@@ -25,6 +26,8 @@ say() { printf '==> %s\n' "$*" >&2; }
 # ---- system packages -----------------------------------------------------------
 missing=()
 command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
+# A throwaway PostgreSQL checks that the .slt files expect PostgreSQL's answers.
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 [ -f /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # `java File.java` (single-file programs) needs the compiler module of a JDK.

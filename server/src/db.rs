@@ -135,7 +135,10 @@ impl QueryEnv {
         let pg_static = Arc::new(
             PgCatalogStaticTables::try_new().map_err(|e| ServerError::internal(format!("pg_catalog tables: {e}")))?,
         );
-        Ok(Self { template: ctx.state(), pg_static })
+        let template = datafusion::execution::SessionStateBuilder::new_from_existing(ctx.state())
+            .with_type_planner(Arc::new(crate::types::WeirTypePlanner::default()))
+            .build();
+        Ok(Self { template, pg_static })
     }
 }
 

@@ -153,7 +153,14 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
         DataFusionError::Plan(msg) if msg.contains("not found") || msg.contains("No field named") => {
             "42703"
         }
-        DataFusionError::Plan(_) | DataFusionError::SchemaError(..) => "42000",
+        DataFusionError::SchemaError(e, _) => match e.as_ref() {
+            datafusion::common::SchemaError::FieldNotFound { .. } => "42703",
+            datafusion::common::SchemaError::AmbiguousReference { .. } => "42702",
+            datafusion::common::SchemaError::DuplicateQualifiedField { .. }
+            | datafusion::common::SchemaError::DuplicateUnqualifiedField { .. } => "42701",
+        },
+        DataFusionError::Plan(msg) if msg.starts_with("Invalid function") => "42883",
+        DataFusionError::Plan(_) => "42000",
         DataFusionError::NotImplemented(_) => "0A000",
         DataFusionError::ArrowError(err, _) => match err.as_ref() {
             arrow::error::ArrowError::DivideByZero => "22012",
@@ -164,6 +171,7 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
             _ => "22000",
         },
         DataFusionError::Execution(msg) if msg.contains("Divide by zero") => "22012",
+        DataFusionError::Execution(msg) if msg.contains("non-nullable") => "23502",
         DataFusionError::Execution(_) => "22000",
         DataFusionError::ResourcesExhausted(_) => "53200",
         _ => "XX000",

@@ -73,6 +73,36 @@ pub fn sql_type_of_pg_oid(oid: u32) -> Option<SqlType> {
     scalar(element).map(|t| S::Array(Box::new(t)))
 }
 
+/// Lets queries name the PostgreSQL types DataFusion lacks (`::jsonb`,
+/// `CAST(x AS uuid)`, `varchar(n)`): they plan to the same tagged fields a
+/// table column of that type has. Everything else goes to
+/// datafusion-pg-catalog's planner (`regclass`, `pg_catalog.text`, ...).
+#[derive(Debug, Default)]
+pub struct WeirTypePlanner {
+    pg: datafusion_pg_catalog::pg_catalog::oid_type_planner::PgOidTypePlanner,
+}
+
+impl datafusion::logical_expr::planner::TypePlanner for WeirTypePlanner {
+    fn plan_type_field(
+        &self,
+        sql_type: &datafusion::sql::sqlparser::ast::DataType,
+    ) -> datafusion::error::Result<Option<std::sync::Arc<Field>>> {
+        use datafusion::sql::sqlparser::ast::DataType as D;
+        let tagged = match sql_type {
+            D::JSON | D::JSONB | D::Uuid => SqlType::from_sql(sql_type).ok(),
+            D::Custom(name, _) => match name.to_string().to_ascii_lowercase().as_str() {
+                "jsonb" | "json" | "uuid" => SqlType::from_sql(sql_type).ok(),
+                _ => None,
+            },
+            _ => None,
+        };
+        match tagged {
+            Some(t) => Ok(Some(std::sync::Arc::new(t.field("", true)))),
+            None => self.pg.plan_type_field(sql_type),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -126,8 +126,7 @@ impl From<tokio_postgres::Error> for WeirError {
 pub struct WeirDb {
     client: tokio_postgres::Client,
     connection: tokio::task::JoinHandle<()>,
-    statement_timeout: Duration,
-    engine: String,
+    options: ConnectOptions,
 }
 
 impl WeirDb {
@@ -141,8 +140,7 @@ impl WeirDb {
         Ok(Self {
             client,
             connection,
-            statement_timeout: options.statement_timeout,
-            engine: options.engine.clone(),
+            options: options.clone(),
         })
     }
 
@@ -202,7 +200,14 @@ impl AsyncDB for WeirDb {
     type ColumnType = DefaultColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<Self::ColumnType>, Self::Error> {
-        match tokio::time::timeout(self.statement_timeout, self.client.simple_query(sql)).await {
+        if self.client.is_closed() {
+            // The server dropped the session (a crash of that connection is reported
+            // on the record that caused it); go on with a fresh session so the rest
+            // of the file is still checked.
+            *self = WeirDb::connect(&self.options).await?;
+        }
+        let timeout = self.options.statement_timeout;
+        match tokio::time::timeout(timeout, self.client.simple_query(sql)).await {
             Ok(result) => Ok(to_output(result?)),
             Err(_) => {
                 // The statement may still be running: ask the server to stop it so the
@@ -210,7 +215,7 @@ impl AsyncDB for WeirDb {
                 let _ = self.client.cancel_token().cancel_query(NoTls).await;
                 Err(WeirError {
                     sqlstate: None,
-                    message: format!("{TIMEOUT_MARKER} {:?}", self.statement_timeout),
+                    message: format!("{TIMEOUT_MARKER} {timeout:?}"),
                 })
             }
         }
@@ -219,7 +224,7 @@ impl AsyncDB for WeirDb {
     async fn shutdown(&mut self) {}
 
     fn engine_name(&self) -> &str {
-        &self.engine
+        &self.options.engine
     }
 
     async fn sleep(dur: Duration) {
@@ -242,11 +247,12 @@ type WeirRunner = sqllogictest::Runner<
 
 fn runner(options: &ConnectOptions) -> WeirRunner {
     let options = options.clone();
-    let make: Box<dyn FnMut() -> futures::future::BoxFuture<'static, Result<WeirDb, WeirError>> + Send> =
-        Box::new(move || {
-            let options = options.clone();
-            Box::pin(async move { WeirDb::connect(&options).await })
-        });
+    let make: Box<
+        dyn FnMut() -> futures::future::BoxFuture<'static, Result<WeirDb, WeirError>> + Send,
+    > = Box::new(move || {
+        let options = options.clone();
+        Box::pin(async move { WeirDb::connect(&options).await })
+    });
     sqllogictest::Runner::new(make)
 }
 
@@ -298,7 +304,9 @@ pub async fn run_file(options: &ConnectOptions, file: &Path) -> FileReport {
                 report.failures.push(truncate(text, MAX_FAILURE_CHARS));
                 if timed_out {
                     // A hung server would make every later record wait as long: stop here.
-                    report.failures.push("(rest of the file skipped after a timeout)".to_string());
+                    report
+                        .failures
+                        .push("(rest of the file skipped after a timeout)".to_string());
                     break;
                 }
             }
@@ -344,7 +352,10 @@ pub fn summarize(reports: &[FileReport]) -> String {
         }
     }
     let passed = reports.iter().filter(|r| r.ok()).count();
-    out.push_str(&format!("{passed} passed, {} failed\n", reports.len() - passed));
+    out.push_str(&format!(
+        "{passed} passed, {} failed\n",
+        reports.len() - passed
+    ));
     out
 }
 
@@ -416,14 +427,20 @@ mod tests {
             sqlstate: Some("42P01".into()),
             message: "table \"nope\" does not exist".into(),
         };
-        assert_eq!(e.to_string(), "db error: 42P01: table \"nope\" does not exist");
+        assert_eq!(
+            e.to_string(),
+            "db error: 42P01: table \"nope\" does not exist"
+        );
         assert_eq!(WeirDb::error_sql_state(&e).as_deref(), Some("42P01"));
     }
 
     #[test]
     fn statements_without_rows_report_their_count() {
         let out = to_output(vec![SimpleQueryMessage::CommandComplete(3)]);
-        assert!(matches!(out, DBOutput::StatementComplete(3)), "expected StatementComplete(3)");
+        assert!(
+            matches!(out, DBOutput::StatementComplete(3)),
+            "expected StatementComplete(3)"
+        );
     }
 
     #[test]
@@ -440,7 +457,10 @@ mod tests {
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
         for expected in ["ddl.slt", "dml.slt", "errors.slt", "types.slt"] {
-            assert!(names.contains(&expected.to_string()), "{expected} missing from {names:?}");
+            assert!(
+                names.contains(&expected.to_string()),
+                "{expected} missing from {names:?}"
+            );
         }
     }
 }

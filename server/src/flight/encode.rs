@@ -17,8 +17,8 @@ use arrow::record_batch::RecordBatch;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
 use arrow_flight::error::FlightError;
-use arrow_flight::sql::server::PeekableFlightDataStream;
 use arrow_flight::sql::ProstMessageExt;
+use arrow_flight::sql::server::PeekableFlightDataStream;
 use arrow_flight::{
     FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc, Ticket,
 };
@@ -129,7 +129,9 @@ impl Outcome {
         match result {
             StatementResult::Rows { schema, batches } => {
                 let n: usize = batches.iter().map(RecordBatch::num_rows).sum();
-                self.count = self.count.saturating_add(i64::try_from(n).unwrap_or(i64::MAX));
+                self.count = self
+                    .count
+                    .saturating_add(i64::try_from(n).unwrap_or(i64::MAX));
                 match &mut self.rows {
                     Some((existing, acc)) if existing == &schema => acc.extend(batches),
                     _ => self.rows = Some((schema, batches)),
@@ -238,11 +240,7 @@ mod tests {
     async fn encoded_stream_starts_with_schema_even_without_rows() {
         let b = batch();
         let response = batches_response(b.schema(), vec![]);
-        let messages: Vec<FlightData> = response
-            .into_inner()
-            .try_collect()
-            .await
-            .expect("encodes");
+        let messages: Vec<FlightData> = response.into_inner().try_collect().await.expect("encodes");
         assert_eq!(messages.len(), 1);
         let schema = Schema::try_from(&messages[0]).expect("schema message");
         assert_eq!(&schema, b.schema().as_ref());

@@ -89,7 +89,10 @@ impl WeirFlightSql {
                     .unwrap_or(TableNotExistOption::Unspecified),
                 TableExistsOption::try_from(o.if_exists).unwrap_or(TableExistsOption::Unspecified),
             ),
-            None => (TableNotExistOption::Unspecified, TableExistsOption::Unspecified),
+            None => (
+                TableNotExistOption::Unspecified,
+                TableExistsOption::Unspecified,
+            ),
         };
         let (schema, batches) = collect_batches(stream).await?;
         // `Session::ingest` resolves names as unquoted SQL identifiers

@@ -135,7 +135,7 @@ impl WeirFlightSql {
         query: CommandGetCatalogs,
         descriptor: FlightDescriptor,
     ) -> Result<FlightInfo, Status> {
-        let schema = query.clone().into_builder().schema();
+        let schema = query.into_builder().schema();
         metadata_info(&query, &schema, descriptor)
     }
 
@@ -195,7 +195,13 @@ impl WeirFlightSql {
         let mut builder = query.into_builder();
         for t in &tables {
             builder
-                .append(&t.catalog, &t.schema, &t.name, t.kind, t.arrow_schema.as_ref())
+                .append(
+                    &t.catalog,
+                    &t.schema,
+                    &t.name,
+                    t.kind,
+                    t.arrow_schema.as_ref(),
+                )
                 .map_err(build_failed("GetTables"))?;
         }
         let batch = builder.build().map_err(build_failed("GetTables"))?;
@@ -207,7 +213,7 @@ impl WeirFlightSql {
         query: CommandGetTableTypes,
         descriptor: FlightDescriptor,
     ) -> Result<FlightInfo, Status> {
-        let schema = query.clone().into_builder().schema();
+        let schema = query.into_builder().schema();
         metadata_info(&query, &schema, descriptor)
     }
 
@@ -347,7 +353,10 @@ mod tests {
             .expect("selects");
         assert_eq!(batch.num_rows(), 1);
         assert_eq!(
-            batch.column(0).as_primitive::<arrow::datatypes::UInt32Type>().value(0),
+            batch
+                .column(0)
+                .as_primitive::<arrow::datatypes::UInt32Type>()
+                .value(0),
             SqlInfo::FlightSqlServerName as u32
         );
     }

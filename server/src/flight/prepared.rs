@@ -235,8 +235,8 @@ pub(crate) fn bind_batch(
         (Some(schema), None) => schema,
         (None, None) => Arc::new(Schema::empty()),
     };
-    let combined =
-        concat_batches(&schema, batches).map_err(|e| arrow_status("cannot combine parameters", e))?;
+    let combined = concat_batches(&schema, batches)
+        .map_err(|e| arrow_status("cannot combine parameters", e))?;
     cast_params(&combined, param_types).map_err(to_status)
 }
 
@@ -333,18 +333,24 @@ mod tests {
     #[test]
     fn binding_casts_to_declared_types() {
         let b = params();
-        let bound = bind_batch(None, &[b.clone(), b], &[DataType::Int32, DataType::Utf8])
-            .expect("binds");
+        let bound =
+            bind_batch(None, &[b.clone(), b], &[DataType::Int32, DataType::Utf8]).expect("binds");
         assert_eq!(bound.num_rows(), 4);
         assert_eq!(bound.column(0).data_type(), &DataType::Int32);
         let rows = param_rows(Some(&bound), &[DataType::Int32, DataType::Utf8]).expect("rows");
         assert_eq!(
             rows[0],
-            vec![ScalarValue::Int32(Some(1)), ScalarValue::Utf8(Some("a".into()))]
+            vec![
+                ScalarValue::Int32(Some(1)),
+                ScalarValue::Utf8(Some("a".into()))
+            ]
         );
         assert_eq!(
             rows[1],
-            vec![ScalarValue::Int32(None), ScalarValue::Utf8(Some("b".into()))]
+            vec![
+                ScalarValue::Int32(None),
+                ScalarValue::Utf8(Some("b".into()))
+            ]
         );
     }
 
@@ -359,7 +365,10 @@ mod tests {
 
     #[test]
     fn rows_without_parameters() {
-        assert_eq!(param_rows(None, &[]).expect("ok"), vec![Vec::<ScalarValue>::new()]);
+        assert_eq!(
+            param_rows(None, &[]).expect("ok"),
+            vec![Vec::<ScalarValue>::new()]
+        );
         assert!(param_rows(None, &[DataType::Int64]).is_err());
         let empty = bind_batch(None, &[], &[]).expect("binds");
         assert_eq!(param_rows(Some(&empty), &[]).expect("ok").len(), 1);
@@ -372,7 +381,10 @@ mod tests {
             handle: handle.clone(),
             params: None,
         };
-        assert_eq!(ExecTicket::decode(&bare.encode().expect("enc")).expect("dec"), bare);
+        assert_eq!(
+            ExecTicket::decode(&bare.encode().expect("enc")).expect("dec"),
+            bare
+        );
         let schema = Arc::new(Schema::new(vec![Field::new("$1", DataType::Int32, true)]));
         let batch = RecordBatch::try_new(schema, vec![Arc::new(Int32Array::from(vec![5, 6]))])
             .expect("valid");
@@ -380,7 +392,10 @@ mod tests {
             handle,
             params: Some(batch),
         };
-        assert_eq!(ExecTicket::decode(&full.encode().expect("enc")).expect("dec"), full);
+        assert_eq!(
+            ExecTicket::decode(&full.encode().expect("enc")).expect("dec"),
+            full
+        );
         assert!(ExecTicket::decode(&Bytes::from_static(b"short")).is_err());
     }
 

@@ -22,8 +22,8 @@ use arrow_flight::sql::{
     CommandStatementIngest, CommandStatementQuery, CommandStatementSubstraitPlan,
     CommandStatementUpdate, DoPutPreparedStatementResult, SqlInfo, TicketStatementQuery,
 };
-use futures::FutureExt;
 use arrow_flight::{Action, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, Ticket};
+use futures::FutureExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::{self, HandshakeStream};
@@ -452,7 +452,10 @@ impl FlightSqlService for WeirFlightSql {
         cmd: Command,
         _request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        Err(unsupported(format!("GetFlightInfo with {}", cmd.type_url())))
+        Err(unsupported(format!(
+            "GetFlightInfo with {}",
+            cmd.type_url()
+        )))
     }
 
     async fn do_get_fallback(
@@ -467,7 +470,10 @@ impl FlightSqlService for WeirFlightSql {
         &self,
         request: Request<Action>,
     ) -> Result<Response<ActionStream>, Status> {
-        Err(unsupported(format!("action {:?}", request.get_ref().r#type)))
+        Err(unsupported(format!(
+            "action {:?}",
+            request.get_ref().r#type
+        )))
     }
 
     async fn do_exchange_fallback(

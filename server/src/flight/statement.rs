@@ -31,8 +31,8 @@ use bytes::Bytes;
 use tonic::{Response, Status};
 
 use super::encode::{
-    DoGetStream, Outcome, any_ticket, batches_response, collect_batches, empty_schema,
-    flight_info, schema_bytes,
+    DoGetStream, Outcome, any_ticket, batches_response, collect_batches, empty_schema, flight_info,
+    schema_bytes,
 };
 use super::prepared::{Bound, ExecTicket, bind_batch, param_rows, parameter_schema};
 use super::service::WeirFlightSql;
@@ -43,7 +43,9 @@ use crate::session::{PreparedStatement, Session};
 /// offered (every statement autocommits).
 fn no_transaction(transaction_id: Option<&Bytes>) -> Result<(), Status> {
     match transaction_id {
-        Some(_) => Err(unsupported("Flight SQL transactions (statements autocommit)")),
+        Some(_) => Err(unsupported(
+            "Flight SQL transactions (statements autocommit)",
+        )),
         None => Ok(()),
     }
 }
@@ -110,7 +112,10 @@ impl WeirFlightSql {
     }
 
     /// `DoPut(CommandStatementUpdate)`: the affected row count.
-    pub(crate) async fn statement_update(&self, cmd: CommandStatementUpdate) -> Result<i64, Status> {
+    pub(crate) async fn statement_update(
+        &self,
+        cmd: CommandStatementUpdate,
+    ) -> Result<i64, Status> {
         no_transaction(cmd.transaction_id.as_ref())?;
         let mut session = self.session();
         let outcome = Outcome::from_simple(session.execute_simple(&cmd.query).await)?;
@@ -229,7 +234,9 @@ impl WeirFlightSql {
             params
         };
         let mut session = self.session();
-        Ok(execute_bound(&mut session, &stmt, params.as_ref()).await?.count)
+        Ok(execute_bound(&mut session, &stmt, params.as_ref())
+            .await?
+            .count)
     }
 }
 

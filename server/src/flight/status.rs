@@ -49,15 +49,19 @@ pub(crate) fn to_status(err: ServerError) -> Status {
 
 /// A Flight SQL feature Weir does not offer (`0A000`, `Unimplemented`).
 pub(crate) fn unsupported(what: impl std::fmt::Display) -> Status {
-    with_sqlstate("0A000", format!("{what} is not supported by Weir's Flight SQL server"))
+    with_sqlstate(
+        "0A000",
+        format!("{what} is not supported by Weir's Flight SQL server"),
+    )
 }
 
 /// A malformed request (`08P01` protocol violation, `InvalidArgument`).
 pub(crate) fn bad_request(what: impl std::fmt::Display) -> Status {
     let mut status = Status::invalid_argument(format!("08P01: {what}"));
-    status
-        .metadata_mut()
-        .insert("x-sqlstate", tonic::metadata::MetadataValue::from_static("08P01"));
+    status.metadata_mut().insert(
+        "x-sqlstate",
+        tonic::metadata::MetadataValue::from_static("08P01"),
+    );
     status
 }
 

@@ -92,10 +92,16 @@ fn text(array: &dyn Array, i: usize) -> Option<String> {
 #[tokio::test]
 async fn statements_prepared_statements_and_errors() {
     let (server, mut client) = start().await;
-    client.handshake("weir", "anything").await.expect("trust handshake");
+    client
+        .handshake("weir", "anything")
+        .await
+        .expect("trust handshake");
 
     let n = client
-        .execute_update("CREATE TABLE t (id BIGINT PRIMARY KEY, name TEXT)".into(), None)
+        .execute_update(
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, name TEXT)".into(),
+            None,
+        )
         .await
         .expect("create");
     assert_eq!(n, 0);
@@ -147,7 +153,10 @@ async fn statements_prepared_statements_and_errors() {
 
     // Prepared query with a parameter that needs a cast (Int32 -> Int64).
     let mut select = client
-        .prepare("SELECT id, name FROM t WHERE id > $1 ORDER BY id".into(), None)
+        .prepare(
+            "SELECT id, name FROM t WHERE id > $1 ORDER BY id".into(),
+            None,
+        )
         .await
         .expect("prepare select");
     let param = RecordBatch::try_new(
@@ -186,7 +195,10 @@ async fn statements_prepared_statements_and_errors() {
 async fn ingest_and_metadata() {
     let (server, mut client) = start().await;
     client
-        .execute_update("CREATE TABLE items (id BIGINT PRIMARY KEY, label TEXT)".into(), None)
+        .execute_update(
+            "CREATE TABLE items (id BIGINT PRIMARY KEY, label TEXT)".into(),
+            None,
+        )
         .await
         .expect("create");
 
@@ -253,7 +265,11 @@ async fn ingest_and_metadata() {
     assert_eq!(rows(&batches), 1);
     let schema_bytes = batches[0].column(4).as_binary::<i32>().value(0).to_vec();
     let table_schema = Schema::try_from(IpcMessage(schema_bytes.into())).expect("ipc schema");
-    let names: Vec<_> = table_schema.fields().iter().map(|f| f.name().clone()).collect();
+    let names: Vec<_> = table_schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
     assert_eq!(names, vec!["id", "label"]);
 
     // GetDbSchemas with a pattern; GetPrimaryKeys; GetSqlInfo; GetCatalogs.
@@ -266,7 +282,10 @@ async fn ingest_and_metadata() {
         .expect("get_db_schemas");
     let batches = fetch(&mut client, info).await;
     assert_eq!(rows(&batches), 1);
-    assert_eq!(text(batches[0].column(1).as_ref(), 0).as_deref(), Some("public"));
+    assert_eq!(
+        text(batches[0].column(1).as_ref(), 0).as_deref(),
+        Some("public")
+    );
 
     let info = client
         .get_primary_keys(CommandGetPrimaryKeys {
@@ -278,7 +297,10 @@ async fn ingest_and_metadata() {
         .expect("get_primary_keys");
     let batches = fetch(&mut client, info).await;
     assert_eq!(rows(&batches), 1);
-    assert_eq!(text(batches[0].column(3).as_ref(), 0).as_deref(), Some("id"));
+    assert_eq!(
+        text(batches[0].column(3).as_ref(), 0).as_deref(),
+        Some("id")
+    );
 
     let info = client
         .get_sql_info(vec![SqlInfo::FlightSqlServerName])

@@ -114,7 +114,11 @@ fn scram_for(conn: &Conn, user: &str) -> ScramAuth {
 
 #[async_trait]
 impl StartupHandler for Conn {
-    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
@@ -188,7 +192,10 @@ impl Conn {
                 if let PasswordMessageFamily::Raw(body) = &message
                     && !frames::sasl_initial_response_fits(body)
                 {
-                    return Err(errors::fatal("08P01", "malformed SASLInitialResponse message"));
+                    return Err(errors::fatal(
+                        "08P01",
+                        "malformed SASLInitialResponse message",
+                    ));
                 }
                 let initial = message.into_sasl_initial_response()?;
                 if initial.auth_method != SCRAM_SHA_256_METHOD {
@@ -255,7 +262,9 @@ impl Conn {
         *self.session.lock().await = Some(session);
         client.set_state(PgWireConnectionState::ReadyForQuery);
         client
-            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(status)))
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
+                status,
+            )))
             .await?;
         tracing::debug!(user = %login.user, pid, peer = %client.socket_addr(), "pgwire session started");
         Ok(())

@@ -153,13 +153,18 @@ impl CopyHandler for Conn {
     {
         let mut copy_in = self.copy_in.lock();
         let Some(state) = copy_in.as_mut() else {
-            return Err(errors::error("08P01", "unexpected CopyData: no COPY FROM STDIN is running"));
+            return Err(errors::error(
+                "08P01",
+                "unexpected CopyData: no COPY FROM STDIN is running",
+            ));
         };
         if state.data.len() + copy_data.data.len() > MAX_COPY_IN_BYTES {
             *copy_in = None;
             return Err(errors::error(
                 "54000",
-                format!("COPY FROM STDIN data exceeds {MAX_COPY_IN_BYTES} bytes; split it into several COPY statements"),
+                format!(
+                    "COPY FROM STDIN data exceeds {MAX_COPY_IN_BYTES} bytes; split it into several COPY statements"
+                ),
             ));
         }
         state.data.extend_from_slice(&copy_data.data);
@@ -173,7 +178,10 @@ impl CopyHandler for Conn {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let Some(state) = self.copy_in.lock().take() else {
-            return Err(errors::error("08P01", "unexpected CopyDone: no COPY FROM STDIN is running"));
+            return Err(errors::error(
+                "08P01",
+                "unexpected CopyDone: no COPY FROM STDIN is running",
+            ));
         };
         let mut session = self.session().await?;
         let result = session.copy_in(&state.target, state.data.freeze()).await;
@@ -215,9 +223,6 @@ impl CopyHandler for Conn {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         self.copy_in.lock().take();
-        errors::error(
-            "57014",
-            format!("COPY from stdin failed: {}", fail.message),
-        )
+        errors::error("57014", format!("COPY from stdin failed: {}", fail.message))
     }
 }

@@ -441,7 +441,16 @@ mod tests {
     #[test]
     fn csv_quotes_when_needed() {
         assert_eq!(
-            line(&[Some("plain"), Some("a,b"), Some("say \"hi\""), Some(""), None], &csv()),
+            line(
+                &[
+                    Some("plain"),
+                    Some("a,b"),
+                    Some("say \"hi\""),
+                    Some(""),
+                    None
+                ],
+                &csv()
+            ),
             "plain,\"a,b\",\"say \"\"hi\"\"\",\"\",\n"
         );
         assert_eq!(line(&[Some("\\.")], &csv()), "\"\\.\"\n");
@@ -489,9 +498,15 @@ mod tests {
             "COPY line 1: extra data after last expected column"
         );
         let err = decode_copy(b"1,2\n3,\"open\n", &csv(), 2).expect_err("unterminated");
-        assert_eq!(err.to_string(), "COPY line 2: unterminated CSV quoted field");
+        assert_eq!(
+            err.to_string(),
+            "COPY line 2: unterminated CSV quoted field"
+        );
         let err = decode_copy(b"ok\n\\377\n", &text(), 1).expect_err("bad utf8");
-        assert!(err.to_string().starts_with("COPY line 2: invalid byte sequence"));
+        assert!(
+            err.to_string()
+                .starts_with("COPY line 2: invalid byte sequence")
+        );
     }
 
     #[test]

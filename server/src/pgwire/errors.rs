@@ -13,7 +13,11 @@ pub(crate) fn error_info(err: &ServerError) -> ErrorInfo {
     } else {
         tracing::debug!(error = %err, sqlstate = err.sqlstate(), "statement failed");
     }
-    let mut info = ErrorInfo::new("ERROR".to_owned(), err.sqlstate().to_owned(), err.to_string());
+    let mut info = ErrorInfo::new(
+        "ERROR".to_owned(),
+        err.sqlstate().to_owned(),
+        err.to_string(),
+    );
     info.hint = err.hint();
     info.position = err.position().map(|p| p.to_string());
     info
@@ -54,7 +58,10 @@ pub(crate) fn normalize(err: PgWireError) -> ErrorInfo {
         PgWireError::StatementNotFound(name) => ErrorInfo::new(
             "ERROR".to_owned(),
             "26000".to_owned(),
-            format!("prepared statement \"{}\" does not exist", display_name(&name)),
+            format!(
+                "prepared statement \"{}\" does not exist",
+                display_name(&name)
+            ),
         ),
         PgWireError::PortalNotFound(name) => ErrorInfo::new(
             "ERROR".to_owned(),

@@ -51,11 +51,18 @@ impl QueryParser for PreparedParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        Err(errors::error("XX000", "statements are prepared by the session"))
+        Err(errors::error(
+            "XX000",
+            "statements are prepared by the session",
+        ))
     }
 
     fn get_parameter_types(&self, stmt: &PreparedStatement) -> PgWireResult<Vec<Type>> {
-        Ok(stmt.param_types.iter().map(super::encode::pg_type_of).collect())
+        Ok(stmt
+            .param_types
+            .iter()
+            .map(super::encode::pg_type_of)
+            .collect())
     }
 
     fn get_result_schema(
@@ -109,7 +116,10 @@ impl ExtendedQueryHandler for Conn {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let name = message.name.clone().unwrap_or_else(|| DEFAULT_NAME.to_owned());
+        let name = message
+            .name
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NAME.to_owned());
         if is_blank(&message.query) {
             client.portal_store().put_empty_statement(&name);
         } else {
@@ -237,7 +247,9 @@ impl ExtendedQueryHandler for Conn {
             None => client.transaction_status(),
         };
         client
-            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(status)))
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
+                status,
+            )))
             .await?;
         Ok(())
     }
@@ -268,7 +280,10 @@ impl ExtendedQueryHandler for Conn {
             StatementResult::Rows { schema, batches } => {
                 let fields = Arc::new(field_infos(&schema, &portal.result_column_format));
                 let rows = encode_batches(&schema, fields.clone(), batches);
-                Ok(Response::Query(QueryResponse::new(fields, stream::iter(rows))))
+                Ok(Response::Query(QueryResponse::new(
+                    fields,
+                    stream::iter(rows),
+                )))
             }
             StatementResult::Command { tag } => {
                 // pgwire's Execute tracks the status through these variants.

@@ -161,11 +161,13 @@ impl<'a> Body<'a> {
     }
 
     fn u16(&mut self) -> Option<usize> {
-        self.take(2).map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+        self.take(2)
+            .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
     }
 
     fn i32(&mut self) -> Option<i32> {
-        self.take(4).map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        self.take(4)
+            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
     fn finished(&self) -> bool {
@@ -350,9 +352,15 @@ mod tests {
     #[test]
     fn rejects_short_and_huge_lengths() {
         assert!(scanner_after_startup().feed(b"d\0\0\0\0").is_err());
-        assert!(scanner_after_startup().feed(b"Q\x40\0\0\0").is_err(), "1 GB header");
+        assert!(
+            scanner_after_startup().feed(b"Q\x40\0\0\0").is_err(),
+            "1 GB header"
+        );
         let mut scanner = FrameScanner::new(MAX_MESSAGE_LEN);
-        assert!(scanner.feed(&(-5i32).to_be_bytes()).is_err(), "negative startup length");
+        assert!(
+            scanner.feed(&(-5i32).to_be_bytes()).is_err(),
+            "negative startup length"
+        );
     }
 
     #[test]
@@ -361,7 +369,11 @@ mod tests {
         assert!(scanner_after_startup().feed(b"Q\0\0\0\x05x").is_err());
         assert!(scanner_after_startup().feed(b"Q\0\0\0\x07x\0y").is_err());
         // Parse claiming one parameter type but carrying none.
-        assert!(scanner_after_startup().feed(b"P\0\0\0\x09\0x\0\0\x01").is_err());
+        assert!(
+            scanner_after_startup()
+                .feed(b"P\0\0\0\x09\0x\0\0\x01")
+                .is_err()
+        );
         // Sync with a body.
         assert!(scanner_after_startup().feed(b"S\0\0\0\x05\0").is_err());
     }
@@ -369,7 +381,9 @@ mod tests {
     #[test]
     fn sasl_initial_response_shape() {
         assert!(sasl_initial_response_fits(b"SCRAM-SHA-256\0\0\0\0\x02ab"));
-        assert!(sasl_initial_response_fits(b"SCRAM-SHA-256\0\xff\xff\xff\xff"));
+        assert!(sasl_initial_response_fits(
+            b"SCRAM-SHA-256\0\xff\xff\xff\xff"
+        ));
         assert!(!sasl_initial_response_fits(b"SCRAM-SHA-256\0\0\0\0\x09ab"));
         assert!(!sasl_initial_response_fits(b"SCRAM"));
     }

@@ -8,12 +8,12 @@
 
 use bytes::BytesMut;
 use pgwire::api::{ClientInfo, DefaultClient, PgWireConnectionState};
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::extendedquery::{Bind, Close, Describe, Execute, Flush, Parse, Sync};
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::{
     Password, PasswordMessageFamily, SASLInitialResponse, SASLResponse, Startup,
 };
-use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::terminate::Terminate;
 use pgwire::messages::{Message, PgWireFrontendMessage};
 use pgwire::tokio::server::PgWireMessageServerCodec;
@@ -111,10 +111,16 @@ fn valid_stream() -> Vec<u8> {
     startup.parameters.insert("database".into(), "weir".into());
     encode(&startup, &mut out);
     encode(&Password::new("secret".into()), &mut out);
-    encode(&SASLInitialResponse::new("SCRAM-SHA-256".into(), Some("n,,n=,r=abc".into())), &mut out);
+    encode(
+        &SASLInitialResponse::new("SCRAM-SHA-256".into(), Some("n,,n=,r=abc".into())),
+        &mut out,
+    );
     encode(&SASLResponse::new("c=biws,r=abc,p=xyz".into()), &mut out);
     encode(&Query::new("SELECT 1; SELECT 'x'".into()), &mut out);
-    encode(&Parse::new(Some("s".into()), "SELECT $1::int".into(), vec![23, 0]), &mut out);
+    encode(
+        &Parse::new(Some("s".into()), "SELECT $1::int".into(), vec![23, 0]),
+        &mut out,
+    );
     encode(
         &Bind::new(
             Some("p".into()),

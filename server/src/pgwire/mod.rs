@@ -29,6 +29,8 @@ mod frames;
 #[cfg(test)]
 mod fuzz;
 mod params;
+#[cfg(test)]
+mod raw_tests;
 mod simple;
 #[cfg(test)]
 mod tests;
@@ -179,7 +181,12 @@ async fn run_connection(
     let mut socket = match guard_frames(framed) {
         Ok(socket) => socket,
         Err((mut unguarded, reason)) => {
-            let _ = send_fatal(&mut unguarded, "08P01", &format!("invalid frontend message: {reason}")).await;
+            let _ = send_fatal(
+                &mut unguarded,
+                "08P01",
+                &format!("invalid frontend message: {reason}"),
+            )
+            .await;
             return Ok(());
         }
     };
@@ -187,7 +194,8 @@ async fn run_connection(
     loop {
         let in_startup = matches!(
             socket.state(),
-            PgWireConnectionState::AwaitingStartup | PgWireConnectionState::AuthenticationInProgress
+            PgWireConnectionState::AwaitingStartup
+                | PgWireConnectionState::AuthenticationInProgress
         );
         let next = tokio::select! {
             biased;
@@ -205,7 +213,12 @@ async fn run_connection(
             None => return Ok(()),
             Some(Err(e)) => {
                 tracing::debug!(error = %e, "pgwire protocol violation");
-                let _ = send_fatal(&mut socket, "08P01", &format!("invalid frontend message: {e}")).await;
+                let _ = send_fatal(
+                    &mut socket,
+                    "08P01",
+                    &format!("invalid frontend message: {e}"),
+                )
+                .await;
                 return Ok(());
             }
             Some(Ok(PgWireFrontendMessage::Terminate(_))) => return Ok(()),
@@ -233,7 +246,12 @@ async fn run_connection(
         if let Err(e) = result {
             let info = errors::normalize(e);
             let fatal = info.is_fatal();
-            process_error(&mut socket, PgWireError::UserError(Box::new(info)), extended).await?;
+            process_error(
+                &mut socket,
+                PgWireError::UserError(Box::new(info)),
+                extended,
+            )
+            .await?;
             if fatal {
                 return Ok(());
             }
@@ -295,9 +313,8 @@ impl Conn {
 
     /// The session, locked; an error if startup has not completed.
     async fn session(&self) -> PgWireResult<MappedMutexGuard<'_, Session>> {
-        MutexGuard::try_map(self.session.lock().await, Option::as_mut).map_err(|_| {
-            errors::fatal("08P01", "received a query before startup completed")
-        })
+        MutexGuard::try_map(self.session.lock().await, Option::as_mut)
+            .map_err(|_| errors::fatal("08P01", "received a query before startup completed"))
     }
 }
 

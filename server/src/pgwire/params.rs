@@ -147,7 +147,9 @@ pub(crate) fn decode_params(portal: &Portal<PreparedStatement>) -> PgWireResult<
                 .unwrap_or_else(|| pg_type_of(&arrow_types[i]));
             let binary = is_binary(&portal.parameter_format, i);
             match raw {
-                None => Ok(ScalarValue::try_from(&arrow_types[i]).unwrap_or(ScalarValue::Utf8(None))),
+                None => {
+                    Ok(ScalarValue::try_from(&arrow_types[i]).unwrap_or(ScalarValue::Utf8(None)))
+                }
                 Some(bytes) if wire == Type::UUID => decode_uuid(i, bytes, binary),
                 Some(bytes) if wire == Type::JSON || wire == Type::JSONB => {
                     decode_json(i, bytes, binary, wire == Type::JSONB)
@@ -224,14 +226,16 @@ fn decode_json(idx: usize, bytes: &[u8], binary: bool, jsonb: bool) -> PgWireRes
         (true, _) => {
             return Err(errors::error(
                 "22P03",
-                format!("unsupported jsonb version number in bind parameter {}", idx + 1),
+                format!(
+                    "unsupported jsonb version number in bind parameter {}",
+                    idx + 1
+                ),
             ));
         }
         (false, _) => bytes,
     };
-    let text = std::str::from_utf8(body).map_err(|_| {
-        errors::error("22021", "invalid byte sequence for encoding \"UTF8\"")
-    })?;
+    let text = std::str::from_utf8(body)
+        .map_err(|_| errors::error("22021", "invalid byte sequence for encoding \"UTF8\""))?;
     if serde_json::from_str::<serde::de::IgnoredAny>(text).is_err() {
         let kind = if jsonb { "jsonb" } else { "json" };
         return Err(errors::error(
@@ -257,9 +261,15 @@ mod tests {
     fn uuid_from_text_and_binary() {
         let text = "67E55044-10B1-426F-9247-BB680E5FE0C8";
         let expected = ScalarValue::Utf8(Some(text.to_lowercase()));
-        assert_eq!(decode_uuid(0, text.as_bytes(), false).expect("text"), expected);
+        assert_eq!(
+            decode_uuid(0, text.as_bytes(), false).expect("text"),
+            expected
+        );
         let raw = uuid::Uuid::parse_str(text).expect("uuid");
-        assert_eq!(decode_uuid(0, raw.as_bytes(), true).expect("binary"), expected);
+        assert_eq!(
+            decode_uuid(0, raw.as_bytes(), true).expect("binary"),
+            expected
+        );
         assert!(decode_uuid(0, b"nope", false).is_err());
         assert!(decode_uuid(0, b"short", true).is_err());
     }
@@ -267,8 +277,14 @@ mod tests {
     #[test]
     fn json_and_jsonb() {
         let doc = ScalarValue::Utf8(Some("{\"a\":1}".to_owned()));
-        assert_eq!(decode_json(0, b"{\"a\":1}", false, false).expect("json"), doc);
-        assert_eq!(decode_json(0, b"\x01{\"a\":1}", true, true).expect("jsonb"), doc);
+        assert_eq!(
+            decode_json(0, b"{\"a\":1}", false, false).expect("json"),
+            doc
+        );
+        assert_eq!(
+            decode_json(0, b"\x01{\"a\":1}", true, true).expect("jsonb"),
+            doc
+        );
         assert!(decode_json(0, b"\x02{}", true, true).is_err());
         assert!(decode_json(0, b"{", false, false).is_err());
         assert!(decode_json(0, b"\xff", true, false).is_err());

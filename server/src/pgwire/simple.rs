@@ -125,7 +125,9 @@ where
         StatementResult::Command { tag } => send_tag(client, tag).await?,
         StatementResult::Empty => {
             client
-                .feed(PgWireBackendMessage::EmptyQueryResponse(EmptyQueryResponse::new()))
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
                 .await?;
         }
         StatementResult::CopyIn(target) => return Ok(Sent::CopyIn(target)),
@@ -151,7 +153,9 @@ where
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
     client
-        .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(tag)))
+        .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+            tag,
+        )))
         .await?;
     Ok(())
 }

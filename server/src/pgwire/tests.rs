@@ -15,12 +15,13 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 use tokio_util::sync::CancellationToken;
 
+use super::raw_tests::{message, raw_session, startup_packet};
 use super::serve;
 use crate::config::{AuthMode, ServeConfig};
 use crate::db::Database;
 
-struct TestServer {
-    addr: SocketAddr,
+pub(super) struct TestServer {
+    pub(super) addr: SocketAddr,
     shutdown: CancellationToken,
     _db: Arc<Database>,
     _dir: tempfile::TempDir,
@@ -32,7 +33,7 @@ impl Drop for TestServer {
     }
 }
 
-async fn start(configure: impl FnOnce(&mut ServeConfig)) -> TestServer {
+pub(super) async fn start(configure: impl FnOnce(&mut ServeConfig)) -> TestServer {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = ServeConfig::for_data_dir(dir.path().to_path_buf());
     configure(&mut config);
@@ -70,15 +71,17 @@ async fn try_connect(
     Ok(client)
 }
 
-async fn connect(server: &TestServer) -> Client {
-    try_connect(server, "weir", "weir", None).await.expect("connect")
+pub(super) async fn connect(server: &TestServer) -> Client {
+    try_connect(server, "weir", "weir", None)
+        .await
+        .expect("connect")
 }
 
-fn sqlstate(err: &tokio_postgres::Error) -> Option<&SqlState> {
+pub(super) fn sqlstate(err: &tokio_postgres::Error) -> Option<&SqlState> {
     err.as_db_error().map(|e| e.code())
 }
 
-fn rows(messages: &[SimpleQueryMessage]) -> Vec<Vec<Option<String>>> {
+pub(super) fn rows(messages: &[SimpleQueryMessage]) -> Vec<Vec<Option<String>>> {
     messages
         .iter()
         .filter_map(|m| match m {
@@ -117,7 +120,10 @@ async fn simple_protocol_runs_every_statement() {
     assert_eq!(tags(&messages), vec![0, 2, 2]);
     assert_eq!(
         rows(&messages),
-        vec![vec![Some("1".into()), Some("a".into())], vec![Some("2".into()), None]]
+        vec![
+            vec![Some("1".into()), Some("a".into())],
+            vec![Some("2".into()), None]
+        ]
     );
     // tokio-postgres reports EmptyQueryResponse as CommandComplete(0).
     let empty = client.simple_query("").await.expect("empty");
@@ -143,30 +149,28 @@ async fn errors_carry_sqlstate_and_stop_the_string() {
 }
 
 #[tokio::test]
-async fn extended_protocol_binds_parameters_and_binary_results() {
+async fn extended_protocol_describes_binds_and_returns_binary() {
     let server = start(|_| {}).await;
     let client = connect(&server).await;
     client
-        .batch_execute("CREATE TABLE items (id BIGINT PRIMARY KEY, label TEXT, price DOUBLE PRECISION)")
+        .batch_execute(
+            "CREATE TABLE items (id BIGINT PRIMARY KEY, label TEXT, price DOUBLE PRECISION); \
+             INSERT INTO items VALUES (1, 'one', 1.5), (2, 'two', 3.0), (3, 'three', 4.5)",
+        )
         .await
-        .expect("create");
-    let insert = client
-        .prepare("INSERT INTO items VALUES ($1, $2, $3)")
-        .await
-        .expect("prepare insert");
-    assert_eq!(insert.params().len(), 3);
-    for (id, label) in [(1i64, "one"), (2, "two"), (3, "three")] {
-        let n = client
-            .execute(&insert, &[&id, &label, &(id as f64 * 1.5)])
-            .await
-            .expect("insert");
-        assert_eq!(n, 1);
-    }
+        .expect("setup");
     let select = client
         .prepare("SELECT id, label, price FROM items WHERE id >= $1 ORDER BY id")
         .await
         .expect("prepare select");
-    assert_eq!(select.columns().len(), 3);
+    assert_eq!(select.params(), &[Type::INT8]);
+    let columns: Vec<&Type> = select.columns().iter().map(|c| c.type_()).collect();
+    assert_eq!(columns, vec![&Type::INT8, &Type::TEXT, &Type::FLOAT8]);
+    // Executed twice: the named statement is reusable.
+    for (from, expected) in [(2i64, 2usize), (3, 1)] {
+        let rows = client.query(&select, &[&from]).await.expect("select");
+        assert_eq!(rows.len(), expected);
+    }
     let rows = client.query(&select, &[&2i64]).await.expect("select");
     let got: Vec<(i64, String, f64)> = rows
         .iter()
@@ -174,34 +178,82 @@ async fn extended_protocol_binds_parameters_and_binary_results() {
         .collect();
     assert_eq!(got, vec![(2, "two".into(), 3.0), (3, "three".into(), 4.5)]);
 
-    let err = client
-        .query("SELECT $1::int", &[&"not a number"])
+    // A row limit on the portal: PortalSuspended, then the rest.
+    let mut client = client;
+    let txn = client.transaction().await.expect("begin");
+    let portal = txn.bind(&select, &[&1i64]).await.expect("bind");
+    assert_eq!(txn.query_portal(&portal, 2).await.expect("first").len(), 2);
+    assert_eq!(txn.query_portal(&portal, 2).await.expect("rest").len(), 1);
+    txn.commit().await.expect("commit");
+}
+
+#[tokio::test]
+async fn prepared_insert_with_parameters() {
+    let server = start(|_| {}).await;
+    let client = connect(&server).await;
+    client
+        .batch_execute("CREATE TABLE items (id BIGINT PRIMARY KEY, label TEXT)")
         .await
-        .expect_err("wrong parameter type");
-    assert!(err.as_db_error().is_some() || err.to_string().contains("type"));
+        .expect("create");
+    let insert = client
+        .prepare("INSERT INTO items VALUES ($1, $2)")
+        .await
+        .expect("prepare insert");
+    assert_eq!(insert.params().len(), 2);
+    for (id, label) in [(1i64, "one"), (2, "two")] {
+        assert_eq!(
+            client
+                .execute(&insert, &[&id, &label])
+                .await
+                .expect("insert"),
+            1
+        );
+    }
+    let count = client
+        .query_one("SELECT count(*) FROM items", &[])
+        .await
+        .expect("count");
+    assert_eq!(count.get::<_, i64>(0), 2);
 }
 
 #[tokio::test]
 async fn transaction_status_follows_the_session() {
     let server = start(|_| {}).await;
     let client = connect(&server).await;
-    client.batch_execute("CREATE TABLE tx (id INT PRIMARY KEY)").await.expect("create");
+    client
+        .batch_execute("CREATE TABLE tx (id INT PRIMARY KEY)")
+        .await
+        .expect("create");
     client.batch_execute("BEGIN").await.expect("begin");
-    client.batch_execute("INSERT INTO tx VALUES (1)").await.expect("insert");
-    let err = client.batch_execute("SELECT * FROM nope").await.expect_err("fails");
+    client
+        .batch_execute("INSERT INTO tx VALUES (1)")
+        .await
+        .expect("insert");
+    let err = client
+        .batch_execute("SELECT * FROM nope")
+        .await
+        .expect_err("fails");
     assert_eq!(sqlstate(&err), Some(&SqlState::UNDEFINED_TABLE));
     let err = client.batch_execute("SELECT 1").await.expect_err("aborted");
     assert_eq!(sqlstate(&err), Some(&SqlState::IN_FAILED_SQL_TRANSACTION));
     client.batch_execute("ROLLBACK").await.expect("rollback");
-    let count = client.query_one("SELECT count(*) FROM tx", &[]).await.expect("count");
+    let count = client
+        .query_one("SELECT count(*) FROM tx", &[])
+        .await
+        .expect("count");
     assert_eq!(count.get::<_, i64>(0), 0);
 
     // tokio-postgres' transaction API checks ReadyForQuery bookkeeping too.
     let mut client = client;
     let txn = client.transaction().await.expect("begin");
-    txn.execute("INSERT INTO tx VALUES (2)", &[]).await.expect("insert");
+    txn.execute("INSERT INTO tx VALUES (2)", &[])
+        .await
+        .expect("insert");
     txn.commit().await.expect("commit");
-    let count = client.query_one("SELECT count(*) FROM tx", &[]).await.expect("count");
+    let count = client
+        .query_one("SELECT count(*) FROM tx", &[])
+        .await
+        .expect("count");
     assert_eq!(count.get::<_, i64>(0), 1);
 }
 
@@ -217,7 +269,9 @@ async fn copy_in_and_out_in_text_and_csv() {
     let sink = client.copy_in("COPY c FROM STDIN").await.expect("copy in");
     futures::pin_mut!(sink);
     // A line may span CopyData messages.
-    sink.send(Bytes::from_static(b"1\thel")).await.expect("chunk");
+    sink.send(Bytes::from_static(b"1\thel"))
+        .await
+        .expect("chunk");
     sink.send(Bytes::from_static(b"lo\n2\t\\N\n3\ttab\\there\n"))
         .await
         .expect("chunk");
@@ -274,13 +328,23 @@ async fn failed_or_abandoned_copy_writes_nothing() {
         .expect("create");
     {
         // Dropping the sink unfinished makes tokio-postgres send CopyFail.
-        let sink = client.copy_in::<_, Bytes>("COPY f FROM STDIN").await.expect("copy in");
+        let sink = client
+            .copy_in::<_, Bytes>("COPY f FROM STDIN")
+            .await
+            .expect("copy in");
         futures::pin_mut!(sink);
-        sink.send(Bytes::from_static(b"1\n2\n")).await.expect("chunk");
+        sink.send(Bytes::from_static(b"1\n2\n"))
+            .await
+            .expect("chunk");
     }
-    let sink = client.copy_in::<_, Bytes>("COPY f FROM STDIN").await.expect("copy in");
+    let sink = client
+        .copy_in::<_, Bytes>("COPY f FROM STDIN")
+        .await
+        .expect("copy in");
     futures::pin_mut!(sink);
-    sink.send(Bytes::from_static(b"1\nnot-a-number\n")).await.expect("chunk");
+    sink.send(Bytes::from_static(b"1\nnot-a-number\n"))
+        .await
+        .expect("chunk");
     assert!(sink.finish().await.is_err(), "bad data is rejected");
 
     // A client that disconnects mid-COPY.
@@ -299,41 +363,69 @@ async fn failed_or_abandoned_copy_writes_nothing() {
     drop(socket);
     tokio::time::sleep(Duration::from_millis(100)).await;
 
-    let count = client.query_one("SELECT count(*) FROM f", &[]).await.expect("count");
+    let count = client
+        .query_one("SELECT count(*) FROM f", &[])
+        .await
+        .expect("count");
     assert_eq!(count.get::<_, i64>(0), 0);
 }
 
 #[tokio::test]
-async fn uuid_and_json_round_trip_in_both_formats() {
+async fn uuid_and_json_results_in_both_formats() {
     let server = start(|_| {}).await;
     let client = connect(&server).await;
-    client
-        .batch_execute("CREATE TABLE docs (id UUID PRIMARY KEY, body JSONB, raw JSON)")
-        .await
-        .expect("create");
     let id = uuid::Uuid::new_v4();
-    let body = serde_json::json!({"a": [1, 2]});
-    // Typed Parse: the client encodes uuid and jsonb in their binary forms.
-    let insert = client
-        .prepare_typed(
-            "INSERT INTO docs VALUES ($1, $2, $3)",
-            &[Type::UUID, Type::JSONB, Type::JSON],
-        )
-        .await
-        .expect("prepare");
     client
-        .execute(&insert, &[&id, &body, &serde_json::json!("x")])
+        .batch_execute(&format!(
+            "CREATE TABLE docs (id UUID PRIMARY KEY, body JSONB, raw JSON); \
+             INSERT INTO docs VALUES ('{id}', '{{\"a\": [1, 2]}}', '\"x\"')"
+        ))
         .await
-        .expect("insert");
+        .expect("setup");
     let row = client
         .query_one("SELECT id, body, raw FROM docs", &[])
         .await
         .expect("select binary");
     assert_eq!(row.get::<_, uuid::Uuid>(0), id);
-    assert_eq!(row.get::<_, serde_json::Value>(1), body);
+    assert_eq!(
+        row.get::<_, serde_json::Value>(1),
+        serde_json::json!({"a": [1, 2]})
+    );
     assert_eq!(row.get::<_, serde_json::Value>(2), serde_json::json!("x"));
-    let messages = client.simple_query("SELECT id FROM docs").await.expect("text");
+    let messages = client
+        .simple_query("SELECT id FROM docs")
+        .await
+        .expect("text");
     assert_eq!(rows(&messages), vec![vec![Some(id.to_string())]]);
+}
+
+#[tokio::test]
+async fn uuid_and_json_parameters_in_binary() {
+    let server = start(|_| {}).await;
+    let client = connect(&server).await;
+    client
+        .batch_execute("CREATE TABLE docs (id UUID PRIMARY KEY, body JSONB)")
+        .await
+        .expect("create");
+    let id = uuid::Uuid::new_v4();
+    let body = serde_json::json!({"k": "v"});
+    // Typed Parse: the client encodes uuid and jsonb in their binary forms.
+    let insert = client
+        .prepare_typed(
+            "INSERT INTO docs VALUES ($1, $2)",
+            &[Type::UUID, Type::JSONB],
+        )
+        .await
+        .expect("prepare");
+    client
+        .execute(&insert, &[&id, &body])
+        .await
+        .expect("insert");
+    let row = client
+        .query_one("SELECT body FROM docs WHERE id = $1", &[&id.to_string()])
+        .await
+        .expect("select");
+    assert_eq!(row.get::<_, serde_json::Value>(0), body);
 }
 
 #[tokio::test]
@@ -343,7 +435,10 @@ async fn startup_checks_user_and_database() {
         .await
         .err()
         .expect("unknown user");
-    assert_eq!(sqlstate(&err), Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION));
+    assert_eq!(
+        sqlstate(&err),
+        Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
+    );
     let err = try_connect(&server, "weir", "elsewhere", None)
         .await
         .err()
@@ -371,102 +466,86 @@ async fn scram_authentication() {
     }
 }
 
-/// One typed frontend message.
-fn message(kind: u8, body: &[u8]) -> Vec<u8> {
-    let mut out = vec![kind];
-    out.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
-    out.extend_from_slice(body);
-    out
-}
-
-/// A startup packet for user `weir`, protocol 3.0.
-fn startup_packet() -> Vec<u8> {
-    let body = b"\0\x03\0\0user\0weir\0database\0weir\0\0";
-    let mut packet = ((body.len() + 4) as i32).to_be_bytes().to_vec();
-    packet.extend_from_slice(body);
-    packet
-}
-
-/// Sends `bytes` after startup on a raw socket and reads until the server
-/// closes the connection (or a timeout).
-async fn raw_session(server: &TestServer, bytes: &[u8]) -> Vec<u8> {
-    let mut socket = TcpStream::connect(server.addr).await.expect("connect");
-    socket.write_all(&startup_packet()).await.expect("startup");
-    socket.write_all(bytes).await.expect("write");
-    let mut received = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), socket.read_to_end(&mut received)).await;
-    received
-}
-
-#[tokio::test]
-async fn malformed_and_oversized_messages_drop_only_that_client() {
-    let server = start(|_| {}).await;
-    let bystander = connect(&server).await;
-
-    // A Parse whose fields overrun its length, a CopyData shorter than its
-    // header, a 1 GB length header, an unknown message type.
-    let attacks: [&[u8]; 4] = [
-        b"P\0\0\0\x09\0x\0\0\x01",
-        b"d\0\0\0\0",
-        b"Q\x40\0\0\0SELECT 1",
-        b"\x7f\0\0\0\x04",
-    ];
-    for attack in attacks {
-        let received = raw_session(&server, attack).await;
-        let fatal = received.windows(6).any(|w| w == b"SFATAL");
-        assert!(fatal, "FATAL ErrorResponse for {attack:?}");
-    }
-    // Invalid UTF-8 in a query string is an ordinary error at worst.
-    let mut bad_utf8 = message(b'Q', b"\xff\xfe\0");
-    bad_utf8.extend(message(b'X', b""));
-    let received = raw_session(&server, &bad_utf8).await;
-    assert!(received.contains(&b'Z'), "ReadyForQuery after a bad query");
-
-    let messages = bystander.simple_query("SELECT 42").await.expect("bystander");
-    assert_eq!(rows(&messages), vec![vec![Some("42".into())]]);
-}
-
-#[tokio::test]
-async fn bind_with_wrong_parameter_count_is_an_error() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancel_request_stops_the_running_statement() {
     let server = start(|_| {}).await;
     let client = connect(&server).await;
-    let statement = client.prepare("SELECT $1::int + $2::int").await.expect("prepare");
-    assert_eq!(statement.params().len(), 2);
-    // tokio-postgres checks counts itself, so speak the protocol directly.
-    let mut bind = message(b'P', b"s\0SELECT $1::int\0\0\0");
-    // Portal "", statement "s", no formats, no parameters, no result formats.
-    bind.extend(message(b'B', b"\0s\0\0\0\0\0\0\0"));
-    bind.extend(message(b'S', b""));
-    bind.extend(message(b'X', b""));
-    let received = raw_session(&server, &bind).await;
+    let token = client.cancel_token();
+    // Nothing is running yet: the request is accepted and ignored.
+    token.cancel_query(NoTls).await.expect("idle cancel");
+    assert!(client.simple_query("SELECT 1").await.is_ok());
+
+    let client = Arc::new(client);
+    let running = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .simple_query(
+                    "SELECT count(*) FROM generate_series(1, 100000) a, generate_series(1, 100000) b",
+                )
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    token.cancel_query(NoTls).await.expect("cancel request");
+    let outcome = tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the statement stops")
+        .expect("join");
+    let err = outcome.expect_err("cancelled");
+    assert_eq!(sqlstate(&err), Some(&SqlState::QUERY_CANCELED));
     assert!(
-        received.windows(5).any(|w| w == b"C08P0"),
-        "08P01 for a Bind with too few parameters"
+        client.simple_query("SELECT 1").await.is_ok(),
+        "session still usable"
     );
 }
 
-#[tokio::test]
-async fn cancel_request_reaches_the_database() {
-    let server = start(|_| {}).await;
-    let client = connect(&server).await;
-    // Nothing is running: the request must simply be accepted and ignored.
-    client
-        .cancel_token()
-        .cancel_query(NoTls)
-        .await
-        .expect("cancel request");
-    assert!(client.simple_query("SELECT 1").await.is_ok());
+fn gauge(db: &Database, name: &str) -> Option<String> {
+    db.metrics()
+        .render()
+        .lines()
+        .find(|l| l.starts_with(name) && !l.starts_with('#'))
+        .map(str::to_owned)
 }
 
 #[tokio::test]
-async fn ssl_request_is_refused_without_tls() {
-    let server = start(|_| {}).await;
-    let mut socket = TcpStream::connect(server.addr).await.expect("connect");
-    socket
-        .write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f])
+async fn shutdown_ends_connections_and_serve() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Database::open(ServeConfig::for_data_dir(dir.path().to_path_buf()))
         .await
-        .expect("ssl request");
-    let mut answer = [0u8; 1];
-    socket.read_exact(&mut answer).await.expect("answer");
-    assert_eq!(&answer, b"N");
+        .expect("open");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let shutdown = CancellationToken::new();
+    let serving = tokio::spawn(serve(db.clone(), listener, shutdown.clone()));
+
+    let (client, connection) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={port} user=weir dbname=weir"),
+        NoTls,
+    )
+    .await
+    .expect("connect");
+    let connection = tokio::spawn(connection);
+    assert!(client.simple_query("SELECT 1").await.is_ok());
+    assert_eq!(
+        gauge(&db, "weir_connections ").as_deref(),
+        Some("weir_connections 1")
+    );
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), serving)
+        .await
+        .expect("serve returns")
+        .expect("join")
+        .expect("serve result");
+    let ended = tokio::time::timeout(Duration::from_secs(5), connection)
+        .await
+        .expect("connection closed")
+        .expect("join");
+    let err = ended.expect_err("terminated by the server");
+    assert_eq!(sqlstate(&err), Some(&SqlState::ADMIN_SHUTDOWN));
+    assert_eq!(
+        gauge(&db, "weir_connections ").as_deref(),
+        Some("weir_connections 0")
+    );
 }

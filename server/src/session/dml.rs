@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions, UInt32Array};
 use arrow::compute::{cast_with_options, concat_batches, filter_record_batch, take};
-use arrow::datatypes::SchemaRef;
+use arrow::array::StringArray;
+use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::{Column, DFSchema, ParamValues};
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, Projection};
 use datafusion::sql::sqlparser::ast::{
@@ -49,7 +50,8 @@ impl Session {
             .iter()
             .map(|p| p.as_ident().map(normalize_ident).unwrap_or_else(|| p.to_string()))
             .collect();
-        let catalog = &self.snapshot().catalog;
+        let snapshot = self.snapshot();
+        let catalog = &snapshot.catalog;
         let found = match parts.as_slice() {
             [table] => catalog.table(&self.vars.default_schema(), table).or_else(|| catalog.table("public", table)),
             [schema, table] => catalog.table(schema, table),
@@ -183,7 +185,7 @@ impl Session {
                 let change = ChangeBatch::new(rows_all, Int64Array::from(weights))
                     .map_err(|e| ServerError::internal(e.to_string()))?;
                 let user_cols: Vec<usize> = (0..def.columns.len()).collect();
-                let written = all_new.project(&user_cols)?.with_schema(def.user_schema())?;
+                let written = rebind(all_new.project(&user_cols)?, def.user_schema())?;
                 (change, written)
             }
         };
@@ -210,7 +212,7 @@ impl Session {
         params: Option<&ParamValues>,
     ) -> Result<(RecordBatch, RecordBatch), ServerError> {
         let user_schema = def.user_schema();
-        let old_user = old.clone().with_schema(def.physical_schema())?;
+        let old_user = rebind(old.clone(), def.physical_schema())?;
         let old_user = RecordBatch::try_new(user_schema.clone(), old_user.columns()[..def.columns.len()].to_vec())?;
         let frame = Frame::new(vec![(qualifier, &old_user), ("excluded", &excluded)])?;
         let mut columns: Vec<ArrayRef> = old_user.columns().to_vec();
@@ -245,8 +247,10 @@ impl Session {
                     .downcast_ref::<BooleanArray>()
                     .ok_or_else(|| ServerError::planning("ON CONFLICT ... WHERE must be a boolean"))?
                     .clone();
-                let mask = arrow::compute::prep_null_mask_filter(&mask);
-                (filter_record_batch(&old, &mask)?, filter_record_batch(&new_user, &mask)?)
+                let chosen: UInt32Array = (0..mask.len() as u32)
+                    .filter(|&i| mask.is_valid(i as usize) && mask.value(i as usize))
+                    .collect();
+                (take_batch(&old, &chosen)?, take_batch(&new_user, &chosen)?)
             }
             None => (old, new_user),
         };
@@ -256,7 +260,7 @@ impl Session {
     /// Appends hidden row ids for tables without a primary key.
     fn with_row_ids(&self, def: &TableDef, rows: &RecordBatch) -> Result<RecordBatch, ServerError> {
         if !def.has_row_id() {
-            return Ok(rows.clone().with_schema(def.physical_schema())?);
+            return rebind(rows.clone(), def.physical_schema());
         }
         let first = self.db.allocate_row_ids(rows.num_rows());
         let ids = Int64Array::from_iter_values(first..first + rows.num_rows() as i64);
@@ -297,7 +301,7 @@ impl Session {
         let plan = LogicalPlan::Projection(Projection::try_new(exprs, projection.input.clone())?);
         let (schema, batches) = self.run_plan(Self::bind(plan, params)?).await?;
         let both = concat_batches(&schema, &batches)?;
-        let old = both.project(&(0..width).collect::<Vec<_>>())?.with_schema(def.physical_schema())?;
+        let old = rebind(both.project(&(0..width).collect::<Vec<_>>())?, def.physical_schema())?;
         let new = both.project(&(width..2 * width).collect::<Vec<_>>())?;
         let new_user = conform(&def, &new.project(&(0..def.columns.len()).collect::<Vec<_>>())?)?;
         let mut new_columns = new_user.columns().to_vec();
@@ -341,9 +345,9 @@ impl Session {
             return Err(ServerError::internal("DELETE did not plan to a DML statement"));
         };
         let (schema, batches) = self.run_plan(Self::bind(Arc::unwrap_or_clone(dml.input), params)?).await?;
-        let old = concat_batches(&schema, &batches)?.with_schema(def.physical_schema())?;
+        let old = rebind(concat_batches(&schema, &batches)?, def.physical_schema())?;
         let count = old.num_rows();
-        let old_user = old.project(&(0..def.columns.len()).collect::<Vec<_>>())?.with_schema(def.user_schema())?;
+        let old_user = rebind(old.project(&(0..def.columns.len()).collect::<Vec<_>>())?, def.user_schema())?;
         self.write(TxnWrites {
             ddl: vec![],
             tables: vec![(def.id, TableWrite::Changes(ChangeBatch::retractions(old)))],
@@ -507,13 +511,39 @@ pub(super) fn conform(def: &TableDef, rows: &RecordBatch) -> Result<RecordBatch,
         if !column.nullable && array.null_count() > 0 {
             return Err(ServerError::NotNullViolation { table: def.name.clone(), column: column.name.clone() });
         }
-        columns.push(cast_with_options(array, field.data_type(), &strict_cast()).map_err(|e| {
+        let invalid = |e: String| {
             ServerError::InvalidText(format!("column \"{}\" is of type {}: {e}", column.name, column.sql_type.display_name()))
-        })?);
+        };
+        // Text becomes bytea, arrays, uuid and json the way PostgreSQL reads
+        // literals ('\x00ff', '{1,2}'), not by Arrow's byte-for-byte cast.
+        let text = matches!(array.data_type(), DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8);
+        let parsed = if text && needs_text_input(&column.sql_type) {
+            let strings = cast_with_options(array, &DataType::Utf8, &strict_cast())?;
+            let strings = strings.as_any().downcast_ref::<StringArray>().ok_or_else(|| ServerError::internal("cast to Utf8"))?;
+            crate::text_input::parse_column(strings, &column.sql_type).map_err(invalid)?
+        } else {
+            array.clone()
+        };
+        columns.push(cast_with_options(&parsed, field.data_type(), &strict_cast()).map_err(|e| invalid(e.to_string()))?);
     }
     Ok(RecordBatch::try_new_with_options(
         schema,
         columns,
         &RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
     )?)
+}
+
+/// The same columns under the table's schema (names and metadata), whatever
+/// the plan called them.
+fn rebind(batch: RecordBatch, schema: SchemaRef) -> Result<RecordBatch, ServerError> {
+    Ok(RecordBatch::try_new_with_options(
+        schema,
+        batch.columns().to_vec(),
+        &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )?)
+}
+
+fn needs_text_input(sql_type: &weir_planner::SqlType) -> bool {
+    use weir_planner::SqlType as S;
+    matches!(sql_type, S::Bytea | S::Array(_) | S::Uuid | S::Json | S::Jsonb)
 }

@@ -75,7 +75,8 @@ fn keys(args: &[ColumnarValue]) -> Result<Vec<Option<i64>>, DataFusionError> {
     Ok(keys.iter().collect())
 }
 
-pub(super) fn register_session_functions(ctx: &SessionContext, db: &Arc<Database>, pid: i32, vars: SharedVars) {
+pub(super) fn register_session_functions(ctx: &SessionContext, db: &Arc<Database>, pid: i32, user: &str, vars: SharedVars) {
+    let vars_for_set = vars.clone();
     let version = format!(
         "PostgreSQL {SERVER_VERSION} (Weir {}) on x86_64-pc-linux-gnu, a SQL-first streaming database",
         env!("CARGO_PKG_VERSION")
@@ -186,6 +187,50 @@ pub(super) fn register_session_functions(ctx: &SessionContext, db: &Arc<Database
         Arc::new(move |_| {
             all_db.advisory_locks().release_all(pid);
             Ok(ColumnarValue::Scalar(ScalarValue::Null))
+        }),
+    ));
+
+    for name in ["session_user", "current_user", "user", "current_role"] {
+        let user = user.to_string();
+        ctx.register_udf(create_udf(
+            name,
+            vec![],
+            DataType::Utf8,
+            Volatility::Stable,
+            Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(user.clone()))))),
+        ));
+    }
+
+    // set_config(name, value, is_local): sets a session variable and returns
+    // the value, as drivers use it on connect (asyncpg: jit off).
+    let set_vars = vars_for_set;
+    ctx.register_udf(create_udf(
+        "set_config",
+        vec![DataType::Utf8, DataType::Utf8, DataType::Boolean],
+        DataType::Utf8,
+        Volatility::Volatile,
+        Arc::new(move |args| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let names = arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
+            let values = arrow::compute::cast(&arrays[1], &DataType::Utf8)?;
+            let (Some(names), Some(values)) = (
+                names.as_any().downcast_ref::<StringArray>(),
+                values.as_any().downcast_ref::<StringArray>(),
+            ) else {
+                return Err(DataFusionError::Execution("set_config takes text arguments".into()));
+            };
+            let mut vars = set_vars.write();
+            let out: StringArray = names
+                .iter()
+                .zip(values.iter())
+                .map(|(n, v)| {
+                    let (n, v) = (n?, v?);
+                    let key = vars.keys().find(|k| k.eq_ignore_ascii_case(n)).cloned().unwrap_or_else(|| n.to_ascii_lowercase());
+                    vars.insert(key, v.to_string());
+                    Some(v.to_string())
+                })
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
         }),
     ));
 

@@ -98,7 +98,7 @@ impl Session {
             .build();
         let ctx = SessionContext::new_with_state(state);
         let vars = Vars::new(user, database);
-        functions::register_session_functions(&ctx, &db, pid, vars.shared());
+        functions::register_session_functions(&ctx, &db, pid, user, vars.shared());
         let mut session = Session {
             db,
             user: user.to_string(),
@@ -169,6 +169,19 @@ impl Session {
         if statements.is_empty() {
             return vec![Ok(StatementResult::Empty)];
         }
+        // Like PostgreSQL, the statements of one query string form one
+        // implicit transaction unless they manage transactions themselves.
+        let grouped = statements.len() > 1 && self.txn.is_none();
+        if grouped {
+            let base = self.db.snapshot();
+            self.txn = Some(Txn {
+                overlay: (*base).clone(),
+                base,
+                writes: TxnWrites::default(),
+                explicit: false,
+                failed: false,
+            });
+        }
         let mut results = Vec::with_capacity(statements.len());
         for statement in statements {
             let result = self.execute(statement, None).await;
@@ -176,6 +189,16 @@ impl Session {
             results.push(result);
             if failed {
                 break;
+            }
+        }
+        if grouped && self.txn.as_ref().is_some_and(|t| !t.explicit) {
+            let txn = self.txn.take().expect("checked above");
+            if results.iter().all(Result::is_ok)
+                && let Err(e) = self.db.commit(&txn.base, txn.writes).await
+            {
+                self.note_error(&e);
+                results.pop();
+                results.push(Err(e));
             }
         }
         results
@@ -285,7 +308,11 @@ impl Session {
     }
 
     fn begin(&mut self) -> StatementResult {
-        if self.txn.is_none() {
+        if let Some(t) = &mut self.txn {
+            // BEGIN inside a multi-statement string turns its implicit
+            // transaction into a block.
+            t.explicit = true;
+        } else {
             let base = self.db.snapshot();
             self.txn = Some(Txn {
                 overlay: (*base).clone(),
@@ -320,8 +347,8 @@ impl Session {
     }
 
     /// The snapshot the current statement reads.
-    fn snapshot(&self) -> &Snapshot {
-        &self.txn.as_ref().expect("a statement runs in a transaction").overlay
+    fn snapshot(&self) -> Arc<Snapshot> {
+        self.view.snapshot()
     }
 
     /// Records writes in the open transaction and applies them to its overlay.

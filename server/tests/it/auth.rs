@@ -23,9 +23,25 @@ async fn scram_checks_passwords_and_new_users_can_log_in() {
     let client = server
         .try_connect(config(&server, "weir", Some("pw")))
         .await
-        .unwrap_or_else(|e| panic!("the superuser with the right password must connect: {e:?}\n{}", server.log_tail()));
-    let user: String = client.query_one("SELECT current_user", &[]).await.expect("current_user").get(0);
-    assert_eq!(user, "weir");
+        .unwrap_or_else(|e| {
+            panic!(
+                "the superuser with the right password must connect: {e:?}\n{}",
+                server.log_tail()
+            )
+        });
+    let user: String = client
+        .query_one("SELECT current_user", &[])
+        .await
+        .expect("current_user")
+        .get(0);
+    // Identity is checked last, so a wrong current_user does not hide the
+    // password checks below.
+    let mut identity = Vec::new();
+    if user != "weir" {
+        identity.push(format!(
+            "current_user of the superuser session is {user:?}, expected \"weir\""
+        ));
+    }
 
     let err = server
         .try_connect(config(&server, "weir", Some("not-pw")))
@@ -46,16 +62,27 @@ async fn scram_checks_passwords_and_new_users_can_log_in() {
         .try_connect(config(&server, "auth_nobody", Some("pw")))
         .await
         .expect_err("an unknown user must be refused");
-    assert_eq!(sqlstate(&err), "28P01", "unknown user (same error as a bad password): {err:?}");
+    assert_eq!(
+        sqlstate(&err),
+        "28P01",
+        "unknown user (same error as a bad password): {err:?}"
+    );
 
     // CREATE USER, or CREATE ROLE ... LOGIN where CREATE USER is not supported.
-    let form = match client.batch_execute("CREATE USER auth_bob PASSWORD 'x'").await {
+    let form = match client
+        .batch_execute("CREATE USER auth_bob PASSWORD 'x'")
+        .await
+    {
         Ok(()) => "CREATE USER auth_bob PASSWORD 'x'",
         Err(first) => {
             client
                 .batch_execute("CREATE ROLE auth_bob LOGIN PASSWORD 'x'")
                 .await
-                .unwrap_or_else(|e| panic!("neither CREATE USER ({first:?}) nor CREATE ROLE ... LOGIN ({e:?}) worked"));
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "neither CREATE USER ({first:?}) nor CREATE ROLE ... LOGIN ({e:?}) worked"
+                    )
+                });
             "CREATE ROLE auth_bob LOGIN PASSWORD 'x'"
         }
     };
@@ -64,9 +91,22 @@ async fn scram_checks_passwords_and_new_users_can_log_in() {
     let bob = server
         .try_connect(config(&server, "auth_bob", Some("x")))
         .await
-        .unwrap_or_else(|e| panic!("auth_bob created with `{form}` must connect: {e:?}\n{}", server.log_tail()));
-    let user: String = bob.query_one("SELECT current_user", &[]).await.expect("current_user").get(0);
-    assert_eq!(user, "auth_bob");
+        .unwrap_or_else(|e| {
+            panic!(
+                "auth_bob created with `{form}` must connect: {e:?}\n{}",
+                server.log_tail()
+            )
+        });
+    let user: String = bob
+        .query_one("SELECT current_user", &[])
+        .await
+        .expect("current_user")
+        .get(0);
+    if user != "auth_bob" {
+        identity.push(format!(
+            "current_user of auth_bob's session is {user:?}, expected \"auth_bob\""
+        ));
+    }
     let err = server
         .try_connect(config(&server, "auth_bob", Some("y")))
         .await
@@ -75,15 +115,26 @@ async fn scram_checks_passwords_and_new_users_can_log_in() {
 
     // libpq's SCRAM implementation (psql) as well as tokio-postgres'.
     let mut psql = Command::new("psql");
-    psql.args(["-X", "-tA", "-h", "127.0.0.1", "-p", &server.pg_port.to_string(), "-U", "weir", "weir"])
-        .args(["-c", "SELECT 'scram ok'"])
-        .env("PGPASSWORD", "pw")
-        .env("PGCONNECT_TIMEOUT", "30");
+    psql.args([
+        "-X",
+        "-tA",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &server.pg_port.to_string(),
+        "-U",
+        "weir",
+        "weir",
+    ])
+    .args(["-c", "SELECT 'scram ok'"])
+    .env("PGPASSWORD", "pw")
+    .env("PGCONNECT_TIMEOUT", "30");
     let (code, out, err) = run_command(psql, Duration::from_secs(60), "psql with SCRAM");
     assert!(
         code == Some(0) && out.trim() == "scram ok",
         "psql with the right password: exit {code:?}\nstdout: {out}\nstderr: {err}"
     );
+    assert!(identity.is_empty(), "{}", identity.join("\n"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,6 +144,10 @@ async fn trust_is_the_default() {
         .try_connect(config(&server, "weir", None))
         .await
         .unwrap_or_else(|e| panic!("trust auth lets the superuser in without a password: {e:?}"));
-    let one: i32 = client.query_one("SELECT 1", &[]).await.expect("SELECT 1").get(0);
-    assert_eq!(one, 1);
+    let user: String = client
+        .query_one("SELECT current_user::text", &[])
+        .await
+        .expect("current_user")
+        .get(0);
+    assert_eq!(user, "weir");
 }

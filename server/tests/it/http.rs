@@ -32,7 +32,10 @@ pub fn http_get(port: u16, path: &str) -> std::io::Result<HttpResponse> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| std::io::Error::other(format!("bad status line in {head:?}")))?;
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         dechunk(body)
     } else {
         body.to_string()
@@ -47,7 +50,8 @@ pub fn http_get(port: u16, path: &str) -> std::io::Result<HttpResponse> {
 fn dechunk(mut rest: &str) -> String {
     let mut out = String::new();
     while let Some((size_line, after)) = rest.split_once("\r\n") {
-        let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("0").trim(), 16).unwrap_or(0);
+        let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("0").trim(), 16)
+            .unwrap_or(0);
         if size == 0 || after.len() < size {
             break;
         }
@@ -72,7 +76,11 @@ pub fn metric_value(metrics: &str, series: &str) -> Option<f64> {
 fn health_and_ready_answer_200() {
     let server = WeirServer::start();
     let health = http_get(server.http_port, "/health").expect("GET /health");
-    assert_eq!(health.status, 200, "/health of a live server; body: {}", health.body);
+    assert_eq!(
+        health.status, 200,
+        "/health of a live server; body: {}",
+        health.body
+    );
     let ready = eventually_ready(&server);
     assert_eq!(ready, 200);
     let missing = http_get(server.http_port, "/no-such-page").expect("GET /no-such-page");
@@ -83,7 +91,9 @@ fn health_and_ready_answer_200() {
 pub fn eventually_ready(server: &WeirServer) -> u16 {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let status = http_get(server.http_port, "/ready").map(|r| r.status).unwrap_or(0);
+        let status = http_get(server.http_port, "/ready")
+            .map(|r| r.status)
+            .unwrap_or(0);
         if status == 200 {
             return status;
         }
@@ -108,7 +118,10 @@ async fn metrics_count_connections_queries_errors_and_rows() {
         .batch_execute("INSERT INTO http_t VALUES (1, 'a'), (2, 'b'), (3, 'c')")
         .await
         .expect("INSERT");
-    client.simple_query("SELECT * FROM http_t").await.expect("SELECT");
+    client
+        .simple_query("SELECT * FROM http_t")
+        .await
+        .expect("SELECT");
     let err = client
         .simple_query("SELECT * FROM http_no_such_table")
         .await
@@ -116,19 +129,32 @@ async fn metrics_count_connections_queries_errors_and_rows() {
     assert_eq!(crate::harness::sqlstate(&err), "42P01");
 
     let port = server.http_port;
-    let metrics = eventually(Duration::from_secs(30), "metrics reflecting the queries", || async move {
-        let r = http_get(port, "/metrics").ok()?;
-        (r.status == 200 && metric_value(&r.body, "weir_rows_written_total").unwrap_or(0.0) >= 3.0).then_some(r)
-    })
+    let metrics = eventually(
+        Duration::from_secs(30),
+        "metrics reflecting the queries",
+        || async move {
+            let r = http_get(port, "/metrics").ok()?;
+            (r.status == 200
+                && metric_value(&r.body, "weir_rows_written_total").unwrap_or(0.0) >= 3.0)
+                .then_some(r)
+        },
+    )
     .await;
     let text = &metrics.body;
     assert!(
-        metrics.headers.to_ascii_lowercase().contains("content-type: text/plain"),
+        metrics
+            .headers
+            .to_ascii_lowercase()
+            .contains("content-type: text/plain"),
         "Prometheus text content type: {}",
         metrics.headers
     );
-    let connections = metric_value(text, "weir_connections").unwrap_or_else(|| panic!("weir_connections in:\n{text}"));
-    assert!(connections >= 1.0, "weir_connections with one open session is {connections}:\n{text}");
+    let connections = metric_value(text, "weir_connections")
+        .unwrap_or_else(|| panic!("weir_connections in:\n{text}"));
+    assert!(
+        connections >= 1.0,
+        "weir_connections with one open session is {connections}:\n{text}"
+    );
     assert!(
         text.contains("weir_queries_total{kind=\""),
         "weir_queries_total by kind in:\n{text}"
@@ -146,10 +172,19 @@ async fn metrics_count_connections_queries_errors_and_rows() {
         .unwrap_or_else(|| panic!("weir_errors_total{{sqlstate=\"42P01\"}} in:\n{text}"));
     assert!(errors >= 1.0, "one 42P01 counted, got {errors}");
     let rows = metric_value(text, "weir_rows_written_total").expect("weir_rows_written_total");
-    assert!(rows >= 3.0, "3 rows inserted, weir_rows_written_total = {rows}");
-    for line in text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+    assert!(
+        rows >= 3.0,
+        "3 rows inserted, weir_rows_written_total = {rows}"
+    );
+    for line in text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
         let value = line.rsplit(' ').next().unwrap_or("");
-        assert!(value.parse::<f64>().is_ok(), "a sample line ends with a number: {line:?}");
+        assert!(
+            value.parse::<f64>().is_ok(),
+            "a sample line ends with a number: {line:?}"
+        );
     }
     drop(client);
 }

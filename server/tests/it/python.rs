@@ -48,7 +48,9 @@ fn run_script(name: &str) {
     let script = workspace_root().join("tests/clients").join(name);
     assert!(script.exists(), "{} is missing", script.display());
     let python = venv_python();
-    let server = WeirServer::start_with(Options::default().watchdog(SCRIPT_TIMEOUT + Duration::from_secs(60)));
+    let server = WeirServer::start_with(
+        Options::default().watchdog(SCRIPT_TIMEOUT + Duration::from_secs(60)),
+    );
     let mut command = Command::new(&python);
     command.arg(&script);
     match port {
@@ -57,7 +59,9 @@ fn run_script(name: &str) {
             .args(["--flight-port", &server.flight_port.to_string()]),
         Port::Flight => command.args(["--port", &server.flight_port.to_string()]),
     };
-    command.current_dir(workspace_root()).env("PYTHONUNBUFFERED", "1");
+    command
+        .current_dir(workspace_root())
+        .env("PYTHONUNBUFFERED", "1");
     let (code, stdout, stderr) = run_command(command, SCRIPT_TIMEOUT, name);
     let summary = stdout
         .lines()
@@ -98,7 +102,11 @@ fn every_client_script_has_a_test() {
     let dir = workspace_root().join("tests/clients");
     let mut unlisted = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())) {
-        let name = entry.expect("dir entry").file_name().to_string_lossy().into_owned();
+        let name = entry
+            .expect("dir entry")
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
         if name.ends_with(".py") && !SCRIPTS.iter().any(|(n, _)| *n == name) {
             unlisted.push(name);
         }

@@ -14,7 +14,17 @@ fn self_signed(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let key = dir.join("server.key");
     let mut openssl = Command::new("openssl");
     openssl
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+        ])
         .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
         .arg("-keyout")
         .arg(&key)
@@ -74,12 +84,19 @@ fn without_tls_prefer_falls_back_and_require_is_refused() {
         server.log_tail()
     );
     let (code, out, err) = psql(&conninfo(server.pg_port, "require"), "SELECT 1");
-    assert_ne!(code, Some(0), "sslmode=require must fail without TLS\nstdout: {out}\nstderr: {err}");
+    assert_ne!(
+        code,
+        Some(0),
+        "sslmode=require must fail without TLS\nstdout: {out}\nstderr: {err}"
+    );
     assert!(
         err.contains("does not support SSL"),
         "libpq's reason for the refusal: {err}"
     );
     // The server is unharmed by the refused handshake.
     let (code, out, _) = psql(&conninfo(server.pg_port, "disable"), "SELECT 'still here'");
-    assert!(code == Some(0) && out.trim() == "still here", "plain connection after a refused TLS request");
+    assert!(
+        code == Some(0) && out.trim() == "still here",
+        "plain connection after a refused TLS request"
+    );
 }

@@ -31,7 +31,9 @@ fn main() -> ExitCode {
         let parsed: Result<(), String> = match arg.as_str() {
             "--host" => value("--host").map(|v| options.host = v),
             "--port" => value("--port").and_then(|v| {
-                v.parse().map(|p| options.port = p).map_err(|e| format!("--port {v}: {e}"))
+                v.parse()
+                    .map(|p| options.port = p)
+                    .map_err(|e| format!("--port {v}: {e}"))
             }),
             "--user" => value("--user").map(|v| options.user = v),
             "--db" => value("--db").map(|v| options.dbname = v),
@@ -59,7 +61,10 @@ fn main() -> ExitCode {
     if files.is_empty() {
         files = bundled_files();
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("weir-slt: cannot start a runtime: {e}");
@@ -70,7 +75,10 @@ fn main() -> ExitCode {
         if rewrite {
             return match override_files(&options, &files).await {
                 Ok(()) => {
-                    println!("rewrote {} file(s); review the diff before committing", files.len());
+                    println!(
+                        "rewrote {} file(s); review the diff before committing",
+                        files.len()
+                    );
                     ExitCode::SUCCESS
                 }
                 Err(e) => {

@@ -1,0 +1,162 @@
+//! A throwaway PostgreSQL cluster (initdb + pg_ctl in a temporary directory, a
+//! free port, stopped on drop), used to check that the `.slt` files expect
+//! what PostgreSQL itself returns. As root, the server runs as the `postgres`
+//! user (initdb refuses root).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::harness::{free_port, run_command};
+
+pub struct PgCluster {
+    bin: PathBuf,
+    dir: Option<tempfile::TempDir>,
+    pub port: u16,
+}
+
+/// The newest `/usr/lib/postgresql/N/bin` that has initdb.
+fn find_bin() -> PathBuf {
+    let mut candidates: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let version = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+                    let bin = e.path().join("bin");
+                    bin.join("initdb").exists().then_some((version, bin))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    candidates.sort();
+    candidates.pop().map(|(_, bin)| bin).unwrap_or_else(|| {
+        panic!(
+            "PostgreSQL server binaries not found under /usr/lib/postgresql: run scripts/test-all.sh, \
+             or `apt-get install -y postgresql`"
+        )
+    })
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl PgCluster {
+    pub fn start() -> PgCluster {
+        let bin = find_bin();
+        let dir = tempfile::Builder::new()
+            .prefix("weir-pg-")
+            .tempdir()
+            .expect("temp dir");
+        let root = is_root();
+        let data = dir.path().join("db");
+        let port = free_port();
+        let as_owner = |program: &Path| {
+            let mut command;
+            if root {
+                command = Command::new("setpriv");
+                command
+                    .args([
+                        "--reuid",
+                        "postgres",
+                        "--regid",
+                        "postgres",
+                        "--clear-groups",
+                    ])
+                    .arg(program);
+            } else {
+                command = Command::new(program);
+            }
+            command
+        };
+        if root {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))
+                .expect("open the temp dir to the postgres user");
+        }
+        let mut initdb = as_owner(&bin.join("initdb"));
+        initdb
+            .args([
+                "-N",
+                "-A",
+                "trust",
+                "-U",
+                "weir",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "-D",
+            ])
+            .arg(&data);
+        let (code, out, err) = run_command(initdb, Duration::from_secs(120), "initdb");
+        assert_eq!(code, Some(0), "initdb failed\n{out}\n{err}");
+
+        let mut pg_ctl = as_owner(&bin.join("pg_ctl"));
+        pg_ctl
+            .args(["-w", "-t", "60", "-D"])
+            .arg(&data)
+            .arg("-l")
+            .arg(dir.path().join("postgres.log"))
+            .arg("-o")
+            .arg(format!(
+                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c timezone=UTC -c datestyle='iso, mdy'",
+                dir.path().display()
+            ))
+            .arg("start");
+        let (code, out, err) = run_command(pg_ctl, Duration::from_secs(120), "pg_ctl start");
+        let log = std::fs::read_to_string(dir.path().join("postgres.log")).unwrap_or_default();
+        assert_eq!(code, Some(0), "pg_ctl start failed\n{out}\n{err}\n{log}");
+
+        let mut psql = Command::new("psql");
+        psql.args([
+            "-X",
+            "-q",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "weir",
+            "postgres",
+        ])
+        .args(["-c", "CREATE DATABASE weir"]);
+        let (code, out, err) = run_command(psql, Duration::from_secs(60), "CREATE DATABASE weir");
+        assert_eq!(code, Some(0), "CREATE DATABASE weir failed\n{out}\n{err}");
+        PgCluster {
+            bin,
+            dir: Some(dir),
+            port,
+        }
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        if let Some(dir) = self.dir.take() {
+            let mut command = if is_root() {
+                let mut c = Command::new("setpriv");
+                c.args([
+                    "--reuid",
+                    "postgres",
+                    "--regid",
+                    "postgres",
+                    "--clear-groups",
+                ])
+                .arg(self.bin.join("pg_ctl"));
+                c
+            } else {
+                Command::new(self.bin.join("pg_ctl"))
+            };
+            command
+                .args(["-m", "immediate", "-w", "-D"])
+                .arg(dir.path().join("db"))
+                .arg("stop");
+            let _ = command.output();
+        }
+    }
+}
