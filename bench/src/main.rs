@@ -39,16 +39,29 @@ enum Bench {
 }
 
 async fn connect(host: &str, port: u16) -> Result<Client, tokio_postgres::Error> {
-    let (client, connection) =
-        tokio_postgres::connect(&format!("host={host} port={port} user=weir dbname=weir"), NoTls).await?;
+    let (client, connection) = tokio_postgres::connect(
+        &format!("host={host} port={port} user=weir dbname=weir"),
+        NoTls,
+    )
+    .await?;
     tokio::spawn(connection);
     Ok(client)
 }
 
-type Work = fn(Arc<Client>, u64, usize) -> futures::future::BoxFuture<'static, Result<u64, tokio_postgres::Error>>;
+type Work = fn(
+    Arc<Client>,
+    u64,
+    usize,
+) -> futures::future::BoxFuture<'static, Result<u64, tokio_postgres::Error>>;
 
 /// Runs `work` from `clients` connections for `seconds`; returns units done per second.
-async fn measure(host: &str, port: u16, clients: usize, seconds: u64, work: Work) -> Result<f64, Box<dyn std::error::Error>> {
+async fn measure(
+    host: &str,
+    port: u16,
+    clients: usize,
+    seconds: u64,
+    work: Work,
+) -> Result<f64, Box<dyn std::error::Error>> {
     let done = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut tasks = Vec::new();
@@ -74,7 +87,12 @@ async fn measure(host: &str, port: u16, clients: usize, seconds: u64, work: Work
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let Bench::Serving { host, port, clients, seconds } = Cli::parse().command;
+    let Bench::Serving {
+        host,
+        port,
+        clients,
+        seconds,
+    } = Cli::parse().command;
     let admin = connect(&host, port).await?;
     admin
         .batch_execute(
@@ -86,13 +104,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Box::pin(async move {
             let id = (c as i64) << 40 | i as i64;
             client
-                .execute("INSERT INTO bench_rows VALUES ($1, $2, 'x')", &[&id, &(c as i32)])
+                .execute(
+                    "INSERT INTO bench_rows VALUES ($1, $2, 'x')",
+                    &[&id, &(c as i32)],
+                )
                 .await?;
             Ok(1)
         })
     })
     .await?;
-    println!("single-row INSERT commits: {single:.0}/s ({:.0}/s per client, {clients} clients)", single / clients as f64);
+    println!(
+        "single-row INSERT commits: {single:.0}/s ({:.0}/s per client, {clients} clients)",
+        single / clients as f64
+    );
 
     let batched = measure(&host, port, clients, seconds, |client, i, c| {
         Box::pin(async move {
@@ -107,10 +131,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .await?;
     println!("batched INSERT rows: {batched:.0}/s (1000 rows per statement)");
 
-    let rows: i64 = admin.query_one("SELECT count(*) FROM bench_rows", &[]).await?.get(0);
+    let rows: i64 = admin
+        .query_one("SELECT count(*) FROM bench_rows", &[])
+        .await?
+        .get(0);
     let reads = measure(&host, port, clients, seconds, |client, i, c| {
         Box::pin(async move {
-            let statement = client.prepare("SELECT payload FROM bench_rows WHERE id = $1").await?;
+            let statement = client
+                .prepare("SELECT payload FROM bench_rows WHERE id = $1")
+                .await?;
             let id = (c as i64) << 40 | (i as i64 % 100);
             client.query(&statement, &[&id]).await?;
             Ok(1)

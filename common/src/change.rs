@@ -120,8 +120,8 @@ mod tests {
     #[test]
     fn rejects_mismatched_weights() {
         let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Utf8, true)]));
-        let rows = RecordBatch::try_new(schema, vec![Arc::new(StringArray::from(vec!["a"]))])
-            .unwrap();
+        let rows =
+            RecordBatch::try_new(schema, vec![Arc::new(StringArray::from(vec!["a"]))]).unwrap();
         assert!(ChangeBatch::new(rows, Int64Array::from(vec![1, 1])).is_err());
     }
 }

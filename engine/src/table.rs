@@ -86,7 +86,12 @@ impl TableState {
 
     fn check_schema(&self, batch: &RecordBatch) -> Result<(), EngineError> {
         let ours: Vec<_> = self.schema.fields().iter().map(|f| f.data_type()).collect();
-        let theirs: Vec<_> = batch.schema_ref().fields().iter().map(|f| f.data_type()).collect();
+        let theirs: Vec<_> = batch
+            .schema_ref()
+            .fields()
+            .iter()
+            .map(|f| f.data_type())
+            .collect();
         if ours != theirs {
             return Err(EngineError::SchemaMismatch(format!(
                 "expected {ours:?}, got {theirs:?}"
@@ -95,7 +100,10 @@ impl TableState {
         Ok(())
     }
 
-    fn encode(&self, batch: &RecordBatch) -> Result<(arrow::row::Rows, arrow::row::Rows), EngineError> {
+    fn encode(
+        &self,
+        batch: &RecordBatch,
+    ) -> Result<(arrow::row::Rows, arrow::row::Rows), EngineError> {
         self.check_schema(batch)?;
         let rows = self.codec.row.convert_columns(batch.columns())?;
         let key_cols: Vec<ArrayRef> = self
@@ -148,7 +156,10 @@ impl TableState {
 
     /// For each row of `candidates` (same schema as the table), the index of
     /// the stored row with the same key in the returned batch, if any.
-    pub fn lookup(&self, candidates: &RecordBatch) -> Result<(Vec<Option<u32>>, RecordBatch), EngineError> {
+    pub fn lookup(
+        &self,
+        candidates: &RecordBatch,
+    ) -> Result<(Vec<Option<u32>>, RecordBatch), EngineError> {
         let (_, keys) = self.encode(candidates)?;
         let mut found: Vec<Row> = Vec::new();
         let mut positions = Vec::with_capacity(candidates.num_rows());
@@ -168,7 +179,9 @@ impl TableState {
     /// equal keys have equal bytes.
     pub fn keys(&self, batch: &RecordBatch) -> Result<Vec<Key>, EngineError> {
         let (_, keys) = self.encode(batch)?;
-        Ok((0..batch.num_rows()).map(|i| keys.row(i).as_ref().into()).collect())
+        Ok((0..batch.num_rows())
+            .map(|i| keys.row(i).as_ref().into())
+            .collect())
     }
 
     /// The key of row `i` of `batch`, as text for error messages.
@@ -241,8 +254,16 @@ mod tests {
     fn contents(state: &TableState) -> Vec<(i64, String)> {
         let mut out = Vec::new();
         for batch in state.scan().unwrap().iter() {
-            let ids = batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-            let owners = batch.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+            let ids = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
+            let owners = batch
+                .column(1)
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap();
             for i in 0..batch.num_rows() {
                 out.push((ids.value(i), owners.value(i).to_string()));
             }
@@ -273,7 +294,9 @@ mod tests {
     #[test]
     fn duplicate_key_leaves_the_state_unchanged() {
         let mut state = TableState::new(accounts(&[]).schema(), vec![0]).unwrap();
-        state.apply(&ChangeBatch::inserts(accounts(&[(1, "al")]))).unwrap();
+        state
+            .apply(&ChangeBatch::inserts(accounts(&[(1, "al")])))
+            .unwrap();
         let err = state
             .apply(&ChangeBatch::inserts(accounts(&[(3, "cy"), (1, "again")])))
             .unwrap_err();
@@ -284,7 +307,9 @@ mod tests {
     #[test]
     fn lookup_finds_existing_rows_by_key() {
         let mut state = TableState::new(accounts(&[]).schema(), vec![0]).unwrap();
-        state.apply(&ChangeBatch::inserts(accounts(&[(1, "al"), (2, "bo")]))).unwrap();
+        state
+            .apply(&ChangeBatch::inserts(accounts(&[(1, "al"), (2, "bo")])))
+            .unwrap();
         let (positions, found) = state.lookup(&accounts(&[(2, "x"), (5, "y")])).unwrap();
         assert_eq!(positions, vec![Some(0), None]);
         assert_eq!(found.num_rows(), 1);

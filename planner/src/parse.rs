@@ -6,7 +6,8 @@ use datafusion::sql::sqlparser::ast::Statement;
 use datafusion::sql::sqlparser::parser::ParserError;
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
-static PARSER: LazyLock<PostgresCompatibilityParser> = LazyLock::new(PostgresCompatibilityParser::new);
+static PARSER: LazyLock<PostgresCompatibilityParser> =
+    LazyLock::new(PostgresCompatibilityParser::new);
 
 /// A syntax error, with where it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

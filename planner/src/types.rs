@@ -62,9 +62,12 @@ impl SqlType {
                 ExactNumberInfo::Precision(p) => Some((checked_precision(*p)?, 0)),
                 ExactNumberInfo::PrecisionAndScale(p, s) => {
                     let p = checked_precision(*p)?;
-                    let s = i8::try_from(*s).ok().filter(|s| *s >= 0 && (*s as u8) <= p).ok_or_else(
-                        || format!("NUMERIC scale {s} must be between 0 and precision {p}"),
-                    )?;
+                    let s = i8::try_from(*s)
+                        .ok()
+                        .filter(|s| *s >= 0 && (*s as u8) <= p)
+                        .ok_or_else(|| {
+                            format!("NUMERIC scale {s} must be between 0 and precision {p}")
+                        })?;
                     Some((p, s))
                 }
             }),
@@ -205,14 +208,19 @@ impl SqlType {
 
     /// The type of an Arrow field, when it is one Weir stores.
     pub fn from_field(field: &Field) -> Option<Self> {
-        let tag = field.metadata().get(PG_TYPE_METADATA_KEY).map(String::as_str);
+        let tag = field
+            .metadata()
+            .get(PG_TYPE_METADATA_KEY)
+            .map(String::as_str);
         Some(match (field.data_type(), tag) {
             (DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8, Some("varchar")) => {
                 Self::Varchar(None)
             }
             (DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8, Some("uuid")) => Self::Uuid,
             (DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8, Some("json")) => Self::Json,
-            (DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8, Some("jsonb")) => Self::Jsonb,
+            (DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8, Some("jsonb")) => {
+                Self::Jsonb
+            }
             (data_type, _) => Self::from_arrow(data_type)?,
         })
     }
@@ -226,7 +234,9 @@ impl SqlType {
             DataType::Int64 | DataType::UInt32 => Self::Int8,
             DataType::Float16 | DataType::Float32 => Self::Float4,
             DataType::Float64 => Self::Float8,
-            DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => Self::Numeric(Some((*p, *s))),
+            DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => {
+                Self::Numeric(Some((*p, *s)))
+            }
             DataType::UInt64 => Self::Numeric(Some((20, 0))),
             DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8 => Self::Text,
             DataType::Binary | DataType::BinaryView | DataType::LargeBinary => Self::Bytea,
@@ -305,7 +315,9 @@ fn checked_precision(p: u64) -> Result<u8, String> {
 
 fn char_len(len: &datafusion::sql::sqlparser::ast::CharacterLength) -> Option<u64> {
     match len {
-        datafusion::sql::sqlparser::ast::CharacterLength::IntegerLength { length, .. } => Some(*length),
+        datafusion::sql::sqlparser::ast::CharacterLength::IntegerLength { length, .. } => {
+            Some(*length)
+        }
         datafusion::sql::sqlparser::ast::CharacterLength::Max => None,
     }
 }
@@ -343,7 +355,12 @@ mod tests {
 
     #[test]
     fn tagged_fields_round_trip() {
-        for t in [SqlType::Uuid, SqlType::Json, SqlType::Jsonb, SqlType::Varchar(None)] {
+        for t in [
+            SqlType::Uuid,
+            SqlType::Json,
+            SqlType::Jsonb,
+            SqlType::Varchar(None),
+        ] {
             assert_eq!(SqlType::from_field(&t.field("x", true)), Some(t));
         }
     }

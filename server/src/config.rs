@@ -92,7 +92,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "s" | "sec" | "secs" | "second" | "seconds" => value,
         "m" | "min" | "minute" | "minutes" => value * 60.0,
         "h" | "hour" | "hours" => value * 3600.0,
-        other => return Err(format!("invalid duration unit \"{other}\" in \"{text}\": use us, ms, s, m or h")),
+        other => {
+            return Err(format!(
+                "invalid duration unit \"{other}\" in \"{text}\": use us, ms, s, m or h"
+            ));
+        }
     };
     if !seconds.is_finite() || seconds < 0.0 {
         return Err(format!("invalid duration \"{text}\""));

@@ -24,12 +24,12 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 
-use crate::catalog::model::{DATABASE_NAME, DEFAULT_SCHEMA, ScramSecret, SUPERUSER};
-use crate::session::AdvisoryLocks;
+use crate::catalog::model::{DATABASE_NAME, DEFAULT_SCHEMA, SUPERUSER, ScramSecret};
 use crate::catalog::{Catalog, CatalogChange, ControlEntry};
 use crate::config::{AuthMode, ServeConfig};
 use crate::error::ServerError;
 use crate::metrics::Metrics;
+use crate::session::AdvisoryLocks;
 use crate::wal::{TableWrite, WalRecord};
 
 /// A consistent view of everything: what a statement reads.
@@ -133,12 +133,16 @@ impl QueryEnv {
         datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE_NAME, EmptyContextProvider)
             .map_err(|e| ServerError::internal(format!("pg_catalog setup: {e}")))?;
         let pg_static = Arc::new(
-            PgCatalogStaticTables::try_new().map_err(|e| ServerError::internal(format!("pg_catalog tables: {e}")))?,
+            PgCatalogStaticTables::try_new()
+                .map_err(|e| ServerError::internal(format!("pg_catalog tables: {e}")))?,
         );
         let template = datafusion::execution::SessionStateBuilder::new_from_existing(ctx.state())
             .with_type_planner(Arc::new(crate::types::WeirTypePlanner::default()))
             .build();
-        Ok(Self { template, pg_static })
+        Ok(Self {
+            template,
+            pg_static,
+        })
     }
 }
 
@@ -160,7 +164,9 @@ pub struct Database {
 
 impl std::fmt::Debug for Database {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Database").field("data_dir", &self.config.data_dir).finish()
+        f.debug_struct("Database")
+            .field("data_dir", &self.config.data_dir)
+            .finish()
     }
 }
 
@@ -212,7 +218,11 @@ impl Database {
             for (id, op) in &ops {
                 if let (TableWrite::Changes(c), Some(def)) = (op, snapshot.catalog.tables.get(id))
                     && def.has_row_id()
-                    && let Some(ids) = c.rows().columns().last().and_then(|a| a.as_any().downcast_ref::<Int64Array>())
+                    && let Some(ids) = c
+                        .rows()
+                        .columns()
+                        .last()
+                        .and_then(|a| a.as_any().downcast_ref::<Int64Array>())
                     && let Some(m) = arrow::compute::max(ids)
                 {
                     max_row_id = max_row_id.max(m);
@@ -307,7 +317,8 @@ impl Database {
                 txn,
                 changes: writes.ddl,
             };
-            let bytes = serde_json::to_vec(&entry).map_err(|e| ServerError::internal(e.to_string()))?;
+            let bytes =
+                serde_json::to_vec(&entry).map_err(|e| ServerError::internal(e.to_string()))?;
             let revision = self
                 .control_log
                 .append(next.catalog.revision, Bytes::from(bytes))
@@ -339,9 +350,13 @@ impl Database {
     pub fn register_backend(&self) -> (i32, i32) {
         let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
         let secret = uuid::Uuid::new_v4().as_u128() as i32;
-        self.backends
-            .lock()
-            .insert(pid, BackendEntry { secret, running: None });
+        self.backends.lock().insert(
+            pid,
+            BackendEntry {
+                secret,
+                running: None,
+            },
+        );
         (pid, secret)
     }
 

@@ -8,7 +8,10 @@ use weir_storage::StorageError;
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("syntax error: {message}")]
-    Syntax { message: String, position: Option<usize> },
+    Syntax {
+        message: String,
+        position: Option<usize>,
+    },
     #[error("relation \"{0}\" does not exist")]
     UndefinedTable(String),
     #[error("column \"{0}\" does not exist")]
@@ -23,13 +26,17 @@ pub enum ServerError {
     DuplicateRole(String),
     #[error("unrecognized configuration parameter \"{0}\"")]
     UndefinedParameter(String),
-    #[error("duplicate key value violates unique constraint \"{constraint}\": Key ({columns})=({values}) already exists.")]
+    #[error(
+        "duplicate key value violates unique constraint \"{constraint}\": Key ({columns})=({values}) already exists."
+    )]
     UniqueViolation {
         constraint: String,
         columns: String,
         values: String,
     },
-    #[error("null value in column \"{column}\" of relation \"{table}\" violates not-null constraint")]
+    #[error(
+        "null value in column \"{column}\" of relation \"{table}\" violates not-null constraint"
+    )]
     NotNullViolation { table: String, column: String },
     #[error("{0} is not supported")]
     FeatureNotSupported(String),
@@ -117,8 +124,11 @@ impl ServerError {
 
     pub fn hint(&self) -> Option<String> {
         match self {
-            Self::InFailedTransaction => Some("issue ROLLBACK to end the failed transaction".into()),
-            Self::SerializationFailure(_) | Self::Storage(StorageError::RevisionConflict { .. }) => {
+            Self::InFailedTransaction => {
+                Some("issue ROLLBACK to end the failed transaction".into())
+            }
+            Self::SerializationFailure(_)
+            | Self::Storage(StorageError::RevisionConflict { .. }) => {
                 Some("another session changed the catalog first; retry the statement".into())
             }
             Self::DependentObjects { dependents, .. } => Some(format!(
@@ -150,7 +160,9 @@ impl ServerError {
 fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
     match e.find_root() {
         DataFusionError::SQL(..) => "42601",
-        DataFusionError::Plan(msg) if msg.contains("not found") || msg.contains("No field named") => {
+        DataFusionError::Plan(msg)
+            if msg.contains("not found") || msg.contains("No field named") =>
+        {
             "42703"
         }
         DataFusionError::SchemaError(e, _) => match e.as_ref() {
@@ -168,6 +180,7 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
                 "22P02"
             }
             arrow::error::ArrowError::ComputeError(msg) if msg.contains("overflow") => "22003",
+            arrow::error::ArrowError::InvalidArgumentError(msg) if msg.contains("non-nullable") => "23502",
             _ => "22000",
         },
         DataFusionError::Execution(msg) if msg.contains("Divide by zero") => "22012",
@@ -181,7 +194,9 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
 impl From<DataFusionError> for ServerError {
     fn from(e: DataFusionError) -> Self {
         match e.find_root() {
-            DataFusionError::Plan(msg) if msg.starts_with("table '") && msg.ends_with("' not found") => {
+            DataFusionError::Plan(msg)
+                if msg.starts_with("table '") && msg.ends_with("' not found") =>
+            {
                 let name = msg["table '".len()..msg.len() - "' not found".len()].to_string();
                 let name = name.rsplit('.').next().unwrap_or(&name).to_string();
                 Self::UndefinedTable(name)

@@ -30,12 +30,19 @@ async fn ready(State(db): State<Arc<Database>>) -> impl IntoResponse {
 
 async fn metrics(State(db): State<Arc<Database>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         db.metrics().render(),
     )
 }
 
-pub async fn serve(db: Arc<Database>, listener: tokio::net::TcpListener, shutdown: CancellationToken) -> std::io::Result<()> {
+pub async fn serve(
+    db: Arc<Database>,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
     axum::serve(listener, router(db))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await

@@ -11,7 +11,10 @@ fn main() -> std::process::ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("weir: cannot start the runtime: {e}");
@@ -24,14 +27,15 @@ fn main() -> std::process::ExitCode {
         let on_signal = shutdown.clone();
         tokio::spawn(async move {
             let ctrl_c = tokio::signal::ctrl_c();
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    on_signal.cancel();
-                    return;
-                }
-            };
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => {
+                        let _ = ctrl_c.await;
+                        on_signal.cancel();
+                        return;
+                    }
+                };
             tokio::select! {
                 _ = ctrl_c => {},
                 _ = term.recv() => {},

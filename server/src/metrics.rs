@@ -33,7 +33,11 @@ impl Default for Metrics {
         let errors = Family::<Labels, Counter>::default();
         let rows_written = Counter::default();
         let commits = Counter::default();
-        registry.register("connections", "Open client connections", connections.clone());
+        registry.register(
+            "connections",
+            "Open client connections",
+            connections.clone(),
+        );
         registry.register(
             "connections_opened",
             "Client connections accepted since start",
@@ -41,7 +45,11 @@ impl Default for Metrics {
         );
         registry.register("queries", "Statements executed, by kind", queries.clone());
         registry.register("errors", "Statements failed, by SQLSTATE", errors.clone());
-        registry.register("rows_written", "Table rows inserted, updated or deleted", rows_written.clone());
+        registry.register(
+            "rows_written",
+            "Table rows inserted, updated or deleted",
+            rows_written.clone(),
+        );
         registry.register("commits", "Durable table-log commits", commits.clone());
         Self {
             registry,
@@ -67,11 +75,15 @@ impl Metrics {
 
     /// `kind` is a statement kind such as `select`, `insert`, `create_table`.
     pub fn query(&self, kind: &str) {
-        self.queries.get_or_create(&vec![("kind", kind.to_string())]).inc();
+        self.queries
+            .get_or_create(&vec![("kind", kind.to_string())])
+            .inc();
     }
 
     pub fn error(&self, sqlstate: &str) {
-        self.errors.get_or_create(&vec![("sqlstate", sqlstate.to_string())]).inc();
+        self.errors
+            .get_or_create(&vec![("sqlstate", sqlstate.to_string())])
+            .inc();
     }
 
     pub fn rows_written(&self, n: u64) {
@@ -104,8 +116,14 @@ mod tests {
         m.rows_written(3);
         let text = m.render();
         assert!(text.contains("weir_connections 1"), "{text}");
-        assert!(text.contains("weir_queries_total{kind=\"select\"} 1"), "{text}");
-        assert!(text.contains("weir_errors_total{sqlstate=\"42P01\"} 1"), "{text}");
+        assert!(
+            text.contains("weir_queries_total{kind=\"select\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("weir_errors_total{sqlstate=\"42P01\"} 1"),
+            "{text}"
+        );
         assert!(text.contains("weir_rows_written_total 3"), "{text}");
     }
 }

@@ -80,12 +80,22 @@ impl SystemSchema {
                 ]
             }
             "backends" => {
-                let readiness = if self.db.is_ready() { "ready" } else { "replaying" };
+                let readiness = if self.db.is_ready() {
+                    "ready"
+                } else {
+                    "replaying"
+                };
                 let data_dir = self.db.config().data_dir.display().to_string();
                 vec![
-                    text(vec![format!("catalog:file://{data_dir}/catalog"), format!("table-log:file://{data_dir}/tablelog")]),
+                    text(vec![
+                        format!("catalog:file://{data_dir}/catalog"),
+                        format!("table-log:file://{data_dir}/tablelog"),
+                    ]),
                     int(vec![1, 1]),
-                    text(vec!["create-only-append,expected-revision".into(), "group-commit,fsync".into()]),
+                    text(vec![
+                        "create-only-append,expected-revision".into(),
+                        "group-commit,fsync".into(),
+                    ]),
                     text(vec![readiness.into(), readiness.into()]),
                 ]
             }
@@ -98,7 +108,6 @@ impl SystemSchema {
 
 #[async_trait]
 impl SchemaProvider for SystemSchema {
-
     fn table_names(&self) -> Vec<String> {
         TABLES.iter().map(|s| s.to_string()).collect()
     }
@@ -107,7 +116,10 @@ impl SchemaProvider for SystemSchema {
         let Some(batch) = self.build(name) else {
             return Ok(None);
         };
-        Ok(Some(Arc::new(MemTable::try_new(batch.schema(), vec![vec![batch]])?)))
+        Ok(Some(Arc::new(MemTable::try_new(
+            batch.schema(),
+            vec![vec![batch]],
+        )?)))
     }
 
     fn table_exist(&self, name: &str) -> bool {

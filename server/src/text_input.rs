@@ -46,13 +46,19 @@ pub fn parse_column(text: &StringArray, sql_type: &SqlType) -> Result<ArrayRef, 
             let values = parse_column(&StringArray::from(items), element)?;
             let field = Arc::new(element.field("item", true));
             Ok(Arc::new(
-                ListArray::try_new(field, OffsetBuffer::new(offsets.into()), values, Some(validity.into()))
-                    .map_err(|e| e.to_string())?,
+                ListArray::try_new(
+                    field,
+                    OffsetBuffer::new(offsets.into()),
+                    values,
+                    Some(validity.into()),
+                )
+                .map_err(|e| e.to_string())?,
             ))
         }
         SqlType::Uuid => {
             for value in text.iter().flatten() {
-                uuid::Uuid::parse_str(value).map_err(|_| format!("invalid input syntax for type uuid: \"{value}\""))?;
+                uuid::Uuid::parse_str(value)
+                    .map_err(|_| format!("invalid input syntax for type uuid: \"{value}\""))?;
             }
             Ok(Arc::new(text.clone()))
         }
@@ -64,7 +70,10 @@ pub fn parse_column(text: &StringArray, sql_type: &SqlType) -> Result<ArrayRef, 
             Ok(Arc::new(text.clone()))
         }
         other => {
-            let options = arrow::compute::CastOptions { safe: false, ..Default::default() };
+            let options = arrow::compute::CastOptions {
+                safe: false,
+                ..Default::default()
+            };
             cast_with_options(text, &other.arrow_type(), &options)
                 .map_err(|e| format!("invalid input for type {}: {e}", other.display_name()))
         }
@@ -100,8 +109,12 @@ fn parse_bytea(v: &str) -> Result<Vec<u8>, String> {
                         out.push(b'\\');
                         i += 2;
                     } else {
-                        let octal = v.get(i + 1..i + 4).and_then(|o| u8::from_str_radix(o, 8).ok());
-                        out.push(octal.ok_or_else(|| format!("invalid input syntax for type bytea: \"{v}\""))?);
+                        let octal = v
+                            .get(i + 1..i + 4)
+                            .and_then(|o| u8::from_str_radix(o, 8).ok());
+                        out.push(octal.ok_or_else(|| {
+                            format!("invalid input syntax for type bytea: \"{v}\"")
+                        })?);
                         i += 4;
                     }
                 } else {
@@ -136,10 +149,18 @@ pub fn parse_array_literal(v: &str) -> Result<Vec<Option<String>>, String> {
             chars.next();
             loop {
                 match chars.next() {
-                    Some('\\') => item.push(chars.next().ok_or("malformed array literal: dangling backslash")?),
+                    Some('\\') => item.push(
+                        chars
+                            .next()
+                            .ok_or("malformed array literal: dangling backslash")?,
+                    ),
                     Some('"') => break,
                     Some(c) => item.push(c),
-                    None => return Err(format!("malformed array literal: \"{v}\" (unterminated quote)")),
+                    None => {
+                        return Err(format!(
+                            "malformed array literal: \"{v}\" (unterminated quote)"
+                        ));
+                    }
                 }
             }
         }
@@ -155,9 +176,15 @@ pub fn parse_array_literal(v: &str) -> Result<Vec<Option<String>>, String> {
             }
             chars.next();
         }
-        let item = if quoted { Some(item) } else {
+        let item = if quoted {
+            Some(item)
+        } else {
             let t = item.trim().to_string();
-            if t.eq_ignore_ascii_case("null") { None } else { Some(t) }
+            if t.eq_ignore_ascii_case("null") {
+                None
+            } else {
+                Some(t)
+            }
         };
         out.push(item);
         if chars.next().is_none() {
@@ -178,12 +205,30 @@ mod tests {
             parse_array_literal("{1, \"a,b\" ,NULL}").unwrap(),
             vec![Some("1".into()), Some("a,b".into()), None]
         );
-        let list = parse_column(&StringArray::from(vec![Some("{1,2}"), None]), &SqlType::Array(Box::new(SqlType::Int4))).unwrap();
+        let list = parse_column(
+            &StringArray::from(vec![Some("{1,2}"), None]),
+            &SqlType::Array(Box::new(SqlType::Int4)),
+        )
+        .unwrap();
         let list = list.as_any().downcast_ref::<ListArray>().unwrap();
-        assert_eq!(list.value(0).as_any().downcast_ref::<Int32Array>().unwrap().values(), &[1, 2]);
+        assert_eq!(
+            list.value(0)
+                .as_any()
+                .downcast_ref::<Int32Array>()
+                .unwrap()
+                .values(),
+            &[1, 2]
+        );
         assert!(list.is_null(1));
         let bytes = parse_column(&StringArray::from(vec!["\\x00ff"]), &SqlType::Bytea).unwrap();
-        assert_eq!(bytes.as_any().downcast_ref::<BinaryArray>().unwrap().value(0), &[0, 255]);
+        assert_eq!(
+            bytes
+                .as_any()
+                .downcast_ref::<BinaryArray>()
+                .unwrap()
+                .value(0),
+            &[0, 255]
+        );
         assert!(parse_column(&StringArray::from(vec!["maybe"]), &SqlType::Bool).is_err());
         assert!(parse_column(&StringArray::from(vec!["12x"]), &SqlType::Int4).is_err());
     }

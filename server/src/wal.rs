@@ -61,7 +61,8 @@ impl WalRecord {
                 })
                 .collect(),
         };
-        let header = serde_json::to_vec(&header).map_err(|e| ServerError::internal(e.to_string()))?;
+        let header =
+            serde_json::to_vec(&header).map_err(|e| ServerError::internal(e.to_string()))?;
         let mut out = BytesMut::new();
         out.put_u32_le(header.len() as u32);
         out.put_slice(&header);
@@ -83,27 +84,32 @@ impl WalRecord {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, ServerError> {
-        let corrupt = |what: &str| ServerError::internal(format!("corrupt table-log record: {what}"));
+        let corrupt =
+            |what: &str| ServerError::internal(format!("corrupt table-log record: {what}"));
         let mut pos = 0;
         let mut take = |n: usize| -> Result<&[u8], ServerError> {
-            let slice = bytes.get(pos..pos + n).ok_or_else(|| corrupt("truncated"))?;
+            let slice = bytes
+                .get(pos..pos + n)
+                .ok_or_else(|| corrupt("truncated"))?;
             pos += n;
             Ok(slice)
         };
         let header_len = u32::from_le_bytes(take(4)?.try_into().map_err(|_| corrupt("length"))?);
-        let header: Header =
-            serde_json::from_slice(take(header_len as usize)?).map_err(|e| corrupt(&e.to_string()))?;
+        let header: Header = serde_json::from_slice(take(header_len as usize)?)
+            .map_err(|e| corrupt(&e.to_string()))?;
         let mut ops = Vec::with_capacity(header.ops.len());
         for (id, kind) in header.ops {
             let op = match kind {
                 OpKind::Truncate => TableWrite::Truncate,
                 OpKind::Changes => {
-                    let len = u64::from_le_bytes(take(8)?.try_into().map_err(|_| corrupt("length"))?);
+                    let len =
+                        u64::from_le_bytes(take(8)?.try_into().map_err(|_| corrupt("length"))?);
                     let ipc = take(len as usize)?;
                     let mut reader = StreamReader::try_new(Cursor::new(ipc), None)?;
                     let batch = reader.next().ok_or_else(|| corrupt("empty batch"))??;
                     TableWrite::Changes(
-                        ChangeBatch::from_record_batch(&batch).map_err(|e| corrupt(&e.to_string()))?,
+                        ChangeBatch::from_record_batch(&batch)
+                            .map_err(|e| corrupt(&e.to_string()))?,
                     )
                 }
             };
@@ -127,20 +133,26 @@ mod tests {
     #[test]
     fn round_trip() {
         let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
-        let rows = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![1, 2]))]).unwrap();
+        let rows =
+            RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![1, 2]))]).unwrap();
         let record = WalRecord {
             txn: uuid::Uuid::new_v4(),
             has_ddl: true,
             ops: vec![
                 (ObjectId(7), TableWrite::Truncate),
-                (ObjectId(7), TableWrite::Changes(ChangeBatch::inserts(rows.clone()))),
+                (
+                    ObjectId(7),
+                    TableWrite::Changes(ChangeBatch::inserts(rows.clone())),
+                ),
             ],
         };
         let back = WalRecord::decode(&record.encode().unwrap()).unwrap();
         assert_eq!(back.txn, record.txn);
         assert!(back.has_ddl);
         assert!(matches!(back.ops[0], (ObjectId(7), TableWrite::Truncate)));
-        let TableWrite::Changes(c) = &back.ops[1].1 else { panic!() };
+        let TableWrite::Changes(c) = &back.ops[1].1 else {
+            panic!()
+        };
         assert_eq!(c.rows(), &rows);
     }
 

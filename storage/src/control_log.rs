@@ -96,7 +96,10 @@ mod tests {
             Err(StorageError::RevisionConflict { expected: 1 })
         ));
         let all = log.read_all().await.unwrap();
-        assert_eq!(all, vec![(1, Bytes::from_static(b"a")), (2, Bytes::from_static(b"b"))]);
+        assert_eq!(
+            all,
+            vec![(1, Bytes::from_static(b"a")), (2, Bytes::from_static(b"b"))]
+        );
     }
 
     #[tokio::test]

@@ -13,7 +13,9 @@ pub enum StorageError {
     },
     #[error("object store error: {0}")]
     ObjectStore(#[from] object_store::Error),
-    #[error("catalog revision conflict: expected revision {expected}, but it was already taken by another writer")]
+    #[error(
+        "catalog revision conflict: expected revision {expected}, but it was already taken by another writer"
+    )]
     RevisionConflict { expected: u64 },
     #[error("corrupt control-log entry {path}: {reason}")]
     CorruptEntry { path: String, reason: String },

@@ -25,7 +25,9 @@ impl DataDirLock {
             .map_err(|e| StorageError::io(&path, e))?;
         match file.try_lock() {
             Ok(()) => Ok(Self { _file: file }),
-            Err(TryLockError::WouldBlock) => Err(StorageError::Locked { path: dir.to_owned() }),
+            Err(TryLockError::WouldBlock) => Err(StorageError::Locked {
+                path: dir.to_owned(),
+            }),
             Err(TryLockError::Error(e)) => Err(StorageError::io(&path, e)),
         }
     }

@@ -43,7 +43,9 @@ pub struct TableLog {
 
 impl std::fmt::Debug for TableLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TableLog").field("path", &self.path).finish()
+        f.debug_struct("TableLog")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
@@ -92,7 +94,10 @@ impl TableLog {
                 &self.path,
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
-                    format!("a single commit of {} bytes exceeds the 1 GiB limit", payload.len()),
+                    format!(
+                        "a single commit of {} bytes exceeds the 1 GiB limit",
+                        payload.len()
+                    ),
                 ),
             ));
         }
@@ -109,7 +114,12 @@ impl TableLog {
     }
 }
 
-fn writer_loop(mut file: File, mut offset: u64, mut rx: mpsc::Receiver<AppendRequest>, path: PathBuf) {
+fn writer_loop(
+    mut file: File,
+    mut offset: u64,
+    mut rx: mpsc::Receiver<AppendRequest>,
+    path: PathBuf,
+) {
     while let Some(first) = rx.blocking_recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -187,7 +197,11 @@ mod tests {
             assert!(existing.is_empty());
             let appends = (0..50).map(|i| {
                 let log = log.clone();
-                async move { log.append(Bytes::from(format!("record {i}"))).await.unwrap() }
+                async move {
+                    log.append(Bytes::from(format!("record {i}")))
+                        .await
+                        .unwrap()
+                }
             });
             let lsns = futures::future::join_all(appends).await;
             assert_eq!(lsns.len(), 50);

@@ -98,7 +98,11 @@ impl TableDef {
             .columns
             .iter()
             .map(|c| {
-                let mut s = format!("{} {}", quote_ident(&c.name), c.sql_type.display_name().to_uppercase());
+                let mut s = format!(
+                    "{} {}",
+                    quote_ident(&c.name),
+                    c.sql_type.display_name().to_uppercase()
+                );
                 if !c.nullable && !self.primary_key.contains(&c.name) {
                     s.push_str(" NOT NULL");
                 }
@@ -305,8 +309,12 @@ mod tests {
     #[test]
     fn duplicate_table_is_rejected() {
         let mut catalog = Catalog::bootstrap();
-        catalog.apply(&CatalogChange::CreateTable(table(1, "a"))).unwrap();
-        let err = catalog.apply(&CatalogChange::CreateTable(table(2, "a"))).unwrap_err();
+        catalog
+            .apply(&CatalogChange::CreateTable(table(1, "a")))
+            .unwrap();
+        let err = catalog
+            .apply(&CatalogChange::CreateTable(table(2, "a")))
+            .unwrap_err();
         assert_eq!(err.sqlstate(), "42P07");
     }
 

@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
-use datafusion::catalog::{CatalogProvider, CatalogProviderList, SchemaProvider, Session, TableProvider};
+use datafusion::catalog::{
+    CatalogProvider, CatalogProviderList, SchemaProvider, Session, TableProvider,
+};
 use datafusion::common::{Constraint, Constraints, DFSchema};
 use datafusion::datasource::TableType;
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -78,7 +80,12 @@ impl SessionView {
         let snapshot = self.snapshot();
         let def = snapshot.catalog.table(schema, name)?.clone();
         let state = snapshot.tables.get(&def.id)?.clone();
-        let defaults = self.defaults.read().get(&def.id).cloned().unwrap_or_default();
+        let defaults = self
+            .defaults
+            .read()
+            .get(&def.id)
+            .cloned()
+            .unwrap_or_default();
         Some(Arc::new(WeirTable::new(
             def,
             state,
@@ -108,7 +115,6 @@ impl WeirCatalogList {
 }
 
 impl CatalogProviderList for WeirCatalogList {
-
     fn register_catalog(
         &self,
         _name: String,
@@ -133,9 +139,15 @@ struct WeirCatalog {
 }
 
 impl CatalogProvider for WeirCatalog {
-
     fn schema_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.view.snapshot().catalog.schemas.iter().cloned().collect();
+        let mut names: Vec<String> = self
+            .view
+            .snapshot()
+            .catalog
+            .schemas
+            .iter()
+            .cloned()
+            .collect();
         names.push(PG_CATALOG.to_string());
         names.push(WEIR_CATALOG.to_string());
         names
@@ -145,10 +157,12 @@ impl CatalogProvider for WeirCatalog {
         match name {
             PG_CATALOG => Some(self.pg_catalog.clone()),
             WEIR_CATALOG => Some(self.view.system.clone()),
-            _ if self.view.snapshot().catalog.schemas.contains(name) => Some(Arc::new(UserSchema {
-                view: self.view.clone(),
-                name: name.to_string(),
-            })),
+            _ if self.view.snapshot().catalog.schemas.contains(name) => {
+                Some(Arc::new(UserSchema {
+                    view: self.view.clone(),
+                    name: name.to_string(),
+                }))
+            }
             _ => None,
         }
     }
@@ -162,7 +176,6 @@ struct UserSchema {
 
 #[async_trait]
 impl SchemaProvider for UserSchema {
-
     fn table_names(&self) -> Vec<String> {
         self.view
             .snapshot()
@@ -179,7 +192,11 @@ impl SchemaProvider for UserSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.view.snapshot().catalog.table(&self.name, name).is_some()
+        self.view
+            .snapshot()
+            .catalog
+            .table(&self.name, name)
+            .is_some()
     }
 }
 
@@ -195,7 +212,12 @@ pub struct WeirTable {
 }
 
 impl WeirTable {
-    fn new(def: Arc<TableDef>, state: TableState, expose_hidden: bool, defaults: Arc<HashMap<String, Expr>>) -> Self {
+    fn new(
+        def: Arc<TableDef>,
+        state: TableState,
+        expose_hidden: bool,
+        defaults: Arc<HashMap<String, Expr>>,
+    ) -> Self {
         let schema = if expose_hidden {
             def.physical_schema()
         } else {
@@ -224,7 +246,6 @@ impl WeirTable {
 
 #[async_trait]
 impl TableProvider for WeirTable {
-
     fn schema(&self) -> SchemaRef {
         self.schema.clone()
     }
@@ -259,11 +280,18 @@ impl TableProvider for WeirTable {
             let cols: Vec<usize> = (0..visible).collect();
             batches
                 .iter()
-                .map(|b| b.project(&cols).and_then(|b| b.with_schema(self.schema.clone())))
+                .map(|b| {
+                    b.project(&cols)
+                        .and_then(|b| b.with_schema(self.schema.clone()))
+                })
                 .collect::<Result<_, _>>()?
         };
         let _ = self.expose_hidden;
-        Ok(MemorySourceConfig::try_new_exec(&[batches], self.schema.clone(), projection.cloned())?)
+        Ok(MemorySourceConfig::try_new_exec(
+            &[batches],
+            self.schema.clone(),
+            projection.cloned(),
+        )?)
     }
 }
 
@@ -283,12 +311,23 @@ impl CatalogInfo for ViewCatalogInfo {
         if catalog_name != DATABASE_NAME {
             return Ok(None);
         }
-        let mut names: Vec<String> = self.view.snapshot().catalog.schemas.iter().cloned().collect();
+        let mut names: Vec<String> = self
+            .view
+            .snapshot()
+            .catalog
+            .schemas
+            .iter()
+            .cloned()
+            .collect();
         names.push(WEIR_CATALOG.to_string());
         Ok(Some(names))
     }
 
-    async fn table_names(&self, catalog_name: &str, schema_name: &str) -> DfResult<Option<Vec<String>>> {
+    async fn table_names(
+        &self,
+        catalog_name: &str,
+        schema_name: &str,
+    ) -> DfResult<Option<Vec<String>>> {
         if catalog_name != DATABASE_NAME {
             return Ok(None);
         }
@@ -310,7 +349,12 @@ impl CatalogInfo for ViewCatalogInfo {
         ))
     }
 
-    async fn table_schema(&self, catalog_name: &str, schema_name: &str, table_name: &str) -> DfResult<Option<SchemaRef>> {
+    async fn table_schema(
+        &self,
+        catalog_name: &str,
+        schema_name: &str,
+        table_name: &str,
+    ) -> DfResult<Option<SchemaRef>> {
         if catalog_name != DATABASE_NAME {
             return Ok(None);
         }
@@ -325,11 +369,22 @@ impl CatalogInfo for ViewCatalogInfo {
             .map(|t| t.user_schema()))
     }
 
-    async fn table_type(&self, catalog_name: &str, schema_name: &str, table_name: &str) -> DfResult<Option<TableType>> {
+    async fn table_type(
+        &self,
+        catalog_name: &str,
+        schema_name: &str,
+        table_name: &str,
+    ) -> DfResult<Option<TableType>> {
         Ok(self
             .table_schema(catalog_name, schema_name, table_name)
             .await?
-            .map(|_| if schema_name == WEIR_CATALOG { TableType::View } else { TableType::Base }))
+            .map(|_| {
+                if schema_name == WEIR_CATALOG {
+                    TableType::View
+                } else {
+                    TableType::Base
+                }
+            }))
     }
 }
 

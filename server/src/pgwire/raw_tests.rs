@@ -100,7 +100,7 @@ async fn copy_from_stdin_inside_a_multi_statement_string() {
     let mut socket = TcpStream::connect(server.addr).await.expect("connect");
     socket.write_all(&startup_packet()).await.expect("startup");
     socket
-        .write_all(&message(b'Q', b"COPY m FROM STDIN; SELECT 7\0"))
+        .write_all(&message(b'Q', b"SELECT 7; COPY m FROM STDIN\0"))
         .await
         .expect("query");
     let mut received = Vec::new();
@@ -117,7 +117,12 @@ async fn copy_from_stdin_inside_a_multi_statement_string() {
     let _ = tokio::time::timeout(Duration::from_secs(5), socket.read_to_end(&mut received)).await;
     let find = |needle: &[u8]| received.windows(needle.len()).position(|w| w == needle);
     let copy_tag = find(b"COPY 2\0").expect("COPY tag");
-    let select = find(b"SELECT 1\0").unwrap_or_else(|| panic!("the following SELECT: {:?}", String::from_utf8_lossy(&received)));
+    let select = find(b"SELECT 1\0").unwrap_or_else(|| {
+        panic!(
+            "the following SELECT: {:?}",
+            String::from_utf8_lossy(&received)
+        )
+    });
     assert!(copy_tag < select);
     let ready = received
         .iter()

@@ -15,20 +15,41 @@ use crate::error::ServerError;
 impl CopyOptions {
     fn for_format(format: CopyFormat) -> Self {
         match format {
-            CopyFormat::Text => Self { format, delimiter: '\t', null: "\\N".into(), header: false, quote: '"', escape: '"' },
-            CopyFormat::Csv => Self { format, delimiter: ',', null: String::new(), header: false, quote: '"', escape: '"' },
+            CopyFormat::Text => Self {
+                format,
+                delimiter: '\t',
+                null: "\\N".into(),
+                header: false,
+                quote: '"',
+                escape: '"',
+            },
+            CopyFormat::Csv => Self {
+                format,
+                delimiter: ',',
+                null: String::new(),
+                header: false,
+                quote: '"',
+                escape: '"',
+            },
         }
     }
 }
 
-fn copy_options(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<CopyOptions, ServerError> {
+fn copy_options(
+    options: &[CopyOption],
+    legacy: &[CopyLegacyOption],
+) -> Result<CopyOptions, ServerError> {
     let mut format = CopyFormat::Text;
     for option in options {
         if let CopyOption::Format(f) = option {
             format = match f.value.to_ascii_lowercase().as_str() {
                 "text" => CopyFormat::Text,
                 "csv" => CopyFormat::Csv,
-                other => return Err(ServerError::feature_not_supported(format!("COPY format {other}"))),
+                other => {
+                    return Err(ServerError::feature_not_supported(format!(
+                        "COPY format {other}"
+                    )));
+                }
             };
         }
     }
@@ -44,8 +65,13 @@ fn copy_options(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<C
             CopyOption::Header(h) => out.header = *h,
             CopyOption::Quote(c) => out.quote = *c,
             CopyOption::Escape(c) => out.escape = *c,
-            CopyOption::Encoding(e) if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
-            other => return Err(ServerError::feature_not_supported(format!("COPY option {other}"))),
+            CopyOption::Encoding(e)
+                if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
+            other => {
+                return Err(ServerError::feature_not_supported(format!(
+                    "COPY option {other}"
+                )));
+            }
         }
     }
     for option in legacy {
@@ -56,32 +82,59 @@ fn copy_options(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<C
                         CopyLegacyCsvOption::Header => out.header = true,
                         CopyLegacyCsvOption::Quote(c) => out.quote = *c,
                         CopyLegacyCsvOption::Escape(c) => out.escape = *c,
-                        other => return Err(ServerError::feature_not_supported(format!("COPY option {other}"))),
+                        other => {
+                            return Err(ServerError::feature_not_supported(format!(
+                                "COPY option {other}"
+                            )));
+                        }
                     }
                 }
             }
             CopyLegacyOption::Delimiter(c) => out.delimiter = *c,
             CopyLegacyOption::Null(s) => out.null = s.clone(),
             CopyLegacyOption::Header => out.header = true,
-            CopyLegacyOption::Binary => return Err(ServerError::feature_not_supported("COPY BINARY")),
-            other => return Err(ServerError::feature_not_supported(format!("COPY option {other}"))),
+            CopyLegacyOption::Binary => {
+                return Err(ServerError::feature_not_supported("COPY BINARY"));
+            }
+            other => {
+                return Err(ServerError::feature_not_supported(format!(
+                    "COPY option {other}"
+                )));
+            }
         }
     }
     if out.format == CopyFormat::Text && out.header {
-        return Err(ServerError::feature_not_supported("COPY HEADER in text format (use FORMAT csv)"));
+        return Err(ServerError::feature_not_supported(
+            "COPY HEADER in text format (use FORMAT csv)",
+        ));
     }
     Ok(out)
 }
 
 impl Session {
-    pub(super) async fn copy(&mut self, statement: Statement) -> Result<StatementResult, ServerError> {
-        let Statement::Copy { source, to, target, options, legacy_options, .. } = statement else {
+    pub(super) async fn copy(
+        &mut self,
+        statement: Statement,
+    ) -> Result<StatementResult, ServerError> {
+        let Statement::Copy {
+            source,
+            to,
+            target,
+            options,
+            legacy_options,
+            ..
+        } = statement
+        else {
             unreachable!("dispatch sends only COPY here");
         };
         let options = copy_options(&options, &legacy_options)?;
         match (to, target) {
             (false, CopyTarget::Stdin) => {
-                let CopySource::Table { table_name, columns } = source else {
+                let CopySource::Table {
+                    table_name,
+                    columns,
+                } = source
+                else {
                     return Err(ServerError::feature_not_supported("COPY (query) FROM"));
                 };
                 let def = self.resolve_table(&table_name)?;
@@ -96,7 +149,9 @@ impl Session {
                         .columns
                         .iter()
                         .find(|c| &c.name == name)
-                        .ok_or_else(|| ServerError::UndefinedColumn(format!("{}.{name}", def.name)))?;
+                        .ok_or_else(|| {
+                            ServerError::UndefinedColumn(format!("{}.{name}", def.name))
+                        })?;
                     fields.push(column.sql_type.field(&column.name, column.nullable));
                 }
                 Ok(StatementResult::CopyIn(CopyInTarget {
@@ -112,9 +167,17 @@ impl Session {
                         let plan = self.plan_statement(Statement::Query(query)).await?;
                         self.run_plan(plan).await?
                     }
-                    CopySource::Table { table_name, columns } => {
+                    CopySource::Table {
+                        table_name,
+                        columns,
+                    } => {
                         let def = self.resolve_table(&table_name)?;
-                        let state = self.snapshot().tables.get(&def.id).cloned().ok_or_else(|| ServerError::UndefinedTable(def.name.clone()))?;
+                        let state = self
+                            .snapshot()
+                            .tables
+                            .get(&def.id)
+                            .cloned()
+                            .ok_or_else(|| ServerError::UndefinedTable(def.name.clone()))?;
                         let user: Vec<usize> = if columns.is_empty() {
                             (0..def.columns.len()).collect()
                         } else {
@@ -122,7 +185,10 @@ impl Session {
                                 .iter()
                                 .map(|c| {
                                     let name = normalize_ident(c);
-                                    def.columns.iter().position(|d| d.name == name).ok_or(ServerError::UndefinedColumn(name))
+                                    def.columns
+                                        .iter()
+                                        .position(|d| d.name == name)
+                                        .ok_or(ServerError::UndefinedColumn(name))
                                 })
                                 .collect::<Result<_, _>>()?
                         };
@@ -135,11 +201,17 @@ impl Session {
                         (schema, batches)
                     }
                 };
-                Ok(StatementResult::CopyOut { options, schema, batches })
+                Ok(StatementResult::CopyOut {
+                    options,
+                    schema,
+                    batches,
+                })
             }
-            (_, CopyTarget::File { .. } | CopyTarget::Program { .. }) => Err(ServerError::feature_not_supported(
-                "COPY to or from a server file or program (use STDIN/STDOUT, e.g. psql's \\copy)",
-            )),
+            (_, CopyTarget::File { .. } | CopyTarget::Program { .. }) => {
+                Err(ServerError::feature_not_supported(
+                    "COPY to or from a server file or program (use STDIN/STDOUT, e.g. psql's \\copy)",
+                ))
+            }
             (to, target) => Err(ServerError::feature_not_supported(format!(
                 "COPY {} {target}",
                 if to { "TO" } else { "FROM" }
@@ -148,15 +220,27 @@ impl Session {
     }
 
     /// Loads the data of a `COPY ... FROM STDIN` (all CopyData concatenated).
-    pub async fn copy_in(&mut self, target: &CopyInTarget, data: bytes::Bytes) -> Result<StatementResult, ServerError> {
+    pub async fn copy_in(
+        &mut self,
+        target: &CopyInTarget,
+        data: bytes::Bytes,
+    ) -> Result<StatementResult, ServerError> {
         self.db.metrics().query("copy");
         let implicit = self.open_implicit()?;
         let result = (|| {
             let name = datafusion::sql::sqlparser::ast::ObjectName::from(
-                target.table.split('.').map(|part| datafusion::sql::sqlparser::ast::Ident::with_quote('"', part)).collect::<Vec<_>>(),
+                target
+                    .table
+                    .split('.')
+                    .map(|part| datafusion::sql::sqlparser::ast::Ident::with_quote('"', part))
+                    .collect::<Vec<_>>(),
             );
             let def = self.resolve_table(&name)?;
-            let rows = crate::pgwire::copy_format::decode_copy(&data, &target.options, target.columns.len())?;
+            let rows = crate::pgwire::copy_format::decode_copy(
+                &data,
+                &target.options,
+                target.columns.len(),
+            )?;
             let mut provided: HashMap<String, ArrayRef> = HashMap::new();
             for (i, name) in target.columns.iter().enumerate() {
                 let column = def
@@ -165,12 +249,18 @@ impl Session {
                     .find(|c| &c.name == name)
                     .ok_or_else(|| ServerError::UndefinedColumn(name.clone()))?;
                 let text = StringArray::from_iter(rows.iter().map(|r| r[i].as_deref()));
-                let array = crate::text_input::parse_column(&text, &column.sql_type)
-                    .map_err(|e| ServerError::InvalidText(format!("COPY {}, column {}: {e}", def.name, column.name)))?;
+                let array =
+                    crate::text_input::parse_column(&text, &column.sql_type).map_err(|e| {
+                        ServerError::InvalidText(format!(
+                            "COPY {}, column {}: {e}",
+                            def.name, column.name
+                        ))
+                    })?;
                 provided.insert(name.clone(), array);
             }
             let batch = self.complete_columns(&def, provided, rows.len())?;
-            let written = self.insert_rows(&def, batch, Conflict::Error, &def.name.clone(), None)?;
+            let written =
+                self.insert_rows(&def, batch, Conflict::Error, &def.name.clone(), None)?;
             Ok(command(&format!("COPY {}", written.num_rows())))
         })();
         self.close_implicit(implicit, result).await

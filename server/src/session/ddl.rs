@@ -1,17 +1,17 @@
 //! CREATE and DROP of tables, schemas and users. Each produces catalog
 //! changes that the transaction commits as one control-log entry.
 
-use datafusion::sql::sqlparser::ast::{
-    ColumnOption, CreateRole, CreateTable, CreateUser, Expr, ObjectName, ObjectType, Password, SchemaName,
-    TableConstraint, Value,
-};
 use datafusion::sql::sqlparser::ast::helpers::key_value_options::KeyValueOptionKind;
+use datafusion::sql::sqlparser::ast::{
+    ColumnOption, CreateRole, CreateTable, CreateUser, Expr, ObjectName, ObjectType, Password,
+    SchemaName, TableConstraint, Value,
+};
 use weir_planner::SqlType;
 
 use super::dml::normalize_ident;
 use super::{Session, StatementResult, command};
-use crate::catalog::model::{ColumnDef, DEFAULT_SCHEMA, ROW_ID_COLUMN, TableDef, UserDef};
 use crate::catalog::CatalogChange;
+use crate::catalog::model::{ColumnDef, DEFAULT_SCHEMA, ROW_ID_COLUMN, TableDef, UserDef};
 use crate::db::{TxnWrites, scram_secret};
 use crate::error::ServerError;
 
@@ -20,21 +20,32 @@ impl Session {
         let parts: Vec<String> = name
             .0
             .iter()
-            .map(|p| p.as_ident().map(normalize_ident).unwrap_or_else(|| p.to_string()))
+            .map(|p| {
+                p.as_ident()
+                    .map(normalize_ident)
+                    .unwrap_or_else(|| p.to_string())
+            })
             .collect();
         match parts.as_slice() {
             [table] => Ok((self.vars.default_schema(), table.clone())),
             [schema, table] => Ok((schema.clone(), table.clone())),
-            _ => Err(ServerError::invalid_param(format!("improper qualified name: {name}"))),
+            _ => Err(ServerError::invalid_param(format!(
+                "improper qualified name: {name}"
+            ))),
         }
     }
 
-    pub(super) async fn create_table(&mut self, create: CreateTable) -> Result<StatementResult, ServerError> {
+    pub(super) async fn create_table(
+        &mut self,
+        create: CreateTable,
+    ) -> Result<StatementResult, ServerError> {
         if create.query.is_some() {
             return Err(ServerError::feature_not_supported("CREATE TABLE ... AS"));
         }
         if create.or_replace || create.external {
-            return Err(ServerError::feature_not_supported("CREATE OR REPLACE / EXTERNAL TABLE"));
+            return Err(ServerError::feature_not_supported(
+                "CREATE OR REPLACE / EXTERNAL TABLE",
+            ));
         }
         let (schema, name) = self.split_name(&create.name)?;
         let catalog = self.snapshot().catalog.clone();
@@ -52,13 +63,23 @@ impl Session {
         for column in &create.columns {
             let column_name = normalize_ident(&column.name);
             if column_name == ROW_ID_COLUMN {
-                return Err(ServerError::invalid_param(format!("column name \"{ROW_ID_COLUMN}\" is reserved")));
+                return Err(ServerError::invalid_param(format!(
+                    "column name \"{ROW_ID_COLUMN}\" is reserved"
+                )));
             }
             if columns.iter().any(|c: &ColumnDef| c.name == column_name) {
-                return Err(ServerError::invalid_param(format!("column \"{column_name}\" specified more than once")));
+                return Err(ServerError::invalid_param(format!(
+                    "column \"{column_name}\" specified more than once"
+                )));
             }
-            let sql_type = SqlType::from_sql(&column.data_type).map_err(ServerError::feature_not_supported)?;
-            let mut def = ColumnDef { name: column_name.clone(), sql_type, nullable: true, default: None };
+            let sql_type =
+                SqlType::from_sql(&column.data_type).map_err(ServerError::feature_not_supported)?;
+            let mut def = ColumnDef {
+                name: column_name.clone(),
+                sql_type,
+                nullable: true,
+                default: None,
+            };
             for option in &column.options {
                 match &option.option {
                     ColumnOption::Null => def.nullable = true,
@@ -73,7 +94,9 @@ impl Session {
                         primary_key.push(column_name.clone());
                     }
                     other => {
-                        return Err(ServerError::feature_not_supported(format!("column constraint {other}")));
+                        return Err(ServerError::feature_not_supported(format!(
+                            "column constraint {other}"
+                        )));
                     }
                 }
             }
@@ -89,12 +112,18 @@ impl Session {
                     }
                     for c in &pk.columns {
                         let Expr::Identifier(ident) = &c.column.expr else {
-                            return Err(ServerError::feature_not_supported("a primary key on an expression"));
+                            return Err(ServerError::feature_not_supported(
+                                "a primary key on an expression",
+                            ));
                         };
                         primary_key.push(normalize_ident(ident));
                     }
                 }
-                other => return Err(ServerError::feature_not_supported(format!("table constraint {other}"))),
+                other => {
+                    return Err(ServerError::feature_not_supported(format!(
+                        "table constraint {other}"
+                    )));
+                }
             }
         }
         for key in &primary_key {
@@ -105,23 +134,43 @@ impl Session {
             column.nullable = false;
         }
         if columns.is_empty() {
-            return Err(ServerError::feature_not_supported("a table without columns"));
+            return Err(ServerError::feature_not_supported(
+                "a table without columns",
+            ));
         }
         let mut catalog = (*catalog).clone();
-        let def = TableDef { id: catalog.allocate_id(), schema, name, columns, primary_key };
+        let def = TableDef {
+            id: catalog.allocate_id(),
+            schema,
+            name,
+            columns,
+            primary_key,
+        };
         // Plan the defaults now so a bad DEFAULT fails the CREATE, not a later INSERT.
         self.ensure_defaults(&def)?;
-        self.write(TxnWrites { ddl: vec![CatalogChange::CreateTable(def)], tables: vec![] })?;
+        self.write(TxnWrites {
+            ddl: vec![CatalogChange::CreateTable(def)],
+            tables: vec![],
+        })?;
         Ok(command("CREATE TABLE"))
     }
 
-    pub(super) fn create_schema(&mut self, name: SchemaName, if_not_exists: bool) -> Result<StatementResult, ServerError> {
+    pub(super) fn create_schema(
+        &mut self,
+        name: SchemaName,
+        if_not_exists: bool,
+    ) -> Result<StatementResult, ServerError> {
         let name = match name {
             SchemaName::Simple(n) | SchemaName::NamedAuthorization(n, _) => {
-                n.0.iter().map(|p| p.as_ident().map(normalize_ident).unwrap_or_default()).collect::<Vec<_>>().join(".")
+                n.0.iter()
+                    .map(|p| p.as_ident().map(normalize_ident).unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join(".")
             }
             SchemaName::UnnamedAuthorization(_) => {
-                return Err(ServerError::feature_not_supported("CREATE SCHEMA AUTHORIZATION without a name"));
+                return Err(ServerError::feature_not_supported(
+                    "CREATE SCHEMA AUTHORIZATION without a name",
+                ));
             }
         };
         if self.snapshot().catalog.schemas.contains(&name) || is_system_schema(&name) {
@@ -130,11 +179,17 @@ impl Session {
             }
             return Err(ServerError::DuplicateSchema(name));
         }
-        self.write(TxnWrites { ddl: vec![CatalogChange::CreateSchema { name }], tables: vec![] })?;
+        self.write(TxnWrites {
+            ddl: vec![CatalogChange::CreateSchema { name }],
+            tables: vec![],
+        })?;
         Ok(command("CREATE SCHEMA"))
     }
 
-    pub(super) fn create_user(&mut self, create: CreateUser) -> Result<StatementResult, ServerError> {
+    pub(super) fn create_user(
+        &mut self,
+        create: CreateUser,
+    ) -> Result<StatementResult, ServerError> {
         let password = create
             .options
             .options
@@ -147,17 +202,32 @@ impl Session {
                 },
                 _ => None,
             });
-        self.add_user(normalize_ident(&create.name), password, create.if_not_exists)
+        self.add_user(
+            normalize_ident(&create.name),
+            password,
+            create.if_not_exists,
+        )
     }
 
-    pub(super) fn create_role(&mut self, create: CreateRole) -> Result<StatementResult, ServerError> {
+    pub(super) fn create_role(
+        &mut self,
+        create: CreateRole,
+    ) -> Result<StatementResult, ServerError> {
         let password = match &create.password {
             Some(Password::Password(Expr::Value(v))) => match &v.value {
                 Value::SingleQuotedString(s) => Some(s.clone()),
-                other => return Err(ServerError::invalid_param(format!("invalid password {other}"))),
+                other => {
+                    return Err(ServerError::invalid_param(format!(
+                        "invalid password {other}"
+                    )));
+                }
             },
             Some(Password::NullPassword) | None => None,
-            Some(other) => return Err(ServerError::invalid_param(format!("invalid password {other:?}"))),
+            Some(other) => {
+                return Err(ServerError::invalid_param(format!(
+                    "invalid password {other:?}"
+                )));
+            }
         };
         for name in &create.names {
             let (_, name) = self.split_name(name)?;
@@ -166,8 +236,15 @@ impl Session {
         Ok(command("CREATE ROLE"))
     }
 
-    fn add_user(&mut self, name: String, password: Option<String>, if_not_exists: bool) -> Result<StatementResult, ServerError> {
-        if self.snapshot().catalog.users.contains_key(&name) || name == crate::catalog::model::SUPERUSER {
+    fn add_user(
+        &mut self,
+        name: String,
+        password: Option<String>,
+        if_not_exists: bool,
+    ) -> Result<StatementResult, ServerError> {
+        if self.snapshot().catalog.users.contains_key(&name)
+            || name == crate::catalog::model::SUPERUSER
+        {
             if if_not_exists {
                 return Ok(command("CREATE ROLE"));
             }
@@ -175,7 +252,11 @@ impl Session {
         }
         let scram = password.map(|p| scram_secret(&p, uuid::Uuid::new_v4().as_bytes().to_vec()));
         self.write(TxnWrites {
-            ddl: vec![CatalogChange::CreateUser(UserDef { name, superuser: false, scram })],
+            ddl: vec![CatalogChange::CreateUser(UserDef {
+                name,
+                superuser: false,
+                scram,
+            })],
             tables: vec![],
         })?;
         Ok(command("CREATE ROLE"))
@@ -214,11 +295,19 @@ impl Session {
                     if schema == DEFAULT_SCHEMA && !cascade {
                         // PostgreSQL allows dropping public; keep it simple and safe.
                     }
-                    let tables: Vec<_> = catalog.tables.values().filter(|t| t.schema == schema).collect();
+                    let tables: Vec<_> = catalog
+                        .tables
+                        .values()
+                        .filter(|t| t.schema == schema)
+                        .collect();
                     if !tables.is_empty() && !cascade {
                         return Err(ServerError::DependentObjects {
                             object: format!("schema {schema}"),
-                            dependents: tables.iter().map(|t| format!("table {}", t.name)).collect::<Vec<_>>().join(", "),
+                            dependents: tables
+                                .iter()
+                                .map(|t| format!("table {}", t.name))
+                                .collect::<Vec<_>>()
+                                .join(", "),
                         });
                     }
                     changes.extend(tables.iter().map(|t| CatalogChange::DropTable { id: t.id }));
@@ -233,14 +322,19 @@ impl Session {
                     if catalog.users.contains_key(&user) {
                         changes.push(CatalogChange::DropUser { name: user });
                     } else if !if_exists {
-                        return Err(ServerError::invalid_param(format!("role \"{user}\" does not exist")));
+                        return Err(ServerError::invalid_param(format!(
+                            "role \"{user}\" does not exist"
+                        )));
                     }
                 }
                 "DROP ROLE"
             }
             other => return Err(ServerError::feature_not_supported(format!("DROP {other}"))),
         };
-        self.write(TxnWrites { ddl: changes, tables: vec![] })?;
+        self.write(TxnWrites {
+            ddl: changes,
+            tables: vec![],
+        })?;
         Ok(command(tag))
     }
 }

@@ -8,15 +8,17 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions, UInt32Array};
-use arrow::compute::{cast_with_options, concat_batches, filter_record_batch, take};
 use arrow::array::StringArray;
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions, UInt32Array,
+};
+use arrow::compute::{cast_with_options, concat_batches, filter_record_batch, take};
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::{Column, DFSchema, ParamValues};
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, Projection};
 use datafusion::sql::sqlparser::ast::{
-    self, Assignment, AssignmentTarget, ConflictTarget, Delete, Ident, Insert, ObjectName, OnConflictAction,
-    OnInsert, Statement, TableFactor, TableObject, Truncate, Update,
+    self, Assignment, AssignmentTarget, ConflictTarget, Delete, Ident, Insert, ObjectName,
+    OnConflictAction, OnInsert, Statement, TableFactor, TableObject, Truncate, Update,
 };
 use weir_common::ChangeBatch;
 
@@ -31,7 +33,10 @@ use crate::wal::TableWrite;
 pub(super) enum Conflict {
     Error,
     DoNothing,
-    DoUpdate { assignments: Vec<Assignment>, selection: Option<ast::Expr> },
+    DoUpdate {
+        assignments: Vec<Assignment>,
+        selection: Option<ast::Expr>,
+    },
 }
 
 /// PostgreSQL folds unquoted identifiers to lower case.
@@ -48,17 +53,25 @@ impl Session {
         let parts: Vec<String> = name
             .0
             .iter()
-            .map(|p| p.as_ident().map(normalize_ident).unwrap_or_else(|| p.to_string()))
+            .map(|p| {
+                p.as_ident()
+                    .map(normalize_ident)
+                    .unwrap_or_else(|| p.to_string())
+            })
             .collect();
         let snapshot = self.snapshot();
         let catalog = &snapshot.catalog;
         let found = match parts.as_slice() {
-            [table] => catalog.table(&self.vars.default_schema(), table).or_else(|| catalog.table("public", table)),
+            [table] => catalog
+                .table(&self.vars.default_schema(), table)
+                .or_else(|| catalog.table("public", table)),
             [schema, table] => catalog.table(schema, table),
             [_db, schema, table] => catalog.table(schema, table),
             _ => None,
         };
-        found.cloned().ok_or_else(|| ServerError::UndefinedTable(parts.join(".")))
+        found
+            .cloned()
+            .ok_or_else(|| ServerError::UndefinedTable(parts.join(".")))
     }
 
     /// Plans the DEFAULT expressions of `def` so DataFusion fills omitted columns.
@@ -69,20 +82,32 @@ impl Session {
             if let Some(text) = &column.default {
                 let sql = state.sql_to_expr(text, &datafusion::config::Dialect::PostgreSQL)?;
                 let expr = state.create_logical_expr_from_sql_expr(
-                    ast::ExprWithAlias { expr: sql, alias: None },
+                    ast::ExprWithAlias {
+                        expr: sql,
+                        alias: None,
+                    },
                     &DFSchema::empty(),
                 )?;
                 let field = column.sql_type.field(&column.name, true);
-                defaults.insert(column.name.clone(), expr.cast_to(field.data_type(), &DFSchema::empty())?);
+                defaults.insert(
+                    column.name.clone(),
+                    expr.cast_to(field.data_type(), &DFSchema::empty())?,
+                );
             }
         }
         self.view.set_defaults(def.id, Arc::new(defaults));
         Ok(())
     }
 
-    pub(super) async fn insert(&mut self, mut insert: Insert, params: Option<&ParamValues>) -> Result<StatementResult, ServerError> {
+    pub(super) async fn insert(
+        &mut self,
+        mut insert: Insert,
+        params: Option<&ParamValues>,
+    ) -> Result<StatementResult, ServerError> {
         let TableObject::TableName(name) = &insert.table else {
-            return Err(ServerError::feature_not_supported("INSERT INTO a table function"));
+            return Err(ServerError::feature_not_supported(
+                "INSERT INTO a table function",
+            ));
         };
         let def = self.resolve_table(name)?;
         let qualifier = insert
@@ -102,14 +127,20 @@ impl Session {
                     },
                 }
             }
-            Some(other) => return Err(ServerError::feature_not_supported(format!("INSERT {other}"))),
+            Some(other) => {
+                return Err(ServerError::feature_not_supported(format!(
+                    "INSERT {other}"
+                )));
+            }
         };
         let returning = insert.returning.take();
         insert.table_alias = None;
         self.ensure_defaults(&def)?;
         let plan = self.plan_statement(Statement::Insert(insert)).await?;
         let LogicalPlan::Dml(dml) = plan else {
-            return Err(ServerError::internal("INSERT did not plan to a DML statement"));
+            return Err(ServerError::internal(
+                "INSERT did not plan to a DML statement",
+            ));
         };
         let input = Self::bind(Arc::unwrap_or_clone(dml.input), params)?;
         let (schema, batches) = self.run_plan(input).await?;
@@ -120,7 +151,10 @@ impl Session {
         match returning {
             Some(items) => {
                 let (schema, batch) = self.returning(&qualifier, &written, items, params)?;
-                Ok(StatementResult::Rows { schema, batches: vec![batch] })
+                Ok(StatementResult::Rows {
+                    schema,
+                    batches: vec![batch],
+                })
             }
             None => Ok(command(&format!("INSERT 0 {count}"))),
         }
@@ -156,9 +190,15 @@ impl Session {
                     .map(|(existing, key)| Some(existing.is_none() && seen.insert(key.clone())))
                     .collect();
                 let kept = filter_record_batch(&physical, &keep)?;
-                (ChangeBatch::inserts(kept), filter_record_batch(&rows, &keep)?)
+                (
+                    ChangeBatch::inserts(kept),
+                    filter_record_batch(&rows, &keep)?,
+                )
             }
-            Conflict::DoUpdate { assignments, selection } => {
+            Conflict::DoUpdate {
+                assignments,
+                selection,
+            } => {
                 let (positions, existing) = state.lookup(&physical)?;
                 let keys = state.keys(&physical)?;
                 let mut seen = HashSet::new();
@@ -170,11 +210,21 @@ impl Session {
                     }
                 }
                 let fresh: BooleanArray = positions.iter().map(|p| Some(p.is_none())).collect();
-                let conflicting: Vec<u32> = (0..positions.len() as u32).filter(|&i| positions[i as usize].is_some()).collect();
+                let conflicting: Vec<u32> = (0..positions.len() as u32)
+                    .filter(|&i| positions[i as usize].is_some())
+                    .collect();
                 let existing_idx: UInt32Array = positions.iter().flatten().copied().collect();
                 let old = take_batch(&existing, &existing_idx)?;
                 let excluded = take_batch(&rows, &UInt32Array::from(conflicting))?;
-                let (old, new) = self.conflict_updates(def, qualifier, old, excluded, assignments, selection, params)?;
+                let (old, new) = self.conflict_updates(
+                    def,
+                    qualifier,
+                    old,
+                    excluded,
+                    assignments,
+                    selection,
+                    params,
+                )?;
                 let inserted = filter_record_batch(&physical, &fresh)?;
                 let retract = old.clone();
                 let all_new = concat_batches(&physical.schema(), &[inserted, new.clone()])?;
@@ -213,14 +263,24 @@ impl Session {
     ) -> Result<(RecordBatch, RecordBatch), ServerError> {
         let user_schema = def.user_schema();
         let old_user = rebind(old.clone(), def.physical_schema())?;
-        let old_user = RecordBatch::try_new(user_schema.clone(), old_user.columns()[..def.columns.len()].to_vec())?;
+        let old_user = RecordBatch::try_new(
+            user_schema.clone(),
+            old_user.columns()[..def.columns.len()].to_vec(),
+        )?;
         let frame = Frame::new(vec![(qualifier, &old_user), ("excluded", &excluded)])?;
         let mut columns: Vec<ArrayRef> = old_user.columns().to_vec();
         for assignment in assignments {
             let AssignmentTarget::ColumnName(target) = &assignment.target else {
-                return Err(ServerError::feature_not_supported("tuple assignment in ON CONFLICT DO UPDATE"));
+                return Err(ServerError::feature_not_supported(
+                    "tuple assignment in ON CONFLICT DO UPDATE",
+                ));
             };
-            let name = target.0.last().and_then(|p| p.as_ident()).map(normalize_ident).unwrap_or_default();
+            let name = target
+                .0
+                .last()
+                .and_then(|p| p.as_ident())
+                .map(normalize_ident)
+                .unwrap_or_default();
             let index = def
                 .columns
                 .iter()
@@ -229,7 +289,8 @@ impl Session {
             let mut value = assignment.value;
             qualify_bare_columns(&mut value, qualifier);
             let (_, array) = self.evaluate(&frame, value, params)?;
-            columns[index] = cast_with_options(&array, user_schema.field(index).data_type(), &strict_cast())?;
+            columns[index] =
+                cast_with_options(&array, user_schema.field(index).data_type(), &strict_cast())?;
         }
         let new_user = RecordBatch::try_new_with_options(
             user_schema,
@@ -245,7 +306,9 @@ impl Session {
                 let mask = mask
                     .as_any()
                     .downcast_ref::<BooleanArray>()
-                    .ok_or_else(|| ServerError::planning("ON CONFLICT ... WHERE must be a boolean"))?
+                    .ok_or_else(|| {
+                        ServerError::planning("ON CONFLICT ... WHERE must be a boolean")
+                    })?
                     .clone();
                 let chosen: UInt32Array = (0..mask.len() as u32)
                     .filter(|&i| mask.is_valid(i as usize) && mask.value(i as usize))
@@ -269,7 +332,11 @@ impl Session {
         Ok(RecordBatch::try_new(def.physical_schema(), columns)?)
     }
 
-    pub(super) async fn update(&mut self, mut update: Update, params: Option<&ParamValues>) -> Result<StatementResult, ServerError> {
+    pub(super) async fn update(
+        &mut self,
+        mut update: Update,
+        params: Option<&ParamValues>,
+    ) -> Result<StatementResult, ServerError> {
         if update.from.is_some() {
             return Err(ServerError::feature_not_supported("UPDATE ... FROM"));
         }
@@ -277,14 +344,21 @@ impl Session {
             return Err(ServerError::feature_not_supported("UPDATE of a join"));
         }
         let TableFactor::Table { name, alias, .. } = &update.table.relation else {
-            return Err(ServerError::feature_not_supported("UPDATE of a derived table"));
+            return Err(ServerError::feature_not_supported(
+                "UPDATE of a derived table",
+            ));
         };
         let def = self.resolve_table(name)?;
-        let qualifier = alias.as_ref().map(|a| normalize_ident(&a.name)).unwrap_or_else(|| def.name.clone());
+        let qualifier = alias
+            .as_ref()
+            .map(|a| normalize_ident(&a.name))
+            .unwrap_or_else(|| def.name.clone());
         let returning = update.returning.take();
         let plan = self.plan_with_hidden(Statement::Update(update)).await?;
         let LogicalPlan::Dml(dml) = plan else {
-            return Err(ServerError::internal("UPDATE did not plan to a DML statement"));
+            return Err(ServerError::internal(
+                "UPDATE did not plan to a DML statement",
+            ));
         };
         let LogicalPlan::Projection(projection) = Arc::unwrap_or_clone(dml.input) else {
             return Err(ServerError::internal("UPDATE input is not a projection"));
@@ -294,37 +368,63 @@ impl Session {
         let mut exprs: Vec<Expr> = (0..width)
             .map(|i| {
                 let (qualifier, field) = projection.input.schema().qualified_field(i);
-                Expr::Column(Column::new(qualifier.cloned(), field.name())).alias(format!("__weir_old_{i}"))
+                Expr::Column(Column::new(qualifier.cloned(), field.name()))
+                    .alias(format!("__weir_old_{i}"))
             })
             .collect();
         exprs.extend(projection.expr.iter().cloned());
         let plan = LogicalPlan::Projection(Projection::try_new(exprs, projection.input.clone())?);
         let (schema, batches) = self.run_plan(Self::bind(plan, params)?).await?;
         let both = concat_batches(&schema, &batches)?;
-        let old = rebind(both.project(&(0..width).collect::<Vec<_>>())?, def.physical_schema())?;
+        let old = rebind(
+            both.project(&(0..width).collect::<Vec<_>>())?,
+            def.physical_schema(),
+        )?;
         let new = both.project(&(width..2 * width).collect::<Vec<_>>())?;
-        let new_user = conform(&def, &new.project(&(0..def.columns.len()).collect::<Vec<_>>())?)?;
+        let new_user = conform(
+            &def,
+            &new.project(&(0..def.columns.len()).collect::<Vec<_>>())?,
+        )?;
         let mut new_columns = new_user.columns().to_vec();
         if def.has_row_id() {
-            new_columns.push(cast_with_options(new.column(width - 1), &arrow::datatypes::DataType::Int64, &strict_cast())?);
+            new_columns.push(cast_with_options(
+                new.column(width - 1),
+                &arrow::datatypes::DataType::Int64,
+                &strict_cast(),
+            )?);
         }
         let new = RecordBatch::try_new(def.physical_schema(), new_columns)?;
         let count = old.num_rows();
-        let weights: Vec<i64> = std::iter::repeat_n(-1, count).chain(std::iter::repeat_n(1, count)).collect();
-        let change = ChangeBatch::new(concat_batches(&def.physical_schema(), &[old, new])?, Int64Array::from(weights))
-            .map_err(|e| ServerError::internal(e.to_string()))?;
-        self.write(TxnWrites { ddl: vec![], tables: vec![(def.id, TableWrite::Changes(change))] })?;
+        let weights: Vec<i64> = std::iter::repeat_n(-1, count)
+            .chain(std::iter::repeat_n(1, count))
+            .collect();
+        let change = ChangeBatch::new(
+            concat_batches(&def.physical_schema(), &[old, new])?,
+            Int64Array::from(weights),
+        )
+        .map_err(|e| ServerError::internal(e.to_string()))?;
+        self.write(TxnWrites {
+            ddl: vec![],
+            tables: vec![(def.id, TableWrite::Changes(change))],
+        })?;
         self.db.metrics().rows_written(count as u64);
         match returning {
             Some(items) => {
                 let (schema, batch) = self.returning(&qualifier, &new_user, items, params)?;
-                Ok(StatementResult::Rows { schema, batches: vec![batch] })
+                Ok(StatementResult::Rows {
+                    schema,
+                    batches: vec![batch],
+                })
             }
             None => Ok(command(&format!("UPDATE {count}"))),
         }
     }
 
-    pub(super) async fn delete(&mut self, mut delete: Delete, params: Option<&ParamValues>) -> Result<StatementResult, ServerError> {
+    pub(super) async fn delete(
+        &mut self,
+        mut delete: Delete,
+        params: Option<&ParamValues>,
+    ) -> Result<StatementResult, ServerError> {
         if delete.using.is_some() {
             return Err(ServerError::feature_not_supported("DELETE ... USING"));
         }
@@ -332,22 +432,36 @@ impl Session {
             ast::FromTable::WithFromKeyword(t) | ast::FromTable::WithoutKeyword(t) => t.clone(),
         };
         let [table] = tables.as_slice() else {
-            return Err(ServerError::feature_not_supported("DELETE from several tables"));
+            return Err(ServerError::feature_not_supported(
+                "DELETE from several tables",
+            ));
         };
         let TableFactor::Table { name, alias, .. } = &table.relation else {
-            return Err(ServerError::feature_not_supported("DELETE from a derived table"));
+            return Err(ServerError::feature_not_supported(
+                "DELETE from a derived table",
+            ));
         };
         let def = self.resolve_table(name)?;
-        let qualifier = alias.as_ref().map(|a| normalize_ident(&a.name)).unwrap_or_else(|| def.name.clone());
+        let qualifier = alias
+            .as_ref()
+            .map(|a| normalize_ident(&a.name))
+            .unwrap_or_else(|| def.name.clone());
         let returning = delete.returning.take();
         let plan = self.plan_with_hidden(Statement::Delete(delete)).await?;
         let LogicalPlan::Dml(dml) = plan else {
-            return Err(ServerError::internal("DELETE did not plan to a DML statement"));
+            return Err(ServerError::internal(
+                "DELETE did not plan to a DML statement",
+            ));
         };
-        let (schema, batches) = self.run_plan(Self::bind(Arc::unwrap_or_clone(dml.input), params)?).await?;
+        let (schema, batches) = self
+            .run_plan(Self::bind(Arc::unwrap_or_clone(dml.input), params)?)
+            .await?;
         let old = rebind(concat_batches(&schema, &batches)?, def.physical_schema())?;
         let count = old.num_rows();
-        let old_user = rebind(old.project(&(0..def.columns.len()).collect::<Vec<_>>())?, def.user_schema())?;
+        let old_user = rebind(
+            old.project(&(0..def.columns.len()).collect::<Vec<_>>())?,
+            def.user_schema(),
+        )?;
         self.write(TxnWrites {
             ddl: vec![],
             tables: vec![(def.id, TableWrite::Changes(ChangeBatch::retractions(old)))],
@@ -356,7 +470,10 @@ impl Session {
         match returning {
             Some(items) => {
                 let (schema, batch) = self.returning(&qualifier, &old_user, items, params)?;
-                Ok(StatementResult::Rows { schema, batches: vec![batch] })
+                Ok(StatementResult::Rows {
+                    schema,
+                    batches: vec![batch],
+                })
             }
             None => Ok(command(&format!("DELETE {count}"))),
         }
@@ -406,16 +523,26 @@ impl Session {
                 (None, Some(text)) => {
                     let state = self.ctx.state();
                     let sql = state.sql_to_expr(text, &datafusion::config::Dialect::PostgreSQL)?;
-                    let frame = Frame { schema: frame.schema.clone(), batch: empty.clone() };
+                    let frame = Frame {
+                        schema: frame.schema.clone(),
+                        batch: empty.clone(),
+                    };
                     self.evaluate(&frame, sql, None)?.1
                 }
                 (None, None) => arrow::array::new_null_array(field.data_type(), num_rows),
             };
-            columns.push(cast_with_options(&array, field.data_type(), &strict_cast())?);
+            columns.push(cast_with_options(
+                &array,
+                field.data_type(),
+                &strict_cast(),
+            )?);
         }
         let batch = RecordBatch::try_new_with_options(
             Arc::new(arrow::datatypes::Schema::new(
-                def.columns.iter().map(|c| c.sql_type.field(&c.name, true)).collect::<Vec<_>>(),
+                def.columns
+                    .iter()
+                    .map(|c| c.sql_type.field(&c.name, true))
+                    .collect::<Vec<_>>(),
             )),
             columns,
             &RecordBatchOptions::new().with_row_count(Some(num_rows)),
@@ -424,7 +551,11 @@ impl Session {
     }
 
     /// Bulk insert of Arrow batches (Flight SQL ingest): columns by name.
-    pub async fn ingest(&mut self, table: &str, batches: Vec<RecordBatch>) -> Result<u64, ServerError> {
+    pub async fn ingest(
+        &mut self,
+        table: &str,
+        batches: Vec<RecordBatch>,
+    ) -> Result<u64, ServerError> {
         let name = ObjectName::from(table.split('.').map(Ident::new).collect::<Vec<_>>());
         let implicit = self.open_implicit()?;
         let result = (|| {
@@ -437,11 +568,15 @@ impl Session {
                         .columns
                         .iter()
                         .find(|c| c.name.eq_ignore_ascii_case(field.name()))
-                        .ok_or_else(|| ServerError::UndefinedColumn(format!("{}.{}", def.name, field.name())))?;
+                        .ok_or_else(|| {
+                            ServerError::UndefinedColumn(format!("{}.{}", def.name, field.name()))
+                        })?;
                     provided.insert(column.name.clone(), array.clone());
                 }
                 let rows = self.complete_columns(&def, provided, batch.num_rows())?;
-                total += self.insert_rows(&def, rows, Conflict::Error, &def.name.clone(), None)?.num_rows() as u64;
+                total += self
+                    .insert_rows(&def, rows, Conflict::Error, &def.name.clone(), None)?
+                    .num_rows() as u64;
             }
             Ok(total)
         })();
@@ -449,10 +584,14 @@ impl Session {
     }
 }
 
-fn check_conflict_target(def: &TableDef, target: Option<&ConflictTarget>) -> Result<(), ServerError> {
+fn check_conflict_target(
+    def: &TableDef,
+    target: Option<&ConflictTarget>,
+) -> Result<(), ServerError> {
     let no_match = || {
         ServerError::Planning(
-            "there is no unique or exclusion constraint matching the ON CONFLICT specification".into(),
+            "there is no unique or exclusion constraint matching the ON CONFLICT specification"
+                .into(),
         )
     };
     match target {
@@ -462,16 +601,27 @@ fn check_conflict_target(def: &TableDef, target: Option<&ConflictTarget>) -> Res
             let mut pk = def.primary_key.clone();
             given.sort();
             pk.sort();
-            if given == pk && !pk.is_empty() { Ok(()) } else { Err(no_match()) }
+            if given == pk && !pk.is_empty() {
+                Ok(())
+            } else {
+                Err(no_match())
+            }
         }
         Some(ConflictTarget::OnConstraint(name)) => {
-            if name.to_string() == def.pkey_constraint_name() { Ok(()) } else { Err(no_match()) }
+            if name.to_string() == def.pkey_constraint_name() {
+                Ok(())
+            } else {
+                Err(no_match())
+            }
         }
     }
 }
 
 pub(super) fn strict_cast() -> arrow::compute::CastOptions<'static> {
-    arrow::compute::CastOptions { safe: false, ..Default::default() }
+    arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    }
 }
 
 fn take_batch(batch: &RecordBatch, indices: &UInt32Array) -> Result<RecordBatch, ServerError> {
@@ -489,8 +639,15 @@ fn take_batch(batch: &RecordBatch, indices: &UInt32Array) -> Result<RecordBatch,
 
 fn not_null_error(def: &TableDef, e: arrow::error::ArrowError) -> ServerError {
     let text = e.to_string();
-    match def.columns.iter().find(|c| text.contains(&format!("'{}'", c.name))) {
-        Some(c) => ServerError::NotNullViolation { table: def.name.clone(), column: c.name.clone() },
+    match def
+        .columns
+        .iter()
+        .find(|c| text.contains(&format!("'{}'", c.name)))
+    {
+        Some(c) => ServerError::NotNullViolation {
+            table: def.name.clone(),
+            column: c.name.clone(),
+        },
         None => e.into(),
     }
 }
@@ -507,24 +664,44 @@ pub(super) fn conform(def: &TableDef, rows: &RecordBatch) -> Result<RecordBatch,
         )));
     }
     let mut columns = Vec::with_capacity(rows.num_columns());
-    for (column, (field, array)) in def.columns.iter().zip(schema.fields().iter().zip(rows.columns())) {
+    for (column, (field, array)) in def
+        .columns
+        .iter()
+        .zip(schema.fields().iter().zip(rows.columns()))
+    {
         if !column.nullable && array.null_count() > 0 {
-            return Err(ServerError::NotNullViolation { table: def.name.clone(), column: column.name.clone() });
+            return Err(ServerError::NotNullViolation {
+                table: def.name.clone(),
+                column: column.name.clone(),
+            });
         }
         let invalid = |e: String| {
-            ServerError::InvalidText(format!("column \"{}\" is of type {}: {e}", column.name, column.sql_type.display_name()))
+            ServerError::InvalidText(format!(
+                "column \"{}\" is of type {}: {e}",
+                column.name,
+                column.sql_type.display_name()
+            ))
         };
         // Text becomes bytea, arrays, uuid and json the way PostgreSQL reads
         // literals ('\x00ff', '{1,2}'), not by Arrow's byte-for-byte cast.
-        let text = matches!(array.data_type(), DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8);
+        let text = matches!(
+            array.data_type(),
+            DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8
+        );
         let parsed = if text && needs_text_input(&column.sql_type) {
             let strings = cast_with_options(array, &DataType::Utf8, &strict_cast())?;
-            let strings = strings.as_any().downcast_ref::<StringArray>().ok_or_else(|| ServerError::internal("cast to Utf8"))?;
+            let strings = strings
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .ok_or_else(|| ServerError::internal("cast to Utf8"))?;
             crate::text_input::parse_column(strings, &column.sql_type).map_err(invalid)?
         } else {
             array.clone()
         };
-        columns.push(cast_with_options(&parsed, field.data_type(), &strict_cast()).map_err(|e| invalid(e.to_string()))?);
+        columns.push(
+            cast_with_options(&parsed, field.data_type(), &strict_cast())
+                .map_err(|e| invalid(e.to_string()))?,
+        );
     }
     Ok(RecordBatch::try_new_with_options(
         schema,
@@ -545,5 +722,8 @@ fn rebind(batch: RecordBatch, schema: SchemaRef) -> Result<RecordBatch, ServerEr
 
 fn needs_text_input(sql_type: &weir_planner::SqlType) -> bool {
     use weir_planner::SqlType as S;
-    matches!(sql_type, S::Bytea | S::Array(_) | S::Uuid | S::Json | S::Jsonb)
+    matches!(
+        sql_type,
+        S::Bytea | S::Array(_) | S::Uuid | S::Json | S::Jsonb
+    )
 }

@@ -12,7 +12,9 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, ParamValues, TableReference};
 use datafusion::logical_expr::{Expr, ExprSchemable};
-use datafusion::sql::sqlparser::ast::{self, Expr as SqlExpr, ExprWithAlias, SelectItem, VisitMut, VisitorMut};
+use datafusion::sql::sqlparser::ast::{
+    self, Expr as SqlExpr, ExprWithAlias, SelectItem, VisitMut, VisitorMut,
+};
 
 use super::Session;
 use crate::error::ServerError;
@@ -68,7 +70,9 @@ pub(super) fn qualify_bare_columns(expr: &mut SqlExpr, qualifier: &str) {
 
 /// Replaces `$n` placeholders with bound values.
 fn bind_params(expr: Expr, params: Option<&ParamValues>) -> Result<Expr, ServerError> {
-    let Some(params) = params else { return Ok(expr) };
+    let Some(params) = params else {
+        return Ok(expr);
+    };
     Ok(expr
         .transform(|e| {
             if let Expr::Placeholder(p) = &e {
@@ -89,10 +93,15 @@ impl Session {
         params: Option<&ParamValues>,
     ) -> Result<(Expr, ArrayRef), ServerError> {
         let state = self.ctx.state();
-        let logical = state.create_logical_expr_from_sql_expr(ExprWithAlias { expr, alias: None }, &frame.schema)?;
+        let logical = state.create_logical_expr_from_sql_expr(
+            ExprWithAlias { expr, alias: None },
+            &frame.schema,
+        )?;
         let logical = bind_params(logical, params)?;
         let physical = state.create_physical_expr(logical.clone(), &frame.schema)?;
-        let array = physical.evaluate(&frame.batch)?.into_array(frame.batch.num_rows())?;
+        let array = physical
+            .evaluate(&frame.batch)?
+            .into_array(frame.batch.num_rows())?;
         Ok((logical, array))
     }
 
@@ -133,7 +142,9 @@ impl Session {
                     columns.push(array);
                 }
                 other => {
-                    return Err(ServerError::feature_not_supported(format!("RETURNING item {other}")));
+                    return Err(ServerError::feature_not_supported(format!(
+                        "RETURNING item {other}"
+                    )));
                 }
             }
         }

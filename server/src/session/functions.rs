@@ -75,7 +75,13 @@ fn keys(args: &[ColumnarValue]) -> Result<Vec<Option<i64>>, DataFusionError> {
     Ok(keys.iter().collect())
 }
 
-pub(super) fn register_session_functions(ctx: &SessionContext, db: &Arc<Database>, pid: i32, user: &str, vars: SharedVars) {
+pub(super) fn register_session_functions(
+    ctx: &SessionContext,
+    db: &Arc<Database>,
+    pid: i32,
+    user: &str,
+    vars: SharedVars,
+) {
     let vars_for_set = vars.clone();
     let version = format!(
         "PostgreSQL {SERVER_VERSION} (Weir {}) on x86_64-pc-linux-gnu, a SQL-first streaming database",
@@ -86,7 +92,11 @@ pub(super) fn register_session_functions(ctx: &SessionContext, db: &Arc<Database
         vec![],
         DataType::Utf8,
         Volatility::Stable,
-        Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(version.clone()))))),
+        Arc::new(move |_| {
+            Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+                version.clone(),
+            ))))
+        }),
     ));
 
     ctx.register_udf(create_udf(
@@ -119,7 +129,13 @@ pub(super) fn register_session_functions(ctx: &SessionContext, db: &Arc<Database
         Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
     };
     let setting = Arc::new(setting);
-    ctx.register_udf(create_udf("current_setting", vec![DataType::Utf8], DataType::Utf8, Volatility::Stable, setting));
+    ctx.register_udf(create_udf(
+        "current_setting",
+        vec![DataType::Utf8],
+        DataType::Utf8,
+        Volatility::Stable,
+        setting,
+    ));
 
     let lock_db = db.clone();
     ctx.register_udf(create_udf(
@@ -217,7 +233,9 @@ pub(super) fn register_session_functions(ctx: &SessionContext, db: &Arc<Database
                 names.as_any().downcast_ref::<StringArray>(),
                 values.as_any().downcast_ref::<StringArray>(),
             ) else {
-                return Err(DataFusionError::Execution("set_config takes text arguments".into()));
+                return Err(DataFusionError::Execution(
+                    "set_config takes text arguments".into(),
+                ));
             };
             let mut vars = set_vars.write();
             let out: StringArray = names
@@ -225,7 +243,11 @@ pub(super) fn register_session_functions(ctx: &SessionContext, db: &Arc<Database
                 .zip(values.iter())
                 .map(|(n, v)| {
                     let (n, v) = (n?, v?);
-                    let key = vars.keys().find(|k| k.eq_ignore_ascii_case(n)).cloned().unwrap_or_else(|| n.to_ascii_lowercase());
+                    let key = vars
+                        .keys()
+                        .find(|k| k.eq_ignore_ascii_case(n))
+                        .cloned()
+                        .unwrap_or_else(|| n.to_ascii_lowercase());
                     vars.insert(key, v.to_string());
                     Some(v.to_string())
                 })

@@ -32,8 +32,8 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::Statement;
 
-pub use functions::AdvisoryLocks;
 pub use api::{CopyFormat, CopyInTarget, CopyOptions, PreparedStatement, StatementResult};
+pub use functions::AdvisoryLocks;
 
 use crate::catalog::provider::{SessionView, WeirCatalogList};
 use crate::db::{Database, Snapshot, TxnWrites};
@@ -89,7 +89,10 @@ impl Drop for Session {
 impl Session {
     pub fn new(db: Arc<Database>, user: &str, database: &str) -> Session {
         let (pid, secret) = db.register_backend();
-        let view = Arc::new(SessionView::new(db.snapshot(), Arc::new(SystemSchema::new(db.clone()))));
+        let view = Arc::new(SessionView::new(
+            db.snapshot(),
+            Arc::new(SystemSchema::new(db.clone())),
+        ));
         let env = db.query_env();
         let catalog_list = WeirCatalogList::new(view.clone(), env.pg_static.clone())
             .expect("pg_catalog provider construction does not fail");
@@ -244,7 +247,9 @@ impl Session {
         match &statement {
             Statement::StartTransaction { .. } => return Ok(self.begin()),
             Statement::Commit { .. } => return self.commit().await,
-            Statement::Rollback { savepoint: None, .. } => {
+            Statement::Rollback {
+                savepoint: None, ..
+            } => {
                 self.txn = None;
                 return Ok(command("ROLLBACK"));
             }
@@ -289,7 +294,11 @@ impl Session {
 
     /// Ends a statement: on error fails the block (or drops the implicit
     /// transaction); on success commits the implicit transaction.
-    async fn close_implicit<T>(&mut self, implicit: bool, outcome: Result<T, ServerError>) -> Result<T, ServerError> {
+    async fn close_implicit<T>(
+        &mut self,
+        implicit: bool,
+        outcome: Result<T, ServerError>,
+    ) -> Result<T, ServerError> {
         match outcome {
             Err(e) => {
                 self.fail_block();
@@ -353,7 +362,10 @@ impl Session {
 
     /// Records writes in the open transaction and applies them to its overlay.
     fn write(&mut self, writes: TxnWrites) -> Result<(), ServerError> {
-        let txn = self.txn.as_mut().expect("a statement runs in a transaction");
+        let txn = self
+            .txn
+            .as_mut()
+            .expect("a statement runs in a transaction");
         let mut overlay = txn.overlay.clone();
         overlay.apply_catalog(&writes.ddl)?;
         overlay.apply_writes(&writes.tables)?;
@@ -379,12 +391,20 @@ impl Session {
             S::Truncate(truncate) => self.truncate(truncate),
             S::Copy { .. } => self.copy(statement).await,
             S::CreateTable(create) => self.create_table(create).await,
-            S::CreateSchema { schema_name, if_not_exists, .. } => self.create_schema(schema_name, if_not_exists),
+            S::CreateSchema {
+                schema_name,
+                if_not_exists,
+                ..
+            } => self.create_schema(schema_name, if_not_exists),
             S::CreateUser(create) => self.create_user(create),
             S::CreateRole(create) => self.create_role(create),
-            S::Drop { object_type, if_exists, names, cascade, .. } => {
-                self.drop_objects(object_type, if_exists, names, cascade)
-            }
+            S::Drop {
+                object_type,
+                if_exists,
+                names,
+                cascade,
+                ..
+            } => self.drop_objects(object_type, if_exists, names, cascade),
             S::Set(set) => self.set(set),
             S::ShowVariable { variable } => self.show_variable(&variable),
             S::Reset(reset) => self.reset(reset),
@@ -443,8 +463,17 @@ impl Session {
     pub fn list_schemas(&self) -> Vec<(String, String)> {
         let snapshot = self.db.snapshot();
         let db = crate::catalog::model::DATABASE_NAME.to_string();
-        let mut out: Vec<_> = snapshot.catalog.schemas.iter().map(|s| (db.clone(), s.clone())).collect();
-        for s in [crate::catalog::provider::INFORMATION_SCHEMA, crate::catalog::provider::PG_CATALOG, crate::catalog::provider::WEIR_CATALOG] {
+        let mut out: Vec<_> = snapshot
+            .catalog
+            .schemas
+            .iter()
+            .map(|s| (db.clone(), s.clone()))
+            .collect();
+        for s in [
+            crate::catalog::provider::INFORMATION_SCHEMA,
+            crate::catalog::provider::PG_CATALOG,
+            crate::catalog::provider::WEIR_CATALOG,
+        ] {
             out.push((db.clone(), s.to_string()));
         }
         out
@@ -452,7 +481,9 @@ impl Session {
 }
 
 pub(crate) fn command(tag: &str) -> StatementResult {
-    StatementResult::Command { tag: tag.to_string() }
+    StatementResult::Command {
+        tag: tag.to_string(),
+    }
 }
 
 /// The metrics label of a statement.
@@ -479,5 +510,6 @@ fn statement_name(statement: &Statement) -> String {
     let text = statement.to_string();
     let words: Vec<&str> = text.split_whitespace().take(2).collect();
     let name = words.join(" ").to_uppercase();
-    name.trim_end_matches(|c: char| !c.is_ascii_alphabetic()).to_string()
+    name.trim_end_matches(|c: char| !c.is_ascii_alphabetic())
+        .to_string()
 }

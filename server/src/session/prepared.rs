@@ -20,7 +20,11 @@ pub(crate) struct PreparedInner {
 }
 
 impl Session {
-    pub async fn prepare(&mut self, sql: &str, param_hints: &[Option<DataType>]) -> Result<PreparedStatement, ServerError> {
+    pub async fn prepare(
+        &mut self,
+        sql: &str,
+        param_hints: &[Option<DataType>],
+    ) -> Result<PreparedStatement, ServerError> {
         let mut statements = weir_planner::parse_sql(sql).map_err(|e| ServerError::Syntax {
             message: e.message,
             position: e.position,
@@ -82,7 +86,10 @@ impl Session {
                     Ok(value)
                 } else {
                     value.cast_to(ty).map_err(|e| {
-                        ServerError::InvalidText(format!("parameter ${}: cannot convert to {ty}: {e}", i + 1))
+                        ServerError::InvalidText(format!(
+                            "parameter ${}: cannot convert to {ty}: {e}",
+                            i + 1
+                        ))
                     })
                 }
             })
@@ -96,7 +103,10 @@ impl Session {
     }
 
     /// Parameter types (index i is `$i+1`) and the row schema, if any.
-    async fn describe_statement(&mut self, statement: Statement) -> Result<(Vec<Option<DataType>>, Option<SchemaRef>), ServerError> {
+    async fn describe_statement(
+        &mut self,
+        statement: Statement,
+    ) -> Result<(Vec<Option<DataType>>, Option<SchemaRef>), ServerError> {
         match statement {
             Statement::Query(_) | Statement::Explain { .. } => {
                 let plan = self.plan_statement(statement).await?;
@@ -152,7 +162,11 @@ impl Session {
         }
     }
 
-    fn returning_schema(&self, table: &datafusion::sql::sqlparser::ast::ObjectName, items: Vec<SelectItem>) -> Result<SchemaRef, ServerError> {
+    fn returning_schema(
+        &self,
+        table: &datafusion::sql::sqlparser::ast::ObjectName,
+        items: Vec<SelectItem>,
+    ) -> Result<SchemaRef, ServerError> {
         let def = self.resolve_table(table)?;
         let empty = RecordBatch::new_empty(def.user_schema());
         Ok(self.returning(&def.name, &empty, items, None)?.0)
@@ -170,6 +184,7 @@ fn parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<DataType>>, ServerEr
         .filter_map(|k| k.trim_start_matches('$').parse::<usize>().ok())
         .max()
         .unwrap_or(0);
-    Ok((1..=count).map(|i| types.get(&format!("${i}")).cloned().flatten()).collect())
+    Ok((1..=count)
+        .map(|i| types.get(&format!("${i}")).cloned().flatten())
+        .collect())
 }
-

@@ -15,7 +15,10 @@ use crate::error::ServerError;
 
 impl Session {
     /// Binds a statement with DataFusion (no parameters substituted yet).
-    pub(super) async fn plan_statement(&self, statement: Statement) -> Result<LogicalPlan, ServerError> {
+    pub(super) async fn plan_statement(
+        &self,
+        statement: Statement,
+    ) -> Result<LogicalPlan, ServerError> {
         let state = self.ctx.state();
         Ok(state
             .statement_to_plan(DfStatement::Statement(Box::new(statement)))
@@ -23,7 +26,10 @@ impl Session {
     }
 
     /// Substitutes bound parameters, if any.
-    pub(super) fn bind(plan: LogicalPlan, params: Option<&ParamValues>) -> Result<LogicalPlan, ServerError> {
+    pub(super) fn bind(
+        plan: LogicalPlan,
+        params: Option<&ParamValues>,
+    ) -> Result<LogicalPlan, ServerError> {
         match params {
             Some(p) => Ok(plan.with_param_values(p.clone())?),
             None => Ok(plan),
@@ -31,7 +37,10 @@ impl Session {
     }
 
     /// Runs a query plan to completion.
-    pub(super) async fn run_plan(&self, plan: LogicalPlan) -> Result<(SchemaRef, Vec<RecordBatch>), ServerError> {
+    pub(super) async fn run_plan(
+        &self,
+        plan: LogicalPlan,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>), ServerError> {
         let df = self.ctx.execute_logical_plan(plan).await?;
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
         let batches = df.collect().await?;
@@ -44,7 +53,10 @@ impl Session {
         params: Option<&ParamValues>,
     ) -> Result<StatementResult, ServerError> {
         let plan = Self::bind(self.plan_statement(statement).await?, params)?;
-        if !matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Ddl(_) | LogicalPlan::Copy(_)) {
+        if !matches!(
+            plan,
+            LogicalPlan::Dml(_) | LogicalPlan::Ddl(_) | LogicalPlan::Copy(_)
+        ) {
             let (schema, batches) = self.run_plan(plan).await?;
             return Ok(StatementResult::Rows { schema, batches });
         }
@@ -56,7 +68,12 @@ impl Session {
         statement: Statement,
         params: Option<&ParamValues>,
     ) -> Result<StatementResult, ServerError> {
-        let Statement::Explain { statement: inner, analyze, .. } = &statement else {
+        let Statement::Explain {
+            statement: inner,
+            analyze,
+            ..
+        } = &statement
+        else {
             unreachable!("dispatch sends only EXPLAIN here");
         };
         if !matches!(inner.as_ref(), Statement::Query(_)) {

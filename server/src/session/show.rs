@@ -11,13 +11,23 @@ use crate::error::ServerError;
 
 fn text_rows(names: &[&str], rows: Vec<Vec<String>>) -> Result<StatementResult, ServerError> {
     let schema = Arc::new(Schema::new(
-        names.iter().map(|n| Field::new(*n, DataType::Utf8, false)).collect::<Vec<_>>(),
+        names
+            .iter()
+            .map(|n| Field::new(*n, DataType::Utf8, false))
+            .collect::<Vec<_>>(),
     ));
     let columns: Vec<ArrayRef> = (0..names.len())
-        .map(|i| Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r[i].as_str()))) as ArrayRef)
+        .map(|i| {
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r[i].as_str()),
+            )) as ArrayRef
+        })
         .collect();
     let batch = RecordBatch::try_new(schema.clone(), columns)?;
-    Ok(StatementResult::Rows { schema, batches: vec![batch] })
+    Ok(StatementResult::Rows {
+        schema,
+        batches: vec![batch],
+    })
 }
 
 impl Session {
@@ -33,17 +43,29 @@ impl Session {
         text_rows(&["schema", "name"], rows)
     }
 
-    pub(super) fn show_create(&mut self, kind: ShowCreateObject, name: &ObjectName) -> Result<StatementResult, ServerError> {
+    pub(super) fn show_create(
+        &mut self,
+        kind: ShowCreateObject,
+        name: &ObjectName,
+    ) -> Result<StatementResult, ServerError> {
         match kind {
             ShowCreateObject::Table => {
                 let def = self.resolve_table(name)?;
-                text_rows(&["name", "create_sql"], vec![vec![def.qualified_name(), def.create_statement()]])
+                text_rows(
+                    &["name", "create_sql"],
+                    vec![vec![def.qualified_name(), def.create_statement()]],
+                )
             }
-            other => Err(ServerError::feature_not_supported(format!("SHOW CREATE {other}"))),
+            other => Err(ServerError::feature_not_supported(format!(
+                "SHOW CREATE {other}"
+            ))),
         }
     }
 
-    pub(super) async fn describe(&mut self, name: &ObjectName) -> Result<StatementResult, ServerError> {
+    pub(super) async fn describe(
+        &mut self,
+        name: &ObjectName,
+    ) -> Result<StatementResult, ServerError> {
         let def = self.resolve_table(name)?;
         let schema = Arc::new(Schema::new(vec![
             Field::new("name", DataType::Utf8, false),
@@ -56,15 +78,28 @@ impl Session {
         let batch = RecordBatch::try_new(
             schema.clone(),
             vec![
-                Arc::new(StringArray::from_iter_values(c.iter().map(|c| c.name.as_str()))),
-                Arc::new(StringArray::from_iter_values(c.iter().map(|c| c.sql_type.display_name()))),
-                Arc::new(BooleanArray::from(c.iter().map(|c| c.nullable).collect::<Vec<_>>())),
-                Arc::new(StringArray::from(c.iter().map(|c| c.default.clone()).collect::<Vec<_>>())),
+                Arc::new(StringArray::from_iter_values(
+                    c.iter().map(|c| c.name.as_str()),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    c.iter().map(|c| c.sql_type.display_name()),
+                )),
                 Arc::new(BooleanArray::from(
-                    c.iter().map(|c| def.primary_key.contains(&c.name)).collect::<Vec<_>>(),
+                    c.iter().map(|c| c.nullable).collect::<Vec<_>>(),
+                )),
+                Arc::new(StringArray::from(
+                    c.iter().map(|c| c.default.clone()).collect::<Vec<_>>(),
+                )),
+                Arc::new(BooleanArray::from(
+                    c.iter()
+                        .map(|c| def.primary_key.contains(&c.name))
+                        .collect::<Vec<_>>(),
                 )),
             ],
         )?;
-        Ok(StatementResult::Rows { schema, batches: vec![batch] })
+        Ok(StatementResult::Rows {
+            schema,
+            batches: vec![batch],
+        })
     }
 }

@@ -17,33 +17,89 @@ pub const SERVER_VERSION: &str = "16.0";
 /// (name, default, description). Names are matched case-insensitively.
 const KNOWN: &[(&str, &str, &str)] = &[
     ("application_name", "", "Name of the client application"),
-    ("client_encoding", "UTF8", "Client-side character set (only UTF8)"),
+    (
+        "client_encoding",
+        "UTF8",
+        "Client-side character set (only UTF8)",
+    ),
     ("DateStyle", "ISO, MDY", "Display format for dates"),
     ("TimeZone", "UTC", "Time zone for timestamps with time zone"),
-    ("extra_float_digits", "1", "Digits shown for floating-point values"),
-    ("search_path", "\"$user\", public", "Schema search order for unqualified names"),
-    ("standard_conforming_strings", "on", "Backslashes in ordinary strings are literal"),
+    (
+        "extra_float_digits",
+        "1",
+        "Digits shown for floating-point values",
+    ),
+    (
+        "search_path",
+        "\"$user\", public",
+        "Schema search order for unqualified names",
+    ),
+    (
+        "standard_conforming_strings",
+        "on",
+        "Backslashes in ordinary strings are literal",
+    ),
     ("integer_datetimes", "on", "Datetimes are 64-bit integers"),
     ("IntervalStyle", "postgres", "Display format for intervals"),
-    ("server_version", SERVER_VERSION, "PostgreSQL version Weir speaks"),
-    ("server_version_num", "160000", "PostgreSQL version Weir speaks, as a number"),
+    (
+        "server_version",
+        SERVER_VERSION,
+        "PostgreSQL version Weir speaks",
+    ),
+    (
+        "server_version_num",
+        "160000",
+        "PostgreSQL version Weir speaks, as a number",
+    ),
     ("server_encoding", "UTF8", "Server character set"),
-    ("is_superuser", "on", "Whether the session user is a superuser"),
+    (
+        "is_superuser",
+        "on",
+        "Whether the session user is a superuser",
+    ),
     ("session_authorization", "", "Session user"),
-    ("transaction_isolation", "serializable", "Isolation of the current transaction"),
-    ("default_transaction_isolation", "serializable", "Isolation of new transactions"),
-    ("transaction_read_only", "off", "Whether the current transaction is read-only"),
-    ("default_transaction_read_only", "off", "Whether new transactions are read-only"),
+    (
+        "transaction_isolation",
+        "serializable",
+        "Isolation of the current transaction",
+    ),
+    (
+        "default_transaction_isolation",
+        "serializable",
+        "Isolation of new transactions",
+    ),
+    (
+        "transaction_read_only",
+        "off",
+        "Whether the current transaction is read-only",
+    ),
+    (
+        "default_transaction_read_only",
+        "off",
+        "Whether new transactions are read-only",
+    ),
     ("statement_timeout", "0", "Statement timeout (not enforced)"),
     ("lock_timeout", "0", "Lock timeout (not enforced)"),
-    ("idle_in_transaction_session_timeout", "0", "Idle-in-transaction timeout (not enforced)"),
+    (
+        "idle_in_transaction_session_timeout",
+        "0",
+        "Idle-in-transaction timeout (not enforced)",
+    ),
     ("max_identifier_length", "63", "Longest identifier"),
-    ("client_min_messages", "notice", "Lowest message level sent to the client"),
+    (
+        "client_min_messages",
+        "notice",
+        "Lowest message level sent to the client",
+    ),
     ("bytea_output", "hex", "Output format of bytea"),
     ("row_security", "on", "Row security (no policies exist)"),
     ("synchronous_commit", "on", "Commits wait for fsync"),
     ("barrier_interval", "1s", "Interval between epoch barriers"),
-    ("read_your_writes", "on", "Queries see the session's own earlier writes"),
+    (
+        "read_your_writes",
+        "on",
+        "Queries see the session's own earlier writes",
+    ),
 ];
 
 /// Variables reported to the client at startup and whenever they change.
@@ -103,7 +159,9 @@ impl Vars {
     }
 
     pub fn get(&self, name: &str) -> Option<String> {
-        let key = canonical(name).map(str::to_string).unwrap_or_else(|| name.to_ascii_lowercase());
+        let key = canonical(name)
+            .map(str::to_string)
+            .unwrap_or_else(|| name.to_ascii_lowercase());
         self.values.read().get(&key).cloned()
     }
 
@@ -123,7 +181,9 @@ impl Vars {
     pub fn reset(&mut self, name: &str) -> Result<(), ServerError> {
         match KNOWN.iter().find(|(n, _, _)| n.eq_ignore_ascii_case(name)) {
             Some((n, default, _)) => {
-                self.values.write().insert(n.to_string(), default.to_string());
+                self.values
+                    .write()
+                    .insert(n.to_string(), default.to_string());
                 Ok(())
             }
             None if name.contains('.') => {
@@ -166,13 +226,18 @@ fn normalize(key: &str, value: &str) -> Result<String, ServerError> {
             Ok("UTF8".into())
         }
         "TimeZone" => {
-            let tz = if value.eq_ignore_ascii_case("utc") || value.eq_ignore_ascii_case("gmt") || value.eq_ignore_ascii_case("z") {
+            let tz = if value.eq_ignore_ascii_case("utc")
+                || value.eq_ignore_ascii_case("gmt")
+                || value.eq_ignore_ascii_case("z")
+            {
                 "UTC".to_string()
             } else {
                 value.to_string()
             };
             if tz != "UTC" && tz.parse::<arrow::array::timezone::Tz>().is_err() {
-                return Err(ServerError::invalid_param(format!("invalid value for parameter \"TimeZone\": \"{value}\"")));
+                return Err(ServerError::invalid_param(format!(
+                    "invalid value for parameter \"TimeZone\": \"{value}\""
+                )));
             }
             Ok(tz)
         }
@@ -217,7 +282,9 @@ fn one_column(name: &str, values: Vec<String>) -> StatementResult {
 impl Session {
     pub(super) fn set(&mut self, set: Set) -> Result<StatementResult, ServerError> {
         match set {
-            Set::SingleAssignment { variable, values, .. } => {
+            Set::SingleAssignment {
+                variable, values, ..
+            } => {
                 let name = object_name_text(&variable);
                 let value = values.iter().map(value_text).collect::<Vec<_>>().join(", ");
                 if value.eq_ignore_ascii_case("default") {
@@ -230,7 +297,8 @@ impl Session {
                 self.vars.set("TimeZone", &value_text(&value))?;
             }
             Set::SetNames { charset_name, .. } => {
-                self.vars.set("client_encoding", &charset_name.to_string())?;
+                self.vars
+                    .set("client_encoding", &charset_name.to_string())?;
             }
             Set::SetTransaction { .. } => {
                 // Every Weir transaction is serializable; accepting the modes
@@ -238,11 +306,14 @@ impl Session {
             }
             Set::MultipleAssignments { assignments } => {
                 for a in assignments {
-                    self.vars.set(&object_name_text(&a.name), &value_text(&a.value))?;
+                    self.vars
+                        .set(&object_name_text(&a.name), &value_text(&a.value))?;
                 }
             }
             other => {
-                return Err(ServerError::feature_not_supported(format!("SET form \"{other}\"")));
+                return Err(ServerError::feature_not_supported(format!(
+                    "SET form \"{other}\""
+                )));
             }
         }
         self.apply_vars_to_planner();
@@ -260,8 +331,15 @@ impl Session {
         Ok(command("RESET"))
     }
 
-    pub(super) fn show_variable(&mut self, variable: &[Ident]) -> Result<StatementResult, ServerError> {
-        let name = variable.iter().map(|i| i.value.as_str()).collect::<Vec<_>>().join(" ");
+    pub(super) fn show_variable(
+        &mut self,
+        variable: &[Ident],
+    ) -> Result<StatementResult, ServerError> {
+        let name = variable
+            .iter()
+            .map(|i| i.value.as_str())
+            .collect::<Vec<_>>()
+            .join(" ");
         if name.eq_ignore_ascii_case("all") {
             let values = self.vars.shared();
             let values = values.read();
@@ -272,17 +350,30 @@ impl Session {
             ]));
             let rows: Vec<_> = values.iter().collect();
             let describe = |n: &str| {
-                KNOWN.iter().find(|(k, _, _)| *k == n).map_or("", |(_, _, d)| *d).to_string()
+                KNOWN
+                    .iter()
+                    .find(|(k, _, _)| *k == n)
+                    .map_or("", |(_, _, d)| *d)
+                    .to_string()
             };
             let batch = RecordBatch::try_new(
                 schema.clone(),
                 vec![
-                    Arc::new(StringArray::from_iter_values(rows.iter().map(|(k, _)| k.as_str()))),
-                    Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, v)| v.as_str()))),
-                    Arc::new(StringArray::from_iter_values(rows.iter().map(|(k, _)| describe(k)))),
+                    Arc::new(StringArray::from_iter_values(
+                        rows.iter().map(|(k, _)| k.as_str()),
+                    )),
+                    Arc::new(StringArray::from_iter_values(
+                        rows.iter().map(|(_, v)| v.as_str()),
+                    )),
+                    Arc::new(StringArray::from_iter_values(
+                        rows.iter().map(|(k, _)| describe(k)),
+                    )),
                 ],
             )?;
-            return Ok(StatementResult::Rows { schema, batches: vec![batch] });
+            return Ok(StatementResult::Rows {
+                schema,
+                batches: vec![batch],
+            });
         }
         let lookup = match name.to_ascii_lowercase().as_str() {
             "time zone" => "TimeZone".to_string(),
@@ -305,14 +396,22 @@ impl Session {
         let mut state = state.write();
         let options = state.config_mut().options_mut();
         options.catalog.default_schema = schema;
-        options.execution.time_zone = Some(if tz == "UTC" { "+00:00".to_string() } else { tz });
+        options.execution.time_zone = Some(if tz == "UTC" {
+            "+00:00".to_string()
+        } else {
+            tz
+        });
     }
 }
 
 fn object_name_text(name: &ObjectName) -> String {
     name.0
         .iter()
-        .map(|p| p.as_ident().map(|i| i.value.clone()).unwrap_or_else(|| p.to_string()))
+        .map(|p| {
+            p.as_ident()
+                .map(|i| i.value.clone())
+                .unwrap_or_else(|| p.to_string())
+        })
         .collect::<Vec<_>>()
         .join(".")
 }
@@ -326,7 +425,10 @@ mod tests {
         let mut vars = Vars::new("weir", "weir");
         vars.set("datestyle", "ISO, DMY").unwrap();
         assert_eq!(vars.get("DateStyle").as_deref(), Some("ISO, DMY"));
-        assert_eq!(vars.set("no_such_thing", "1").unwrap_err().sqlstate(), "42704");
+        assert_eq!(
+            vars.set("no_such_thing", "1").unwrap_err().sqlstate(),
+            "42704"
+        );
         vars.set("myapp.tenant", "7").unwrap();
         assert_eq!(vars.get("myapp.tenant").as_deref(), Some("7"));
         vars.reset("DateStyle").unwrap();

@@ -111,7 +111,7 @@ fn sample() -> Sample {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prepared_statements_round_trip_every_mapped_type_in_binary_and_text() {
     known_gap(
-        "TODO prepared_statements_round_trip_every_mapped_type_in_binary_and_text",
+        "INSERT parameter types are not all inferred from the target columns as PostgreSQL does (first failing check: parameter types of the 21-column INSERT); the binary/text round trip after it is not reached",
         async {
             let server = WeirServer::start();
             let client = server.connect().await;
@@ -378,43 +378,43 @@ async fn literals_have_postgresql_types() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prepared_statement_is_reused_with_new_parameters() {
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    exec(
+        &client,
+        "CREATE TABLE tp_reuse (k int8 PRIMARY KEY, v text)",
+    )
+    .await;
+    let insert = client
+        .prepare("INSERT INTO tp_reuse VALUES ($1, $2)")
+        .await
+        .expect("prepare");
+    for k in 0..20i64 {
+        client
+            .execute(&insert, &[&k, &format!("v{k}")])
+            .await
+            .unwrap_or_else(|e| panic!("insert {k}: {e:?}"));
+    }
+    let lookup = client
+        .prepare("SELECT v FROM tp_reuse WHERE k = $1")
+        .await
+        .expect("prepare");
+    for k in [0i64, 7, 19] {
+        let v: String = client
+            .query_one(&lookup, &[&k])
+            .await
+            .expect("lookup")
+            .get(0);
+        assert_eq!(v, format!("v{k}"));
+    }
+    let missing = client
+        .query_opt(&lookup, &[&1000i64])
+        .await
+        .expect("lookup missing");
+    assert!(missing.is_none(), "no row for k = 1000");
     known_gap(
-        "TODO a_prepared_statement_is_reused_with_new_parameters",
+        "a parameter inside an expression ($1::int8) is described as text, so a binary int8 parameter is rejected (WrongType { postgres: Text, rust: i64 })",
         async {
-            let server = WeirServer::start();
-            let client = server.connect().await;
-            exec(
-                &client,
-                "CREATE TABLE tp_reuse (k int8 PRIMARY KEY, v text)",
-            )
-            .await;
-            let insert = client
-                .prepare("INSERT INTO tp_reuse VALUES ($1, $2)")
-                .await
-                .expect("prepare");
-            for k in 0..20i64 {
-                client
-                    .execute(&insert, &[&k, &format!("v{k}")])
-                    .await
-                    .unwrap_or_else(|e| panic!("insert {k}: {e:?}"));
-            }
-            let lookup = client
-                .prepare("SELECT v FROM tp_reuse WHERE k = $1")
-                .await
-                .expect("prepare");
-            for k in [0i64, 7, 19] {
-                let v: String = client
-                    .query_one(&lookup, &[&k])
-                    .await
-                    .expect("lookup")
-                    .get(0);
-                assert_eq!(v, format!("v{k}"));
-            }
-            let missing = client
-                .query_opt(&lookup, &[&1000i64])
-                .await
-                .expect("lookup missing");
-            assert!(missing.is_none(), "no row for k = 1000");
             let doubled: i64 = client
                 .query_one("SELECT $1::int8 * 2", &[&21i64])
                 .await
@@ -628,7 +628,7 @@ async fn a_client_that_disconnects_mid_copy_leaves_the_server_serving_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_request_stops_a_long_query_with_57014() {
     known_gap(
-        "TODO cancel_request_stops_a_long_query_with_57014",
+        "CancelRequest does not stop a running query promptly: the cross join is still running 30 s after repeated CancelRequests (57014 arrives after ~36 s)",
         async {
             let server = WeirServer::start();
             let client = server.connect().await;
@@ -815,26 +815,26 @@ async fn bind_with_the_wrong_parameter_count_is_a_protocol_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extended_protocol_errors_carry_sqlstates_and_do_not_break_the_session() {
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    let err = client
+        .prepare("SELECT * FROM tp_nowhere")
+        .await
+        .expect_err("unknown table");
+    assert_eq!(sqlstate(&err), "42P01", "{err:?}");
+    let err = client.prepare("SELEKT 1").await.expect_err("syntax error");
+    assert_eq!(sqlstate(&err), "42601", "{err:?}");
     known_gap(
-        "TODO extended_protocol_errors_carry_sqlstates_and_do_not_break_the_session",
+        "a parameter inside an expression ($1::int4) is described as text, so the binary int4 parameter is rejected client-side before the 22012 division by zero can happen",
         async {
-            let server = WeirServer::start();
-            let client = server.connect().await;
-            let err = client
-                .prepare("SELECT * FROM tp_nowhere")
-                .await
-                .expect_err("unknown table");
-            assert_eq!(sqlstate(&err), "42P01", "{err:?}");
-            let err = client.prepare("SELEKT 1").await.expect_err("syntax error");
-            assert_eq!(sqlstate(&err), "42601", "{err:?}");
             let err = client
                 .query_one("SELECT 1 / $1::int4", &[&0i32])
                 .await
                 .expect_err("division by zero at execution");
             assert_eq!(sqlstate(&err), "22012", "{err:?}");
-            let rows = text_rows(&client, "SELECT 1").await;
-            assert_eq!(rows, vec![vec![s("1")]], "the session works after errors");
         },
     )
     .await;
+    let rows = text_rows(&client, "SELECT 1").await;
+    assert_eq!(rows, vec![vec![s("1")]], "the session works after errors");
 }
