@@ -119,10 +119,10 @@ pub async fn serve(
 }
 
 fn log_task_end(joined: Result<(), tokio::task::JoinError>) {
-    if let Err(e) = joined {
-        if e.is_panic() {
-            tracing::error!(error = %e, "pgwire connection task panicked");
-        }
+    if let Err(e) = joined
+        && e.is_panic()
+    {
+        tracing::error!(error = %e, "pgwire connection task panicked");
     }
 }
 
@@ -180,7 +180,8 @@ async fn run_connection(
     };
     let mut socket = match guard_frames(framed) {
         Ok(socket) => socket,
-        Err((mut unguarded, reason)) => {
+        Err(refused) => {
+            let (mut unguarded, reason) = *refused;
             let _ = send_fatal(
                 &mut unguarded,
                 "08P01",
@@ -264,11 +265,11 @@ type Unguarded = Framed<MaybeTls, PgWireMessageServerCodec<PreparedStatement>>;
 /// Puts a [`frames::FrameGuard`] under the negotiated socket. What
 /// negotiation already buffered is checked first: it goes straight to the
 /// decoder, so it is refused as a whole if any of it is malformed.
-fn guard_frames(framed: Unguarded) -> Result<Socket, (Unguarded, String)> {
+fn guard_frames(framed: Unguarded) -> Result<Socket, Box<(Unguarded, String)>> {
     let parts = framed.into_parts();
     let mut scanner = frames::FrameScanner::new(frames::MAX_MESSAGE_LEN);
     if let Err(reason) = scanner.feed(&parts.read_buf) {
-        return Err((Framed::from_parts(parts), reason));
+        return Err(Box::new((Framed::from_parts(parts), reason)));
     }
     let io = frames::FrameGuard::new(parts.io, scanner);
     let mut guarded = FramedParts::new::<PgWireBackendMessage>(io, parts.codec);

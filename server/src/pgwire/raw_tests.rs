@@ -116,19 +116,19 @@ async fn copy_from_stdin_inside_a_multi_statement_string() {
     socket.write_all(&rest).await.expect("copy data");
     let _ = tokio::time::timeout(Duration::from_secs(5), socket.read_to_end(&mut received)).await;
     let find = |needle: &[u8]| received.windows(needle.len()).position(|w| w == needle);
+    let select = find(b"SELECT 1\0").expect("the SELECT before the COPY");
+    let copy_in = find(b"G\0\0\0\x09\0\0\x01").expect("CopyInResponse, 1 column");
     let copy_tag = find(b"COPY 2\0").expect("COPY tag");
-    let select = find(b"SELECT 1\0").unwrap_or_else(|| {
-        panic!(
-            "the following SELECT: {:?}",
-            String::from_utf8_lossy(&received)
-        )
-    });
-    assert!(copy_tag < select);
     let ready = received
         .iter()
         .rposition(|b| *b == b'Z')
         .expect("ReadyForQuery");
-    assert!(select < ready);
+    assert!(select < copy_in && copy_in < copy_tag && copy_tag < ready);
+    // One ReadyForQuery for the whole query string, after the COPY.
+    assert_eq!(
+        received[copy_in..].iter().filter(|b| **b == b'Z').count(),
+        1
+    );
     let count = client
         .query_one("SELECT count(*) FROM m", &[])
         .await

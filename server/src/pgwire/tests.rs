@@ -433,16 +433,14 @@ async fn startup_checks_user_and_database() {
     let server = start(|_| {}).await;
     let err = try_connect(&server, "nobody", "weir", None)
         .await
-        .err()
-        .expect("unknown user");
+        .expect_err("unknown user");
     assert_eq!(
         sqlstate(&err),
         Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
     );
     let err = try_connect(&server, "weir", "elsewhere", None)
         .await
-        .err()
-        .expect("unknown database");
+        .expect_err("unknown database");
     assert_eq!(sqlstate(&err), Some(&SqlState::INVALID_CATALOG_NAME));
 }
 
@@ -460,8 +458,7 @@ async fn scram_authentication() {
     for (user, password) in [("weir", "wrong"), ("nobody", "s3cret")] {
         let err = try_connect(&server, user, "weir", Some(password))
             .await
-            .err()
-            .expect("rejected");
+            .expect_err("rejected");
         assert_eq!(sqlstate(&err), Some(&SqlState::INVALID_PASSWORD), "{user}");
     }
 }
