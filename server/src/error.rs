@@ -180,7 +180,9 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
                 "22P02"
             }
             arrow::error::ArrowError::ComputeError(msg) if msg.contains("overflow") => "22003",
-            arrow::error::ArrowError::InvalidArgumentError(msg) if msg.contains("non-nullable") => "23502",
+            arrow::error::ArrowError::InvalidArgumentError(msg) if msg.contains("non-nullable") => {
+                "23502"
+            }
             _ => "22000",
         },
         DataFusionError::Execution(msg) if msg.contains("Divide by zero") => "22012",

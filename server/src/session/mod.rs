@@ -68,6 +68,18 @@ struct Txn {
     failed: bool,
 }
 
+impl Txn {
+    fn starting_at(base: Arc<Snapshot>, explicit: bool) -> Self {
+        Txn {
+            overlay: (*base).clone(),
+            base,
+            writes: TxnWrites::default(),
+            explicit,
+            failed: false,
+        }
+    }
+}
+
 pub struct Session {
     db: Arc<Database>,
     user: String,
@@ -176,14 +188,7 @@ impl Session {
         // implicit transaction unless they manage transactions themselves.
         let grouped = statements.len() > 1 && self.txn.is_none();
         if grouped {
-            let base = self.db.snapshot();
-            self.txn = Some(Txn {
-                overlay: (*base).clone(),
-                base,
-                writes: TxnWrites::default(),
-                explicit: false,
-                failed: false,
-            });
+            self.txn = Some(Txn::starting_at(self.db.snapshot(), false));
         }
         let mut results = Vec::with_capacity(statements.len());
         for statement in statements {
@@ -279,14 +284,7 @@ impl Session {
         }
         let implicit = self.txn.is_none();
         if implicit {
-            let base = self.db.snapshot();
-            self.txn = Some(Txn {
-                overlay: (*base).clone(),
-                base,
-                writes: TxnWrites::default(),
-                explicit: false,
-                failed: false,
-            });
+            self.txn = Some(Txn::starting_at(self.db.snapshot(), false));
         }
         self.refresh_view();
         Ok(implicit)
@@ -322,14 +320,7 @@ impl Session {
             // transaction into a block.
             t.explicit = true;
         } else {
-            let base = self.db.snapshot();
-            self.txn = Some(Txn {
-                overlay: (*base).clone(),
-                base,
-                writes: TxnWrites::default(),
-                explicit: true,
-                failed: false,
-            });
+            self.txn = Some(Txn::starting_at(self.db.snapshot(), true));
         }
         // PostgreSQL only warns about BEGIN inside a block.
         command("BEGIN")
