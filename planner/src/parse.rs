@@ -3,7 +3,8 @@
 use std::sync::LazyLock;
 
 use datafusion::sql::sqlparser::ast::Statement;
-use datafusion::sql::sqlparser::parser::ParserError;
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
 static PARSER: LazyLock<PostgresCompatibilityParser> =
@@ -26,13 +27,23 @@ pub fn parse_sql(sql: &str) -> Result<Vec<Statement>, ParseError> {
             ParserError::TokenizerError(m) | ParserError::ParserError(m) => m,
             ParserError::RecursionLimitExceeded => "statement is nested too deeply".to_string(),
         };
-        let position = position_of(&message, sql);
+        let position = position_of(&message, sql).or_else(|| locate_with_plain_parser(sql));
         let message = match message.find(" at Line: ") {
             Some(i) => message[..i].to_string(),
             None => message,
         };
         ParseError { message, position }
     })
+}
+
+/// The compatibility parser drops the location from some errors (a bad first
+/// keyword, for one); sqlparser's own PostgreSQL dialect keeps it, so ask it
+/// where the same text breaks.
+fn locate_with_plain_parser(sql: &str) -> Option<usize> {
+    match Parser::parse_sql(&PostgreSqlDialect {}, sql) {
+        Err(ParserError::TokenizerError(m) | ParserError::ParserError(m)) => position_of(&m, sql),
+        _ => None,
+    }
 }
 
 /// sqlparser reports `... at Line: L, Column: C`; PostgreSQL clients want a
@@ -68,7 +79,7 @@ mod tests {
     #[test]
     fn syntax_errors_carry_a_position() {
         let err = parse_sql("SELECT 1;\nSELEC 2").unwrap_err();
-        assert_eq!(err.position, Some(11));
+        assert_eq!(err.position, Some(11), "{err:?}");
         assert!(err.message.contains("SELEC"), "{}", err.message);
     }
 }
