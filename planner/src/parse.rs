@@ -4,7 +4,9 @@ use std::sync::LazyLock;
 
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
 static PARSER: LazyLock<PostgresCompatibilityParser> =
@@ -22,7 +24,14 @@ pub struct ParseError {
 /// Parses every statement of `sql`. Like PostgreSQL, a syntax error anywhere
 /// fails the whole string before any statement runs.
 pub fn parse_sql(sql: &str) -> Result<Vec<Statement>, ParseError> {
-    PARSER.parse(sql).map_err(|e| {
+    let parsed = match create_user_as_create_role(sql) {
+        Some(tokens) => Parser::new(&PostgreSqlDialect {})
+            .with_tokens_with_locations(tokens)
+            .parse_statements()
+            .map(|statements| statements.into_iter().map(|s| PARSER.rewrite(s)).collect()),
+        None => PARSER.parse(sql),
+    };
+    parsed.map_err(|e| {
         let message = match e {
             ParserError::TokenizerError(m) | ParserError::ParserError(m) => m,
             ParserError::RecursionLimitExceeded => "statement is nested too deeply".to_string(),
@@ -34,6 +43,35 @@ pub fn parse_sql(sql: &str) -> Result<Vec<Statement>, ParseError> {
         };
         ParseError { message, position }
     })
+}
+
+/// PostgreSQL's `CREATE USER name [WITH] option...` is `CREATE ROLE` with
+/// LOGIN, but sqlparser reads `CREATE USER` with Snowflake's grammar, which
+/// rejects `PASSWORD 'x'`. Returns the tokens with `USER` read as `ROLE` when
+/// a statement starts with `CREATE USER`, so the role grammar parses it.
+fn create_user_as_create_role(sql: &str) -> Option<Vec<TokenWithSpan>> {
+    let mut tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize_with_location()
+        .ok()?;
+    let words: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_)))
+        .collect();
+    let mut found = false;
+    for (n, &i) in words.iter().enumerate() {
+        let starts_statement = n == 0 || matches!(tokens[words[n - 1]].token, Token::SemiColon);
+        let is_keyword = |at: usize, keyword: Keyword| matches!(&tokens[at].token, Token::Word(w) if w.keyword == keyword);
+        if starts_statement
+            && is_keyword(i, Keyword::CREATE)
+            && words
+                .get(n + 1)
+                .is_some_and(|&j| is_keyword(j, Keyword::USER))
+        {
+            let user = words[n + 1];
+            tokens[user].token = Token::make_keyword("ROLE");
+            found = true;
+        }
+    }
+    found.then_some(tokens)
 }
 
 /// The compatibility parser drops the location from some errors (a bad first
@@ -74,6 +112,17 @@ mod tests {
     fn splits_statements() {
         assert_eq!(parse_sql("select 1; select 2;").unwrap().len(), 2);
         assert!(parse_sql("  -- only a comment\n").unwrap().is_empty());
+    }
+
+    #[test]
+    fn create_user_takes_role_options() {
+        let parsed =
+            parse_sql("CREATE USER bob WITH PASSWORD 'x'; create user eve password 'y'").unwrap();
+        assert!(
+            parsed.iter().all(|s| matches!(s, Statement::CreateRole(_))),
+            "{parsed:?}"
+        );
+        assert!(parse_sql("CREATE USER bob PASSWORD").is_err());
     }
 
     #[test]

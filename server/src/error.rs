@@ -42,6 +42,12 @@ pub enum ServerError {
     FeatureNotSupported(String),
     #[error("current transaction is aborted, commands ignored until end of transaction block")]
     InFailedTransaction,
+    #[error("{0}")]
+    InvalidColumnReference(String),
+    #[error("{0} can only be used in transaction blocks")]
+    NoActiveTransaction(String),
+    #[error("savepoint \"{0}\" does not exist")]
+    UndefinedSavepoint(String),
     #[error("could not serialize access due to concurrent update: {0}")]
     SerializationFailure(String),
     #[error("cannot drop {object} because other objects depend on it")]
@@ -105,6 +111,9 @@ impl ServerError {
             Self::NotNullViolation { .. } => "23502",
             Self::FeatureNotSupported(_) => "0A000",
             Self::InFailedTransaction => "25P02",
+            Self::InvalidColumnReference(_) => "42P10",
+            Self::NoActiveTransaction(_) => "25P01",
+            Self::UndefinedSavepoint(_) => "3B001",
             Self::SerializationFailure(_) => "40001",
             Self::DependentObjects { .. } => "2BP01",
             Self::InvalidParameterValue(_) => "22023",

@@ -396,7 +396,7 @@ pub async fn override_files(options: &ConnectOptions, files: &[PathBuf]) -> Resu
 
 /// The `.slt` files shipped in `sqllogictest/tests/`, sorted by name.
 pub fn bundled_files() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let dir = bundled_dir();
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map(|entries| {
             entries
@@ -407,6 +407,23 @@ pub fn bundled_files() -> Vec<PathBuf> {
         .unwrap_or_default();
     files.sort();
     files
+}
+
+/// `sqllogictest/tests/` of the checkout being tested: found from the run-time
+/// `CARGO_MANIFEST_DIR` (set by `cargo test`/`cargo run` to whichever crate
+/// runs) or the current directory, walking up. The compile-time path is only
+/// the last resort, because cargo may reuse an artifact built in another
+/// checkout that shares the target dir.
+fn bundled_dir() -> PathBuf {
+    let start = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::current_dir().ok());
+    start
+        .iter()
+        .flat_map(|dir| dir.ancestors())
+        .map(|dir| dir.join("sqllogictest").join("tests"))
+        .find(|candidate| candidate.is_dir())
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests"))
 }
 
 #[cfg(test)]

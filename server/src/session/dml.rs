@@ -99,6 +99,45 @@ impl Session {
         Ok(())
     }
 
+    /// `VALUES (1, DEFAULT)`: the keyword means the column's default, or NULL
+    /// when it has none. sqlparser reads it as a bare identifier, so each one
+    /// is replaced by the column's default expression before planning.
+    fn substitute_default_keywords(
+        &self,
+        def: &TableDef,
+        insert: &mut Insert,
+    ) -> Result<(), ServerError> {
+        let targets = insert_targets(def, insert);
+        let Some(source) = insert.source.as_mut() else {
+            return Ok(());
+        };
+        let ast::SetExpr::Values(values) = source.body.as_mut() else {
+            return Ok(());
+        };
+        let state = self.ctx.state();
+        for row in &mut values.rows {
+            for (target, expr) in targets.iter().zip(row.content.iter_mut()) {
+                let is_default = matches!(expr, ast::Expr::Identifier(id)
+                    if id.quote_style.is_none() && id.value.eq_ignore_ascii_case("default"));
+                if !is_default {
+                    continue;
+                }
+                let default = def
+                    .columns
+                    .iter()
+                    .find(|c| &c.name == target)
+                    .and_then(|c| c.default.as_ref());
+                *expr = match default {
+                    Some(text) => {
+                        state.sql_to_expr(text, &datafusion::config::Dialect::PostgreSQL)?
+                    }
+                    None => ast::Expr::Value(ast::Value::Null.into()),
+                };
+            }
+        }
+        Ok(())
+    }
+
     pub(super) async fn insert(
         &mut self,
         mut insert: Insert,
@@ -136,6 +175,8 @@ impl Session {
         let returning = insert.returning.take();
         insert.table_alias = None;
         self.ensure_defaults(&def)?;
+        let targets = insert_targets(&def, &insert);
+        self.substitute_default_keywords(&def, &mut insert)?;
         let plan = self.plan_statement(Statement::Insert(insert)).await?;
         let LogicalPlan::Dml(dml) = plan else {
             return Err(ServerError::internal(
@@ -143,7 +184,10 @@ impl Session {
             ));
         };
         let input = Self::bind(Arc::unwrap_or_clone(dml.input), params)?;
-        let (schema, batches) = self.run_plan(input).await?;
+        let (schema, batches) = self
+            .run_plan(input)
+            .await
+            .map_err(|e| values_not_null_error(&def, &targets, e))?;
         let rows = concat_batches(&schema, &batches)?;
         let rows = conform(&def, &rows)?;
         let written = self.insert_rows(&def, rows, conflict, &qualifier, params)?;
@@ -584,12 +628,50 @@ impl Session {
     }
 }
 
+/// The columns an INSERT's values go to, in order.
+fn insert_targets(def: &TableDef, insert: &Insert) -> Vec<String> {
+    if insert.columns.is_empty() {
+        return def.columns.iter().map(|c| c.name.clone()).collect();
+    }
+    insert
+        .columns
+        .iter()
+        .map(
+            |name| match name.0.last().and_then(|part| part.as_ident()) {
+                Some(ident) => normalize_ident(ident),
+                None => name.to_string(),
+            },
+        )
+        .collect()
+}
+
+/// DataFusion names VALUES columns `column1..n` and rejects a NULL in a NOT
+/// NULL target while casting them; report it as PostgreSQL does, naming the
+/// table's column.
+fn values_not_null_error(def: &TableDef, targets: &[String], e: ServerError) -> ServerError {
+    let text = e.to_string();
+    let Some(rest) = text.split("Column 'column").nth(1) else {
+        return e;
+    };
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let position = digits.parse::<usize>().ok().and_then(|n| n.checked_sub(1));
+    match position.and_then(|i| targets.get(i)) {
+        Some(column) if rest[digits.len()..].starts_with("' is declared as non-nullable") => {
+            ServerError::NotNullViolation {
+                table: def.name.clone(),
+                column: column.clone(),
+            }
+        }
+        _ => e,
+    }
+}
+
 fn check_conflict_target(
     def: &TableDef,
     target: Option<&ConflictTarget>,
 ) -> Result<(), ServerError> {
     let no_match = || {
-        ServerError::Planning(
+        ServerError::InvalidColumnReference(
             "there is no unique or exclusion constraint matching the ON CONFLICT specification"
                 .into(),
         )

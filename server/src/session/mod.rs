@@ -66,6 +66,18 @@ struct Txn {
     writes: TxnWrites,
     explicit: bool,
     failed: bool,
+    /// Open savepoints, oldest first. Names may repeat; the newest wins.
+    savepoints: Vec<Savepoint>,
+}
+
+/// What `ROLLBACK TO SAVEPOINT` returns to. Writes only ever grow, so their
+/// lengths mark the point; the overlay is a persistent map, so keeping it
+/// costs O(1).
+struct Savepoint {
+    name: String,
+    overlay: Snapshot,
+    ddl_len: usize,
+    tables_len: usize,
 }
 
 impl Txn {
@@ -76,7 +88,15 @@ impl Txn {
             writes: TxnWrites::default(),
             explicit,
             failed: false,
+            savepoints: Vec::new(),
         }
+    }
+
+    fn position_of(&self, name: &str) -> Result<usize, ServerError> {
+        self.savepoints
+            .iter()
+            .rposition(|s| s.name == name)
+            .ok_or_else(|| ServerError::UndefinedSavepoint(name.to_string()))
     }
 }
 
@@ -258,6 +278,10 @@ impl Session {
                 self.txn = None;
                 return Ok(command("ROLLBACK"));
             }
+            Statement::Rollback {
+                savepoint: Some(name),
+                ..
+            } => return self.rollback_to(&name.value),
             _ => {}
         }
         if self.txn.as_ref().is_some_and(|t| t.failed) {
@@ -337,6 +361,63 @@ impl Session {
         }
     }
 
+    /// The open transaction block, for statements that only make sense in
+    /// one (SAVEPOINT and friends).
+    fn block(&mut self, statement: &str) -> Result<&mut Txn, ServerError> {
+        match &mut self.txn {
+            Some(t) if t.explicit => Ok(t),
+            _ => Err(ServerError::NoActiveTransaction(statement.to_string())),
+        }
+    }
+
+    fn savepoint(&mut self, name: String) -> Result<StatementResult, ServerError> {
+        let txn = self.block("SAVEPOINT")?;
+        let savepoint = Savepoint {
+            name,
+            overlay: txn.overlay.clone(),
+            ddl_len: txn.writes.ddl.len(),
+            tables_len: txn.writes.tables.len(),
+        };
+        txn.savepoints.push(savepoint);
+        Ok(command("SAVEPOINT"))
+    }
+
+    /// `RELEASE [SAVEPOINT] name`: forgets the savepoint and every later one;
+    /// their writes stay in the transaction.
+    fn release_savepoint(&mut self, name: &str) -> Result<StatementResult, ServerError> {
+        let txn = self.block("RELEASE SAVEPOINT")?;
+        let at = txn.position_of(name)?;
+        txn.savepoints.truncate(at);
+        Ok(command("RELEASE"))
+    }
+
+    /// `ROLLBACK TO [SAVEPOINT] name`: undoes the writes made since the
+    /// savepoint, which stays open, and clears a failure, as PostgreSQL does.
+    fn rollback_to(&mut self, name: &str) -> Result<StatementResult, ServerError> {
+        let txn = self.block("ROLLBACK TO SAVEPOINT")?;
+        let at = match txn.position_of(name) {
+            Ok(at) => at,
+            Err(e) => {
+                txn.failed = true;
+                return Err(e);
+            }
+        };
+        txn.savepoints.truncate(at + 1);
+        let savepoint = &txn.savepoints[at];
+        txn.overlay = savepoint.overlay.clone();
+        txn.writes.ddl.truncate(savepoint.ddl_len);
+        txn.writes.tables.truncate(savepoint.tables_len);
+        txn.failed = false;
+        self.refresh_view();
+        Ok(command("ROLLBACK"))
+    }
+
+    /// Marks the open block failed because of an error outside statement
+    /// execution (a bad Bind, a broken COPY), as PostgreSQL does.
+    pub fn fail_transaction(&mut self) {
+        self.fail_block();
+    }
+
     /// Points the planning view at what the current statement must read.
     fn refresh_view(&self) {
         let snapshot = match &self.txn {
@@ -408,9 +489,8 @@ impl Session {
             }
             S::Deallocate { .. } => Ok(command("DEALLOCATE")),
             S::Comment { .. } => Ok(command("COMMENT")),
-            S::Savepoint { .. } | S::ReleaseSavepoint { .. } | S::Rollback { .. } => {
-                Err(ServerError::feature_not_supported("SAVEPOINT"))
-            }
+            S::Savepoint { name } => self.savepoint(name.value),
+            S::ReleaseSavepoint { name } => self.release_savepoint(&name.value),
             other => Err(ServerError::feature_not_supported(statement_name(&other))),
         }
     }
@@ -488,7 +568,11 @@ fn statement_kind(statement: &Statement) -> &'static str {
         S::Copy { .. } => "copy",
         S::Truncate(_) => "truncate",
         S::CreateTable(_) | S::CreateSchema { .. } | S::Drop { .. } | S::CreateUser(_) => "ddl",
-        S::StartTransaction { .. } | S::Commit { .. } | S::Rollback { .. } => "transaction",
+        S::StartTransaction { .. }
+        | S::Commit { .. }
+        | S::Rollback { .. }
+        | S::Savepoint { .. }
+        | S::ReleaseSavepoint { .. } => "transaction",
         S::Set(_) | S::ShowVariable { .. } | S::Reset(_) => "set",
         S::ShowTables { .. } | S::ShowCreate { .. } | S::ExplainTable { .. } => "show",
         S::Explain { .. } => "explain",

@@ -37,8 +37,15 @@ pub const DEFAULT_WATCHDOG: Duration = Duration::from_secs(300);
 const LISTENING: &str = "weir is listening";
 
 /// The workspace root (the folder holding `sqllogictest/` and `tests/`).
+///
+/// Read at run time: cargo fingerprints path crates by their path relative
+/// to the workspace, so a test binary built in another checkout sharing the
+/// target dir may be reused here, and its compile-time path would be stale.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir
         .parent()
         .expect("server/ has a parent")
         .to_path_buf()
