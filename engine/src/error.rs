@@ -1,11 +1,22 @@
 /// Errors of the engine. `DuplicateKey` is a user error (the server maps it to
-/// SQLSTATE 23505); the rest are internal.
+/// SQLSTATE 23505); `Evaluation` carries a DataFusion error from an
+/// expression or aggregate, whose SQLSTATE the server derives; the rest are
+/// internal.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("duplicate key value violates unique constraint: key ({key}) already exists")]
     DuplicateKey { key: String },
     #[error("change batch schema does not match the table: {0}")]
     SchemaMismatch(String),
+    #[error("{operator}: {message}")]
+    Invariant {
+        operator: &'static str,
+        message: String,
+    },
+    #[error(transparent)]
+    Evaluation(#[from] datafusion::error::DataFusionError),
+    #[error(transparent)]
+    Change(#[from] weir_common::ChangeBatchError),
     #[error(transparent)]
     Arrow(#[from] arrow::error::ArrowError),
 }

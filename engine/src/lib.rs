@@ -1,13 +1,29 @@
 //! The Weir dataflow engine.
 //!
-//! Knows Arrow and [`weir_common::ChangeBatch`]es, no SQL and no protocol.
+//! Knows Arrow, DataFusion physical expressions and
+//! [`weir_common::ChangeBatch`]es; no SQL and no protocol.
 //!
 //! - [`table::TableState`]: the keyed contents of a table, changed only by
 //!   applying change batches, cheap to snapshot (persistent map: a snapshot is
 //!   an O(1) clone that later writes never disturb).
+//! - [`operator::Operator`]: the contract of an incremental operator, stepped
+//!   once per epoch with the consolidated change of each input.
+//! - [`ops`]: the built-in operators.
+//! - [`graph::Graph`]: a DAG of operators for one projection.
+//! - [`rows`]: Arrow rows as comparable bytes, and consolidation.
+//! - [`multiset::Multiset`]: bags of rows, the state most operators keep.
 
 pub mod error;
+pub mod graph;
+pub mod multiset;
+pub mod operator;
+pub mod ops;
+pub mod rows;
 pub mod table;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub use error::EngineError;
+pub use graph::{Graph, Input};
+pub use operator::Operator;
 pub use table::TableState;

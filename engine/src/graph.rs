@@ -1,0 +1,132 @@
+//! [`Graph`]: a DAG of operators stepped once per epoch.
+
+use weir_common::ChangeBatch;
+
+use crate::EngineError;
+use crate::operator::Operator;
+
+/// Where a node reads from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    /// The change of the graph's `n`th source (a table or another projection)
+    /// in this epoch.
+    Source(usize),
+    /// The output of an earlier node.
+    Node(usize),
+}
+
+struct Node {
+    operator: Box<dyn Operator>,
+    inputs: Vec<Input>,
+}
+
+/// Operators in topological order: a node only reads sources and earlier
+/// nodes, which [`Graph::add`] enforces. The last node added is the output.
+///
+/// If a step fails, operators that already stepped have moved on while later
+/// ones have not, so a failed graph must not be stepped again: the owner
+/// rebuilds it (from its inputs or a checkpoint). [`Graph::is_poisoned`] says so.
+pub struct Graph {
+    sources: usize,
+    nodes: Vec<Node>,
+    poisoned: bool,
+}
+
+impl Graph {
+    pub fn new(sources: usize) -> Self {
+        Self {
+            sources,
+            nodes: Vec::new(),
+            poisoned: false,
+        }
+    }
+
+    /// Adds a node; returns its index for later nodes' [`Input::Node`].
+    pub fn add(
+        &mut self,
+        operator: Box<dyn Operator>,
+        inputs: Vec<Input>,
+    ) -> Result<usize, EngineError> {
+        for input in &inputs {
+            let valid = match *input {
+                Input::Source(i) => i < self.sources,
+                Input::Node(i) => i < self.nodes.len(),
+            };
+            if !valid {
+                return Err(EngineError::Invariant {
+                    operator: operator.name(),
+                    message: format!("input {input:?} does not exist yet"),
+                });
+            }
+        }
+        self.nodes.push(Node { operator, inputs });
+        Ok(self.nodes.len() - 1)
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// Operator names with their inputs, for EXPLAIN.
+    pub fn describe(&self) -> Vec<(&'static str, Vec<Input>)> {
+        self.nodes
+            .iter()
+            .map(|n| (n.operator.name(), n.inputs.clone()))
+            .collect()
+    }
+
+    /// Runs one epoch: `sources[i]` is the consolidated change of source `i`.
+    /// Returns the change of the output node.
+    pub fn step(&mut self, sources: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
+        if self.poisoned || sources.len() != self.sources || self.nodes.is_empty() {
+            return Err(EngineError::Invariant {
+                operator: "graph",
+                message: format!(
+                    "cannot step: poisoned={}, {} source changes for {} sources, {} nodes",
+                    self.poisoned,
+                    sources.len(),
+                    self.sources,
+                    self.nodes.len()
+                ),
+            });
+        }
+        let mut outputs: Vec<ChangeBatch> = Vec::with_capacity(self.nodes.len());
+        for node in &mut self.nodes {
+            let inputs: Vec<ChangeBatch> = node
+                .inputs
+                .iter()
+                .map(|input| match *input {
+                    Input::Source(i) => sources[i].clone(),
+                    Input::Node(i) => outputs[i].clone(),
+                })
+                .collect();
+            match node.operator.step(&inputs) {
+                Ok(out) => outputs.push(out),
+                Err(e) => {
+                    self.poisoned = true;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(outputs.pop().expect("the graph has nodes"))
+    }
+
+    /// Every node's state, in node order.
+    pub fn snapshot(&self) -> Result<Vec<Vec<u8>>, EngineError> {
+        self.nodes.iter().map(|n| n.operator.snapshot()).collect()
+    }
+
+    pub fn restore(&mut self, states: &[Vec<u8>]) -> Result<(), EngineError> {
+        if states.len() != self.nodes.len() {
+            return Err(EngineError::Invariant {
+                operator: "graph",
+                message: format!("{} states for {} nodes", states.len(), self.nodes.len()),
+            });
+        }
+        for (node, state) in self.nodes.iter_mut().zip(states) {
+            node.operator.restore(state)?;
+        }
+        self.poisoned = false;
+        Ok(())
+    }
+}

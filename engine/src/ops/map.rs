@@ -1,0 +1,113 @@
+//! [`Map`]: filter then project, with any DataFusion scalar expressions.
+//! Linear: weights pass through unchanged.
+
+use std::sync::Arc;
+
+use arrow::array::{AsArray, RecordBatch, RecordBatchOptions};
+use arrow::compute::{filter, filter_record_batch, prep_null_mask_filter};
+use arrow::datatypes::SchemaRef;
+use datafusion::physical_expr::PhysicalExpr;
+use weir_common::ChangeBatch;
+
+use crate::EngineError;
+use crate::operator::{Operator, expect_inputs};
+use crate::rows::{consolidate, empty_change};
+
+pub struct Map {
+    /// Rows for which this is not true are dropped (SQL WHERE semantics).
+    predicate: Option<Arc<dyn PhysicalExpr>>,
+    /// One expression per output column, over the input.
+    projection: Vec<Arc<dyn PhysicalExpr>>,
+    schema: SchemaRef,
+}
+
+impl Map {
+    pub fn new(
+        predicate: Option<Arc<dyn PhysicalExpr>>,
+        projection: Vec<Arc<dyn PhysicalExpr>>,
+        schema: SchemaRef,
+    ) -> Self {
+        Self {
+            predicate,
+            projection,
+            schema,
+        }
+    }
+}
+
+impl Operator for Map {
+    fn name(&self) -> &'static str {
+        "map"
+    }
+
+    fn output_schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
+        expect_inputs(self.name(), inputs, 1)?;
+        let input = &inputs[0];
+        if input.is_empty() {
+            return Ok(empty_change(&self.schema));
+        }
+        let (rows, weights) = match &self.predicate {
+            None => (input.rows().clone(), input.weights().clone()),
+            Some(predicate) => {
+                let mask = predicate
+                    .evaluate(input.rows())?
+                    .into_array(input.num_rows())?;
+                let mask = prep_null_mask_filter(mask.as_boolean());
+                let weights = filter(input.weights(), &mask)?;
+                (
+                    filter_record_batch(input.rows(), &mask)?,
+                    weights.as_primitive().clone(),
+                )
+            }
+        };
+        let columns = self
+            .projection
+            .iter()
+            .map(|e| e.evaluate(&rows)?.into_array(rows.num_rows()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let projected = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
+        )?;
+        // Projection can make distinct rows equal.
+        consolidate(&ChangeBatch::new(projected, weights)?)
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, EngineError> {
+        Ok(Vec::new())
+    }
+
+    fn restore(&mut self, _state: &[u8]) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::logical_expr::Operator as BinaryOp;
+    use datafusion::physical_expr::expressions::{binary, col, lit};
+
+    use super::*;
+    use crate::testing::{change, render, schema};
+
+    #[test]
+    fn filters_projects_and_consolidates() {
+        let input = schema("g text, x int");
+        let out = schema("g text");
+        let predicate = binary(col("x", &input).unwrap(), BinaryOp::Gt, lit(1i64), &input).unwrap();
+        let mut map = Map::new(Some(predicate), vec![col("g", &input).unwrap()], out);
+        let step = map
+            .step(&[change(
+                "g text, x int",
+                "a 2 +1; a 3 +1; b 1 +1; b 5 -1; c null +1; c 9 +1; c 8 -1",
+            )])
+            .unwrap();
+        // a's two rows collapse into one with weight 2; c's cancel out; x=null is not > 1.
+        assert_eq!(render(&step), vec!["a +2", "b -1"]);
+    }
+}

@@ -1,0 +1,10 @@
+//! The built-in operators.
+//!
+//! - [`map::Map`]: WHERE and SELECT expressions (linear).
+//! - [`union::Union`]: UNION ALL (linear).
+//! - [`aggregate::Aggregate`]: GROUP BY and aggregates; DISTINCT is an
+//!   aggregate with no calls.
+
+pub mod aggregate;
+pub mod map;
+pub mod union;

@@ -1,0 +1,70 @@
+//! [`Union`]: `UNION ALL` of inputs with the same column types. Linear.
+
+use arrow::datatypes::SchemaRef;
+use weir_common::ChangeBatch;
+
+use crate::EngineError;
+use crate::rows::{concat_changes, consolidate};
+
+use crate::operator::{Operator, expect_inputs};
+
+pub struct Union {
+    inputs: usize,
+    schema: SchemaRef,
+}
+
+impl Union {
+    pub fn new(inputs: usize, schema: SchemaRef) -> Self {
+        Self { inputs, schema }
+    }
+}
+
+impl Operator for Union {
+    fn name(&self) -> &'static str {
+        "union"
+    }
+
+    fn output_schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
+        expect_inputs(self.name(), inputs, self.inputs)?;
+        // Inputs may name their columns differently; the output's names win.
+        let rebound = inputs
+            .iter()
+            .map(|c| {
+                let rows = arrow::array::RecordBatch::try_new_with_options(
+                    self.schema.clone(),
+                    c.rows().columns().to_vec(),
+                    &arrow::array::RecordBatchOptions::new().with_row_count(Some(c.num_rows())),
+                )?;
+                Ok(ChangeBatch::new(rows, c.weights().clone())?)
+            })
+            .collect::<Result<Vec<_>, EngineError>>()?;
+        consolidate(&concat_changes(&self.schema, &rebound)?)
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, EngineError> {
+        Ok(Vec::new())
+    }
+
+    fn restore(&mut self, _state: &[u8]) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{change, render, schema};
+
+    #[test]
+    fn sums_inputs_and_cancels() {
+        let mut union = Union::new(2, schema("v int"));
+        let step = union
+            .step(&[change("a int", "1 +1; 2 +1"), change("b int", "1 -1; 3 +2")])
+            .unwrap();
+        assert_eq!(render(&step), vec!["2 +1", "3 +2"]);
+    }
+}

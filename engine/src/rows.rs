@@ -1,0 +1,153 @@
+//! Rows as bytes: [`RowCodec`] turns Arrow columns into `arrow_row` rows and
+//! back, and [`consolidate`] sums the weights of equal rows.
+//!
+//! The row format is comparable bytewise and equal for equal values, so it
+//! serves as the key of every hash and ordered map in the engine.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, RecordBatchOptions, UInt32Array};
+use arrow::compute::take;
+use arrow::datatypes::SchemaRef;
+use arrow::row::{RowConverter, SortField};
+use weir_common::ChangeBatch;
+
+use crate::EngineError;
+
+/// One encoded row (or key): cheap to clone, ordered like the values.
+pub type RowBytes = Arc<[u8]>;
+
+/// Encodes and decodes rows of one schema.
+pub struct RowCodec {
+    schema: SchemaRef,
+    converter: RowConverter,
+}
+
+impl std::fmt::Debug for RowCodec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RowCodec")
+            .field("schema", &self.schema)
+            .finish()
+    }
+}
+
+impl RowCodec {
+    pub fn new(schema: SchemaRef) -> Result<Self, EngineError> {
+        let fields = schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        Ok(Self {
+            converter: RowConverter::new(fields)?,
+            schema,
+        })
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// One encoded row per row of `columns` (which follow the codec's schema).
+    pub fn encode(&self, columns: &[ArrayRef]) -> Result<Vec<RowBytes>, EngineError> {
+        let rows = self.converter.convert_columns(columns)?;
+        Ok(rows.iter().map(|r| RowBytes::from(r.as_ref())).collect())
+    }
+
+    /// Decodes rows into one batch of the codec's schema.
+    pub fn decode<'a>(
+        &self,
+        rows: impl IntoIterator<Item = &'a RowBytes>,
+    ) -> Result<RecordBatch, EngineError> {
+        let parser = self.converter.parser();
+        let rows: Vec<&RowBytes> = rows.into_iter().collect();
+        let num_rows = rows.len();
+        let columns = self
+            .converter
+            .convert_rows(rows.into_iter().map(|r| parser.parse(r.as_ref())))?;
+        Ok(RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(num_rows)),
+        )?)
+    }
+
+    /// Decodes `(row, weight)` pairs into a change batch.
+    pub fn decode_change<'a>(
+        &self,
+        rows: impl IntoIterator<Item = (&'a RowBytes, i64)>,
+    ) -> Result<ChangeBatch, EngineError> {
+        let (rows, weights): (Vec<&RowBytes>, Vec<i64>) = rows.into_iter().unzip();
+        let batch = self.decode(rows)?;
+        Ok(ChangeBatch::new(batch, Int64Array::from(weights))?)
+    }
+}
+
+/// An empty change of `schema`.
+pub fn empty_change(schema: &SchemaRef) -> ChangeBatch {
+    ChangeBatch::inserts(RecordBatch::new_empty(schema.clone()))
+}
+
+/// Sums the weights of equal rows and drops rows whose weight is zero, keeping
+/// the order in which rows first appear.
+pub fn consolidate(change: &ChangeBatch) -> Result<ChangeBatch, EngineError> {
+    if change.is_empty() {
+        return Ok(change.clone());
+    }
+    let codec = RowCodec::new(change.schema())?;
+    let rows = codec.encode(change.rows().columns())?;
+    let weights = change.weights().values();
+    let mut first_seen: HashMap<&[u8], usize> = HashMap::with_capacity(rows.len());
+    let mut order: Vec<(u32, i64)> = Vec::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        match first_seen.get(row.as_ref()) {
+            Some(&slot) => order[slot].1 += weights[i],
+            None => {
+                first_seen.insert(row.as_ref(), order.len());
+                order.push((i as u32, weights[i]));
+            }
+        }
+    }
+    order.retain(|&(_, w)| w != 0);
+    if order.len() == rows.len() {
+        return Ok(change.clone());
+    }
+    let indices = UInt32Array::from_iter_values(order.iter().map(|&(i, _)| i));
+    let columns = change
+        .rows()
+        .columns()
+        .iter()
+        .map(|c| take(c.as_ref(), &indices, None))
+        .collect::<Result<Vec<_>, _>>()?;
+    let batch = RecordBatch::try_new_with_options(
+        change.schema(),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(order.len())),
+    )?;
+    Ok(ChangeBatch::new(
+        batch,
+        Int64Array::from_iter_values(order.iter().map(|&(_, w)| w)),
+    )?)
+}
+
+/// Concatenates changes of one schema.
+pub fn concat_changes(
+    schema: &SchemaRef,
+    changes: &[ChangeBatch],
+) -> Result<ChangeBatch, EngineError> {
+    let non_empty: Vec<&ChangeBatch> = changes.iter().filter(|c| !c.is_empty()).collect();
+    match non_empty.as_slice() {
+        [] => Ok(empty_change(schema)),
+        [one] => Ok((*one).clone()),
+        many => {
+            let rows: Vec<RecordBatch> = many.iter().map(|c| c.rows().clone()).collect();
+            let batch = arrow::compute::concat_batches(schema, &rows)?;
+            let weights: Vec<i64> = many
+                .iter()
+                .flat_map(|c| c.weights().values().iter().copied())
+                .collect();
+            Ok(ChangeBatch::new(batch, Int64Array::from(weights))?)
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! Readable change-batch fixtures for operator tests.
+//!
+//! `change("g text, x int", "a 1 +1; a 2 +1; b null -1")` is a batch of three
+//! rows whose last token is the weight; `render` turns a change back into
+//! sorted lines of the same form, so tests compare text.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::util::display::array_value_to_string;
+use weir_common::ChangeBatch;
+
+pub fn schema(spec: &str) -> SchemaRef {
+    let fields: Vec<Field> = spec
+        .split(',')
+        .map(|f| {
+            let (name, ty) = f.trim().split_once(' ').expect("`name type`");
+            let ty = match ty.trim() {
+                "int" => DataType::Int64,
+                "text" => DataType::Utf8,
+                other => panic!("fixture type {other}"),
+            };
+            Field::new(name, ty, true)
+        })
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
+pub fn change(spec: &str, rows: &str) -> ChangeBatch {
+    change_of(&schema(spec), rows)
+}
+
+pub fn change_of(schema: &SchemaRef, rows: &str) -> ChangeBatch {
+    let rows: Vec<Vec<&str>> = rows
+        .split(';')
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(|r| r.split_whitespace().collect())
+        .collect();
+    let columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(c, field)| -> ArrayRef {
+            fn cell<'a>(r: &[&'a str], c: usize) -> Option<&'a str> {
+                Some(r[c]).filter(|v| *v != "null")
+            }
+            match field.data_type() {
+                DataType::Int64 => Arc::new(Int64Array::from_iter(
+                    rows.iter()
+                        .map(|r| cell(r, c).map(|v| v.parse::<i64>().expect("int"))),
+                )),
+                _ => Arc::new(StringArray::from_iter(rows.iter().map(|r| cell(r, c)))),
+            }
+        })
+        .collect();
+    let weights = Int64Array::from_iter_values(rows.iter().map(|r| {
+        r.last()
+            .expect("weight")
+            .parse::<i64>()
+            .expect("weight like +1")
+    }));
+    let batch = RecordBatch::try_new(schema.clone(), columns).expect("fixture batch");
+    ChangeBatch::new(batch, weights).expect("fixture change")
+}
+
+/// Sorted `values weight` lines.
+pub fn render(change: &ChangeBatch) -> Vec<String> {
+    let mut lines: Vec<String> = (0..change.num_rows())
+        .map(|i| {
+            let mut cells: Vec<String> = change
+                .rows()
+                .columns()
+                .iter()
+                .map(|col| {
+                    if col.is_null(i) {
+                        "null".to_string()
+                    } else {
+                        array_value_to_string(col, i).expect("displayable")
+                    }
+                })
+                .collect();
+            cells.push(format!("{:+}", change.weights().value(i)));
+            cells.join(" ")
+        })
+        .collect();
+    lines.sort();
+    lines
+}
