@@ -151,3 +151,21 @@ pub fn concat_changes(
         }
     }
 }
+
+/// A predicate's result as a filter: NULL counts as false, as in WHERE.
+pub fn where_true(
+    result: &arrow::array::ArrayRef,
+) -> Result<arrow::array::BooleanArray, EngineError> {
+    use arrow::array::{Array, AsArray};
+    let Some(mask) = result.as_boolean_opt() else {
+        return Err(EngineError::Invariant {
+            operator: "predicate",
+            message: format!("a predicate returned {}, not boolean", result.data_type()),
+        });
+    };
+    Ok(if mask.null_count() == 0 {
+        mask.clone()
+    } else {
+        arrow::compute::prep_null_mask_filter(mask)
+    })
+}

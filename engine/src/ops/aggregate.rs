@@ -14,8 +14,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, RecordBatch, RecordBatchOptions};
-use arrow::compute::{cast, filter, prep_null_mask_filter};
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow::compute::{cast, filter};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
@@ -25,7 +25,7 @@ use weir_common::ChangeBatch;
 use crate::EngineError;
 use crate::multiset::{Multiset, Reader, Writer};
 use crate::operator::{Operator, expect_inputs};
-use crate::rows::{RowBytes, RowCodec, consolidate, empty_change};
+use crate::rows::{RowBytes, RowCodec, consolidate, empty_change, where_true};
 
 const NAME: &str = "aggregate";
 
@@ -127,7 +127,7 @@ impl Aggregate {
                     .collect::<Result<Vec<_>, _>>()?;
                 if let Some(predicate) = &call.filter {
                     let mask = predicate.evaluate(&batch)?.into_array(batch.num_rows())?;
-                    let mask = prep_null_mask_filter(mask.as_boolean());
+                    let mask = where_true(&mask)?;
                     args = args
                         .iter()
                         .map(|a| filter(a.as_ref(), &mask))

@@ -4,14 +4,14 @@
 use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch, RecordBatchOptions};
-use arrow::compute::{filter, filter_record_batch, prep_null_mask_filter};
+use arrow::compute::{filter, filter_record_batch};
 use arrow::datatypes::SchemaRef;
 use datafusion::physical_expr::PhysicalExpr;
 use weir_common::ChangeBatch;
 
 use crate::EngineError;
 use crate::operator::{Operator, expect_inputs};
-use crate::rows::{consolidate, empty_change};
+use crate::rows::{consolidate, empty_change, where_true};
 
 pub struct Map {
     /// Rows for which this is not true are dropped (SQL WHERE semantics).
@@ -56,7 +56,7 @@ impl Operator for Map {
                 let mask = predicate
                     .evaluate(input.rows())?
                     .into_array(input.num_rows())?;
-                let mask = prep_null_mask_filter(mask.as_boolean());
+                let mask = where_true(&mask)?;
                 let weights = filter(input.weights(), &mask)?;
                 (
                     filter_record_batch(input.rows(), &mask)?,

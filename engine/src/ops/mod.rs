@@ -2,9 +2,11 @@
 //!
 //! - [`map::Map`]: WHERE and SELECT expressions (linear).
 //! - [`union::Union`]: UNION ALL (linear).
+//! - [`join::Join`]: inner, outer, semi and anti equi-joins with residuals.
 //! - [`aggregate::Aggregate`]: GROUP BY and aggregates; DISTINCT is an
 //!   aggregate with no calls.
 
 pub mod aggregate;
+pub mod join;
 pub mod map;
 pub mod union;

@@ -1,0 +1,486 @@
+//! [`Join`]: equi-joins (inner, left, right, full outer, left semi, left
+//! anti) with an optional residual predicate, correct under retractions.
+//!
+//! Both inputs are kept in state, bucketed by join key. When an epoch changes
+//! a bucket, its output is recomputed from the bucket's two multisets (the
+//! pairs that satisfy the residual, plus the unmatched rows an outer, semi or
+//! anti join keeps) and the difference to the bucket's previous output is
+//! emitted. A row whose key has a NULL matches nothing, as in SQL. A join
+//! without equi keys (a pure range or theta join) has one bucket.
+//!
+//! Cost per epoch: O(left rows × right rows) of the changed buckets.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt32Array, new_null_array,
+};
+use arrow::compute::{cast, take};
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::physical_expr::PhysicalExpr;
+use weir_common::ChangeBatch;
+
+use crate::EngineError;
+use crate::multiset::{Multiset, Reader, Writer};
+use crate::operator::{Operator, expect_inputs};
+use crate::rows::{RowBytes, RowCodec, consolidate, empty_change, where_true};
+
+const NAME: &str = "join";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinKind {
+    Inner,
+    Left,
+    Right,
+    Full,
+    /// Left rows with at least one match (`EXISTS`, `IN`).
+    Semi,
+    /// Left rows with no match (`NOT EXISTS`).
+    Anti,
+}
+
+impl JoinKind {
+    fn keeps_unmatched_left(self) -> bool {
+        matches!(self, Self::Left | Self::Full)
+    }
+    fn keeps_unmatched_right(self) -> bool {
+        matches!(self, Self::Right | Self::Full)
+    }
+    /// Semi and anti joins output left rows only.
+    fn outputs_left_only(self) -> bool {
+        matches!(self, Self::Semi | Self::Anti)
+    }
+}
+
+/// One key's rows on both sides and the output they produced. `None` keys
+/// (a NULL in the key) never match.
+#[derive(Clone, Default)]
+struct Bucket {
+    left: Multiset,
+    right: Multiset,
+    output: Multiset,
+}
+
+pub struct JoinSpec {
+    pub kind: JoinKind,
+    pub left_schema: SchemaRef,
+    pub right_schema: SchemaRef,
+    /// Pairs of equal expressions, left over the left input, right over the right.
+    pub on: Vec<(Arc<dyn PhysicalExpr>, Arc<dyn PhysicalExpr>)>,
+    /// Over the left columns followed by the right columns.
+    pub residual: Option<Arc<dyn PhysicalExpr>>,
+    /// Left then right columns (left only for semi and anti joins).
+    pub output_schema: SchemaRef,
+}
+
+pub struct Join {
+    spec: JoinSpec,
+    left: RowCodec,
+    right: RowCodec,
+    key: Option<RowCodec>,
+    /// Left and right columns, all nullable: what the residual reads.
+    joined: SchemaRef,
+    output: RowCodec,
+    buckets: imbl::OrdMap<Option<RowBytes>, Bucket>,
+}
+
+impl Join {
+    pub fn new(spec: JoinSpec) -> Result<Self, EngineError> {
+        let key = if spec.on.is_empty() {
+            None
+        } else {
+            let fields: Vec<Field> = spec
+                .on
+                .iter()
+                .enumerate()
+                .map(|(i, (l, _))| {
+                    Ok(Field::new(
+                        format!("k{i}"),
+                        l.data_type(&spec.left_schema)?,
+                        true,
+                    ))
+                })
+                .collect::<Result<_, EngineError>>()?;
+            Some(RowCodec::new(Arc::new(Schema::new(fields)))?)
+        };
+        let joined: Vec<Field> = spec
+            .left_schema
+            .fields()
+            .iter()
+            .chain(spec.right_schema.fields())
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        Ok(Self {
+            left: RowCodec::new(spec.left_schema.clone())?,
+            right: RowCodec::new(spec.right_schema.clone())?,
+            output: RowCodec::new(spec.output_schema.clone())?,
+            joined: Arc::new(Schema::new(joined)),
+            key,
+            buckets: imbl::OrdMap::new(),
+            spec,
+        })
+    }
+
+    /// The bucket of every row of one side.
+    fn keys_of(
+        &self,
+        rows: &RecordBatch,
+        left: bool,
+    ) -> Result<Vec<Option<RowBytes>>, EngineError> {
+        let Some(codec) = &self.key else {
+            return Ok(vec![Some(RowBytes::from(&[][..])); rows.num_rows()]);
+        };
+        let columns = self
+            .spec
+            .on
+            .iter()
+            .zip(codec.schema().fields())
+            .map(|((l, r), field)| {
+                let expr = if left { l } else { r };
+                let array = expr.evaluate(rows)?.into_array(rows.num_rows())?;
+                Ok(cast(&array, field.data_type())?)
+            })
+            .collect::<Result<Vec<ArrayRef>, EngineError>>()?;
+        let encoded = codec.encode(&columns)?;
+        Ok(encoded
+            .into_iter()
+            .enumerate()
+            .map(|(i, key)| columns.iter().all(|c| c.is_valid(i)).then_some(key))
+            .collect())
+    }
+
+    /// The output of one bucket.
+    fn bucket_output(&self, bucket: &Bucket, matchable: bool) -> Result<Multiset, EngineError> {
+        let left = self.left.decode(bucket.left.expanded())?;
+        let right = self.right.decode(bucket.right.expanded())?;
+        let (n, m) = (left.num_rows(), right.num_rows());
+        let mut left_matched = vec![false; n];
+        let mut right_matched = vec![false; m];
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
+        if matchable && n > 0 && m > 0 {
+            let left_idx = UInt32Array::from_iter_values(
+                (0..n as u32).flat_map(|i| std::iter::repeat_n(i, m)),
+            );
+            let right_idx = UInt32Array::from_iter_values((0..n).flat_map(|_| 0..m as u32));
+            let crossed = self.combine(&left, Some(&left_idx), &right, Some(&right_idx), n * m)?;
+            let keep: BooleanArray = match &self.spec.residual {
+                None => BooleanArray::from(vec![true; n * m]),
+                Some(predicate) => {
+                    let mask = predicate.evaluate(&crossed)?.into_array(n * m)?;
+                    where_true(&mask)?
+                }
+            };
+            for p in 0..n * m {
+                if keep.value(p) {
+                    let (i, j) = (left_idx.value(p), right_idx.value(p));
+                    left_matched[i as usize] = true;
+                    right_matched[j as usize] = true;
+                    pairs.push((i, j));
+                }
+            }
+        }
+        let kind = self.spec.kind;
+        let mut parts: Vec<RecordBatch> = Vec::new();
+        if kind.outputs_left_only() {
+            let wanted = kind == JoinKind::Semi;
+            let rows = UInt32Array::from_iter_values(
+                (0..n as u32).filter(|&i| left_matched[i as usize] == wanted),
+            );
+            parts.push(take_rows(&left, &rows)?);
+        } else {
+            let (li, ri): (Vec<u32>, Vec<u32>) = pairs.into_iter().unzip();
+            let (li, ri) = (UInt32Array::from(li), UInt32Array::from(ri));
+            parts.push(self.combine(&left, Some(&li), &right, Some(&ri), li.len())?);
+            if kind.keeps_unmatched_left() {
+                let rows = UInt32Array::from_iter_values(
+                    (0..n as u32).filter(|&i| !left_matched[i as usize]),
+                );
+                parts.push(self.combine(&left, Some(&rows), &right, None, rows.len())?);
+            }
+            if kind.keeps_unmatched_right() {
+                let rows = UInt32Array::from_iter_values(
+                    (0..m as u32).filter(|&j| !right_matched[j as usize]),
+                );
+                parts.push(self.combine(&left, None, &right, Some(&rows), rows.len())?);
+            }
+        }
+        let mut out = Multiset::default();
+        for part in parts {
+            let part = rebind(&part, self.output.schema())?;
+            for row in self.output.encode(part.columns())? {
+                out.add(&row, 1, NAME)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Left rows `li` beside right rows `ri`; a missing side is all NULL.
+    fn combine(
+        &self,
+        left: &RecordBatch,
+        li: Option<&UInt32Array>,
+        right: &RecordBatch,
+        ri: Option<&UInt32Array>,
+        len: usize,
+    ) -> Result<RecordBatch, EngineError> {
+        let side = |batch: &RecordBatch,
+                    idx: Option<&UInt32Array>|
+         -> Result<Vec<ArrayRef>, EngineError> {
+            batch
+                .columns()
+                .iter()
+                .map(|c| match idx {
+                    Some(idx) => Ok(take(c.as_ref(), idx, None)?),
+                    None => Ok(new_null_array(c.data_type(), len)),
+                })
+                .collect()
+        };
+        let mut columns = side(left, li)?;
+        columns.extend(side(right, ri)?);
+        Ok(RecordBatch::try_new_with_options(
+            self.joined.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(len)),
+        )?)
+    }
+}
+
+fn take_rows(batch: &RecordBatch, rows: &UInt32Array) -> Result<RecordBatch, EngineError> {
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|c| take(c.as_ref(), rows, None))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        batch.schema(),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+    )?)
+}
+
+/// The same columns under the output's names and nullability.
+fn rebind(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, EngineError> {
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        batch.columns().to_vec(),
+        &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )?)
+}
+
+impl Operator for Join {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn output_schema(&self) -> SchemaRef {
+        self.output.schema().clone()
+    }
+
+    fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
+        expect_inputs(NAME, inputs, 2)?;
+        let mut buckets = self.buckets.clone();
+        let mut touched: BTreeSet<Option<RowBytes>> = BTreeSet::new();
+        for (side, input) in inputs.iter().enumerate() {
+            if input.is_empty() {
+                continue;
+            }
+            let is_left = side == 0;
+            let keys = self.keys_of(input.rows(), is_left)?;
+            let codec = if is_left { &self.left } else { &self.right };
+            let rows = codec.encode(input.rows().columns())?;
+            for ((key, row), &w) in keys.into_iter().zip(&rows).zip(input.weights().values()) {
+                let bucket = buckets.entry(key.clone()).or_default();
+                let set = if is_left {
+                    &mut bucket.left
+                } else {
+                    &mut bucket.right
+                };
+                set.add(row, w, NAME)?;
+                touched.insert(key);
+            }
+        }
+        let mut change: Vec<(RowBytes, i64)> = Vec::new();
+        for key in touched {
+            let bucket = buckets.get(&key).cloned().unwrap_or_default();
+            let output = self.bucket_output(&bucket, key.is_some())?;
+            for (row, count) in bucket.output.iter() {
+                let delta = output.count(row) - count;
+                if delta != 0 {
+                    change.push((row.clone(), delta));
+                }
+            }
+            for (row, count) in output.iter() {
+                if bucket.output.count(row) == 0 {
+                    change.push((row.clone(), count));
+                }
+            }
+            if bucket.left.is_empty() && bucket.right.is_empty() {
+                buckets.remove(&key);
+            } else if let Some(b) = buckets.get_mut(&key) {
+                b.output = output;
+            }
+        }
+        let out = if change.is_empty() {
+            empty_change(self.output.schema())
+        } else {
+            consolidate(
+                &self
+                    .output
+                    .decode_change(change.iter().map(|(r, w)| (r, *w)))?,
+            )?
+        };
+        self.buckets = buckets;
+        Ok(out)
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, EngineError> {
+        let mut w = Writer::default();
+        w.u64(self.buckets.len() as u64);
+        for (key, bucket) in &self.buckets {
+            match key {
+                Some(key) => {
+                    w.u64(1);
+                    w.blob(key);
+                }
+                None => w.u64(0),
+            }
+            w.multiset(&bucket.left);
+            w.multiset(&bucket.right);
+            w.multiset(&bucket.output);
+        }
+        Ok(w.bytes)
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<(), EngineError> {
+        let mut r = Reader::new(state, NAME);
+        let mut buckets = imbl::OrdMap::new();
+        for _ in 0..r.u64()? {
+            let key = if r.u64()? == 1 { Some(r.blob()?) } else { None };
+            let bucket = Bucket {
+                left: r.multiset()?,
+                right: r.multiset()?,
+                output: r.multiset()?,
+            };
+            buckets.insert(key, bucket);
+        }
+        r.finish()?;
+        self.buckets = buckets;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::logical_expr::Operator as BinaryOp;
+    use datafusion::physical_expr::expressions::{binary, col};
+
+    use super::*;
+    use crate::testing::{change, render, schema};
+
+    const L: &str = "k int, a text";
+    const R: &str = "rk int, b text";
+
+    fn join(kind: JoinKind, residual: bool) -> Join {
+        let (left, right) = (schema(L), schema(R));
+        let joined = schema("k int, a text, rk int, b text");
+        let output = if kind.outputs_left_only() {
+            left.clone()
+        } else {
+            joined.clone()
+        };
+        // `a <> b` as the residual.
+        let residual = residual.then(|| {
+            binary(
+                col("a", &joined).unwrap(),
+                BinaryOp::NotEq,
+                col("b", &joined).unwrap(),
+                &joined,
+            )
+            .unwrap()
+        });
+        Join::new(JoinSpec {
+            kind,
+            on: vec![(col("k", &left).unwrap(), col("rk", &right).unwrap())],
+            left_schema: left,
+            right_schema: right,
+            residual,
+            output_schema: output,
+        })
+        .unwrap()
+    }
+
+    fn step(j: &mut Join, left: &str, right: &str) -> Vec<String> {
+        render(&j.step(&[change(L, left), change(R, right)]).unwrap())
+    }
+
+    #[test]
+    fn inner_join_with_a_residual() {
+        let mut j = join(JoinKind::Inner, true);
+        assert_eq!(
+            step(&mut j, "1 x +1; 1 y +1; 2 x +1", "1 x +1; 3 z +1"),
+            vec!["1 y 1 x +1"]
+        );
+        // A new right row matches both left rows of key 1 except the equal one.
+        assert_eq!(step(&mut j, "", "1 y +1"), vec!["1 x 1 y +1"]);
+        assert_eq!(step(&mut j, "1 y -1", ""), vec!["1 y 1 x -1"]);
+    }
+
+    #[test]
+    fn left_join_pads_until_a_match_arrives_and_after_it_goes() {
+        let mut j = join(JoinKind::Left, false);
+        assert_eq!(
+            step(&mut j, "1 x +1; null n +1", ""),
+            vec!["1 x null null +1", "null n null null +1"]
+        );
+        assert_eq!(
+            step(&mut j, "", "1 b +1; null b +1"),
+            vec!["1 x 1 b +1", "1 x null null -1"]
+        );
+        assert_eq!(
+            step(&mut j, "", "1 b -1"),
+            vec!["1 x 1 b -1", "1 x null null +1"]
+        );
+    }
+
+    #[test]
+    fn full_join_keeps_both_sides() {
+        let mut j = join(JoinKind::Full, false);
+        assert_eq!(
+            step(&mut j, "1 x +1", "2 y +1"),
+            vec!["1 x null null +1", "null null 2 y +1"]
+        );
+        assert_eq!(
+            step(&mut j, "2 z +1", ""),
+            vec!["2 z 2 y +1", "null null 2 y -1"]
+        );
+    }
+
+    #[test]
+    fn semi_and_anti_joins_count_each_left_row_once() {
+        let mut semi = join(JoinKind::Semi, false);
+        let mut anti = join(JoinKind::Anti, false);
+        for j in [&mut semi, &mut anti] {
+            j.step(&[change(L, "1 x +1; 2 y +1"), change(R, "")])
+                .unwrap();
+        }
+        assert_eq!(step(&mut semi, "", "1 a +1; 1 b +1"), vec!["1 x +1"]);
+        assert_eq!(step(&mut anti, "", "1 a +1; 1 b +1"), vec!["1 x -1"]);
+        assert_eq!(step(&mut semi, "", "1 a -1"), Vec::<String>::new());
+        assert_eq!(step(&mut anti, "", "1 a -1; 1 b -1"), vec!["1 x +1"]);
+    }
+
+    #[test]
+    fn snapshot_and_restore_continue_where_they_left_off() {
+        let mut j = join(JoinKind::Full, true);
+        j.step(&[change(L, "1 x +1; 2 y +1"), change(R, "1 q +1")])
+            .unwrap();
+        let mut restored = join(JoinKind::Full, true);
+        restored.restore(&j.snapshot().unwrap()).unwrap();
+        let (l, r) = (change(L, "1 x -1"), change(R, "2 w +1"));
+        assert_eq!(
+            render(&restored.step(&[l.clone(), r.clone()]).unwrap()),
+            render(&j.step(&[l, r]).unwrap())
+        );
+    }
+}
