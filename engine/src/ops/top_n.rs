@@ -1,0 +1,376 @@
+//! [`TopN`]: the first rows by an ordering, per partition: `ORDER BY ..
+//! LIMIT n OFFSET m` (one partition) and `ROW_NUMBER() / RANK() OVER
+//! (PARTITION BY .. ORDER BY ..) <= n` (with the number as the last column).
+//!
+//! Each partition keeps its rows ordered by (sort key, row), so ties are
+//! broken the same way every time; a changed partition's output is
+//! recomputed from its first rows and diffed against what it emitted.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, RecordBatchOptions};
+use arrow::compute::SortOptions;
+use arrow::datatypes::SchemaRef;
+use arrow::row::{RowConverter, SortField};
+use datafusion::physical_expr::PhysicalExpr;
+use weir_common::ChangeBatch;
+
+use crate::EngineError;
+use crate::multiset::{Multiset, Reader, Writer};
+use crate::operator::{Operator, expect_inputs};
+use crate::rows::{RowBytes, RowCodec, consolidate, empty_change};
+
+const NAME: &str = "top_n";
+
+/// How rows are numbered and cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Numbering {
+    /// `ORDER BY .. LIMIT`: no number column.
+    None,
+    /// `ROW_NUMBER()`: 1, 2, 3, ... ; keeps `limit` rows.
+    RowNumber,
+    /// `RANK()`: equal sort keys share a number; keeps rows ranked <= `limit`.
+    Rank,
+}
+
+pub struct TopNSpec {
+    pub input_schema: SchemaRef,
+    pub partition_by: Vec<Arc<dyn PhysicalExpr>>,
+    pub order_by: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
+    pub offset: usize,
+    pub limit: usize,
+    pub numbering: Numbering,
+    /// The input columns, plus an Int64 number column unless `Numbering::None`.
+    pub output_schema: SchemaRef,
+}
+
+pub struct TopN {
+    spec: TopNSpec,
+    input: RowCodec,
+    output: RowCodec,
+    partition: Option<RowCodec>,
+    order: RowConverter,
+    /// Per partition: (sort key, row) -> count, in output order; and the
+    /// output last emitted.
+    partitions: imbl::OrdMap<RowBytes, Partition>,
+}
+
+#[derive(Clone, Default)]
+struct Partition {
+    rows: imbl::OrdMap<(RowBytes, RowBytes), i64>,
+    output: Multiset,
+}
+
+impl TopN {
+    pub fn new(spec: TopNSpec) -> Result<Self, EngineError> {
+        let order_fields = spec
+            .order_by
+            .iter()
+            .map(|(e, options)| {
+                Ok(SortField::new_with_options(
+                    e.data_type(&spec.input_schema)?,
+                    *options,
+                ))
+            })
+            .collect::<Result<Vec<_>, EngineError>>()?;
+        let partition = if spec.partition_by.is_empty() {
+            None
+        } else {
+            let fields = spec
+                .partition_by
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    Ok(arrow::datatypes::Field::new(
+                        format!("p{i}"),
+                        e.data_type(&spec.input_schema)?,
+                        true,
+                    ))
+                })
+                .collect::<Result<Vec<_>, EngineError>>()?;
+            Some(RowCodec::new(Arc::new(arrow::datatypes::Schema::new(
+                fields,
+            )))?)
+        };
+        Ok(Self {
+            input: RowCodec::new(spec.input_schema.clone())?,
+            output: RowCodec::new(spec.output_schema.clone())?,
+            order: RowConverter::new(order_fields)?,
+            partition,
+            partitions: imbl::OrdMap::new(),
+            spec,
+        })
+    }
+
+    fn evaluate(
+        exprs: &mut dyn Iterator<Item = &Arc<dyn PhysicalExpr>>,
+        rows: &RecordBatch,
+    ) -> Result<Vec<ArrayRef>, EngineError> {
+        exprs
+            .map(|e| Ok(e.evaluate(rows)?.into_array(rows.num_rows())?))
+            .collect()
+    }
+
+    /// The rows a partition outputs, with their numbers.
+    fn partition_output(&self, partition: &Partition) -> Result<Multiset, EngineError> {
+        let mut kept: Vec<(&RowBytes, i64)> = Vec::new();
+        let mut position = 0usize;
+        let mut rank = 0usize;
+        let mut previous_key: Option<&RowBytes> = None;
+        'rows: for ((sort_key, row), &count) in &partition.rows {
+            for _ in 0..count {
+                position += 1;
+                if previous_key != Some(sort_key) {
+                    rank = position;
+                    previous_key = Some(sort_key);
+                }
+                let (number, in_range) = match self.spec.numbering {
+                    Numbering::None | Numbering::RowNumber => (
+                        position,
+                        position > self.spec.offset
+                            && position <= self.spec.offset + self.spec.limit,
+                    ),
+                    Numbering::Rank => (rank, rank <= self.spec.limit),
+                };
+                let past_end = match self.spec.numbering {
+                    Numbering::Rank => rank > self.spec.limit,
+                    _ => position > self.spec.offset + self.spec.limit,
+                };
+                if past_end {
+                    break 'rows;
+                }
+                if in_range {
+                    kept.push((row, number as i64));
+                }
+            }
+        }
+        let mut out = Multiset::default();
+        if kept.is_empty() {
+            return Ok(out);
+        }
+        let batch = self.input.decode(kept.iter().map(|(r, _)| *r))?;
+        let mut columns = batch.columns().to_vec();
+        if self.spec.numbering != Numbering::None {
+            columns.push(Arc::new(Int64Array::from_iter_values(
+                kept.iter().map(|(_, n)| *n),
+            )));
+        }
+        let batch = RecordBatch::try_new_with_options(
+            self.output.schema().clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(kept.len())),
+        )?;
+        for row in self.output.encode(batch.columns())? {
+            out.add(&row, 1, NAME)?;
+        }
+        Ok(out)
+    }
+}
+
+impl Operator for TopN {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn output_schema(&self) -> SchemaRef {
+        self.output.schema().clone()
+    }
+
+    fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
+        expect_inputs(NAME, inputs, 1)?;
+        let input = &inputs[0];
+        if input.is_empty() {
+            return Ok(empty_change(self.output.schema()));
+        }
+        let rows = input.rows();
+        let encoded = self.input.encode(rows.columns())?;
+        let sort_columns = Self::evaluate(&mut self.spec.order_by.iter().map(|(e, _)| e), rows)?;
+        let sort_keys = self.order.convert_columns(&sort_columns)?;
+        let partition_keys: Vec<RowBytes> = match &self.partition {
+            None => vec![RowBytes::from(&[][..]); rows.num_rows()],
+            Some(codec) => {
+                codec.encode(&Self::evaluate(&mut self.spec.partition_by.iter(), rows)?)?
+            }
+        };
+        let mut partitions = self.partitions.clone();
+        let mut touched: BTreeSet<RowBytes> = BTreeSet::new();
+        for (i, &w) in input.weights().values().iter().enumerate() {
+            let partition = partitions.entry(partition_keys[i].clone()).or_default();
+            let entry = (
+                RowBytes::from(sort_keys.row(i).as_ref()),
+                encoded[i].clone(),
+            );
+            let count = partition.rows.get(&entry).copied().unwrap_or(0) + w;
+            match count {
+                0 => {
+                    partition.rows.remove(&entry);
+                }
+                c if c > 0 => {
+                    partition.rows.insert(entry, c);
+                }
+                _ => {
+                    return Err(EngineError::Invariant {
+                        operator: NAME,
+                        message: "a row was retracted more often than it was inserted".into(),
+                    });
+                }
+            }
+            touched.insert(partition_keys[i].clone());
+        }
+        let mut change: Vec<(RowBytes, i64)> = Vec::new();
+        for key in touched {
+            let partition = partitions.get(&key).cloned().unwrap_or_default();
+            let output = self.partition_output(&partition)?;
+            for (row, count) in partition.output.iter() {
+                let delta = output.count(row) - count;
+                if delta != 0 {
+                    change.push((row.clone(), delta));
+                }
+            }
+            for (row, count) in output.iter() {
+                if partition.output.count(row) == 0 {
+                    change.push((row.clone(), count));
+                }
+            }
+            if partition.rows.is_empty() {
+                partitions.remove(&key);
+            } else if let Some(p) = partitions.get_mut(&key) {
+                p.output = output;
+            }
+        }
+        let out = if change.is_empty() {
+            empty_change(self.output.schema())
+        } else {
+            consolidate(
+                &self
+                    .output
+                    .decode_change(change.iter().map(|(r, w)| (r, *w)))?,
+            )?
+        };
+        self.partitions = partitions;
+        Ok(out)
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, EngineError> {
+        let mut w = Writer::default();
+        w.u64(self.partitions.len() as u64);
+        for (key, partition) in &self.partitions {
+            w.blob(key);
+            w.u64(partition.rows.len() as u64);
+            for ((sort_key, row), count) in &partition.rows {
+                w.blob(sort_key);
+                w.blob(row);
+                w.i64(*count);
+            }
+            w.multiset(&partition.output);
+        }
+        Ok(w.bytes)
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<(), EngineError> {
+        let mut r = Reader::new(state, NAME);
+        let mut partitions = imbl::OrdMap::new();
+        for _ in 0..r.u64()? {
+            let key = r.blob()?;
+            let mut rows = imbl::OrdMap::new();
+            for _ in 0..r.u64()? {
+                let entry = (r.blob()?, r.blob()?);
+                rows.insert(entry, r.i64()?);
+            }
+            let output = r.multiset()?;
+            partitions.insert(key, Partition { rows, output });
+        }
+        r.finish()?;
+        self.partitions = partitions;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::physical_expr::expressions::col;
+
+    use super::*;
+    use crate::testing::{change, render, schema};
+
+    const INPUT: &str = "g text, x int";
+
+    fn top(numbering: Numbering, partitioned: bool, offset: usize, limit: usize) -> TopN {
+        let input = schema(INPUT);
+        let output = match numbering {
+            Numbering::None => input.clone(),
+            _ => schema("g text, x int, n int"),
+        };
+        let desc = SortOptions {
+            descending: true,
+            nulls_first: true,
+        };
+        TopN::new(TopNSpec {
+            partition_by: if partitioned {
+                vec![col("g", &input).unwrap()]
+            } else {
+                vec![]
+            },
+            order_by: vec![(col("x", &input).unwrap(), desc)],
+            input_schema: input,
+            offset,
+            limit,
+            numbering,
+            output_schema: output,
+        })
+        .unwrap()
+    }
+
+    fn step(t: &mut TopN, rows: &str) -> Vec<String> {
+        render(&t.step(&[change(INPUT, rows)]).unwrap())
+    }
+
+    #[test]
+    fn order_by_limit_offset_follows_deletes_of_the_leaders() {
+        // ORDER BY x DESC LIMIT 2 OFFSET 1
+        let mut t = top(Numbering::None, false, 1, 2);
+        assert_eq!(
+            step(&mut t, "a 1 +1; a 5 +1; b 3 +1; b 4 +1"),
+            vec!["b 3 +1", "b 4 +1"]
+        );
+        assert_eq!(step(&mut t, "a 5 -1"), vec!["a 1 +1", "b 4 -1"]);
+    }
+
+    #[test]
+    fn row_number_per_partition() {
+        let mut t = top(Numbering::RowNumber, true, 0, 2);
+        assert_eq!(
+            step(&mut t, "a 1 +1; a 2 +1; a 3 +1; b 7 +1"),
+            vec!["a 2 2 +1", "a 3 1 +1", "b 7 1 +1"]
+        );
+        // A new leader in a renumbers a; b is untouched.
+        assert_eq!(
+            step(&mut t, "a 9 +1"),
+            vec!["a 2 2 -1", "a 3 1 -1", "a 3 2 +1", "a 9 1 +1"]
+        );
+    }
+
+    #[test]
+    fn rank_keeps_ties() {
+        let mut t = top(Numbering::Rank, false, 0, 1);
+        assert_eq!(
+            step(&mut t, "a 5 +1; b 5 +1; c 4 +1"),
+            vec!["a 5 1 +1", "b 5 1 +1"]
+        );
+        assert_eq!(step(&mut t, "b 5 -1"), vec!["b 5 1 -1"]);
+    }
+
+    #[test]
+    fn snapshot_and_restore_continue_where_they_left_off() {
+        let mut t = top(Numbering::RowNumber, true, 0, 2);
+        t.step(&[change(INPUT, "a 1 +1; a 2 +1; b 3 +1")]).unwrap();
+        let mut restored = top(Numbering::RowNumber, true, 0, 2);
+        restored.restore(&t.snapshot().unwrap()).unwrap();
+        let next = change(INPUT, "a 0 +1; a 2 -1");
+        assert_eq!(
+            render(&restored.step(&[next.clone()]).unwrap()),
+            render(&t.step(&[next]).unwrap())
+        );
+    }
+}
