@@ -544,7 +544,8 @@ impl ScalarUDFImpl for JsonBuildObject {
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
         let mut out = StringBuilder::new();
         for row in 0..args.number_rows {
-            let mut object = serde_json::Map::new();
+            // PostgreSQL's spelling: keys in call order, ` : ` and `, `.
+            let mut members = Vec::with_capacity(arrays.len() / 2);
             for pair in arrays.chunks(2) {
                 let key = ScalarValue::try_from_array(&pair[0], row)?;
                 if key.is_null() {
@@ -557,9 +558,13 @@ impl ScalarUDFImpl for JsonBuildObject {
                     ScalarValue::Utf8(Some(k)) | ScalarValue::LargeUtf8(Some(k)) => k,
                     other => other.to_string(),
                 };
-                object.insert(key, json_value(&value));
+                members.push(format!(
+                    "{} : {}",
+                    serde_json::Value::String(key),
+                    json_value(&value)
+                ));
             }
-            out.append_value(serde_json::Value::Object(object).to_string());
+            out.append_value(format!("{{{}}}", members.join(", ")));
         }
         Ok(ColumnarValue::Array(Arc::new(out.finish())))
     }
