@@ -307,7 +307,7 @@ mod tests {
     fn expandarray_is_unnested() {
         assert_eq!(
             rewritten("SELECT (information_schema._pg_expandarray(i.indkey)).n FROM pg_index i"),
-            "SELECT (unnest(_pg_expandarray(i.indkey))).n FROM pg_index AS i"
+            "SELECT (unnest(_pg_expandarray(i.indkey))).'n' FROM pg_catalog.pg_index i"
         );
     }
 
@@ -315,7 +315,7 @@ mod tests {
     fn generate_subscripts_becomes_a_series() {
         assert_eq!(
             rewritten("SELECT unnest(conkey), generate_subscripts(conkey, 1) FROM pg_constraint"),
-            "SELECT unnest(conkey), unnest(generate_series(1, array_length(conkey, 1)::BIGINT)) FROM pg_constraint"
+            "SELECT unnest(conkey), unnest(generate_series(1, array_length(conkey, 1)::BIGINT)) FROM pg_catalog.pg_constraint"
         );
     }
 
@@ -337,13 +337,13 @@ mod tests {
             rewritten(
                 "SELECT CASE WHEN a.atthasdef THEN (SELECT d.adbin FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid) END FROM pg_catalog.pg_attribute a"
             ),
-            "SELECT CASE WHEN a.atthasdef THEN (SELECT max(d.adbin) FROM pg_catalog.pg_attrdef AS d WHERE d.adrelid = a.attrelid) END FROM pg_catalog.pg_attribute AS a"
+            "SELECT CASE WHEN a.atthasdef THEN (SELECT max(d.adbin) FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid) END FROM pg_catalog.pg_attribute a"
         );
         assert_eq!(
             rewritten(
-                "SELECT (SELECT d.adbin FROM pg_catalog.pg_attrdef d WHERE a.atthasdef AND d.adrelid = a.attrelid) FROM pg_catalog.pg_attribute a"
+                "SELECT lower((SELECT d.adbin FROM pg_catalog.pg_attrdef d WHERE a.atthasdef AND d.adrelid = a.attrelid)) FROM pg_catalog.pg_attribute a"
             ),
-            "SELECT CASE WHEN a.atthasdef THEN (SELECT max(d.adbin) FROM pg_catalog.pg_attrdef AS d WHERE d.adrelid = a.attrelid) END FROM pg_catalog.pg_attribute AS a"
+            "SELECT lower(CASE WHEN a.atthasdef THEN (SELECT max(d.adbin) FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid) END) FROM pg_catalog.pg_attribute a"
         );
         let user_table = "SELECT x FROM t WHERE x > (SELECT y FROM u WHERE u.k = t.k)";
         assert_eq!(rewritten(user_table), user_table);

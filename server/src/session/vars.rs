@@ -446,6 +446,7 @@ mod tests {
     #[test]
     fn names_are_case_insensitive_and_unknown_ones_fail() {
         let mut vars = Vars::new("weir", "weir");
+        vars.start();
         vars.set("datestyle", "ISO, DMY").unwrap();
         assert_eq!(vars.get("DateStyle").as_deref(), Some("ISO, DMY"));
         assert_eq!(
