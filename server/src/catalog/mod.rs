@@ -13,6 +13,7 @@
 pub mod compat;
 pub mod functions;
 pub mod info_schema;
+mod json;
 pub mod model;
 pub mod pg;
 pub mod provider;
