@@ -128,7 +128,9 @@ impl QueryEnv {
     fn new() -> Result<Self, ServerError> {
         let config = SessionConfig::new()
             .with_default_catalog_and_schema(DATABASE_NAME, DEFAULT_SCHEMA)
-            .with_information_schema(true);
+            // Weir serves information_schema itself (catalog::info_schema);
+            // DataFusion's would shadow it.
+            .with_information_schema(false);
         let ctx = SessionContext::new_with_config(config);
         datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE_NAME, EmptyContextProvider)
             .map_err(|e| ServerError::internal(format!("pg_catalog setup: {e}")))?;

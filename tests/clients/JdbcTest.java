@@ -48,11 +48,7 @@ public class JdbcTest {
      *  fails prints `gap  name: reason` and does not count as failed; a listed
      *  check that passes counts as a failure, so the entry must be removed once
      *  the gap is fixed. */
-    static final java.util.Map<String, String> KNOWN_GAPS = java.util.Map.of(
-        "getColumns describes every column",
-            "varchar(n) columns are reported as text (TYPE_NAME text instead of varchar)",
-        "getPrimaryKeys names the key",
-            "pgjdbc's getPrimaryKeys query calls information_schema._pg_expandarray, which Weir lacks");
+    static final java.util.Map<String, String> KNOWN_GAPS = java.util.Map.of();
     static int gaps = 0;
 
     static void check(String name, Check body) {

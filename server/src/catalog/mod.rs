@@ -5,8 +5,18 @@
 //!   [`CatalogChange`]s recorded in the control log.
 //! - [`provider`]: DataFusion catalog/schema/table providers over one
 //!   session's view of a database snapshot.
+//! - [`pg`] and [`info_schema`]: `pg_catalog` and `information_schema` as
+//!   PostgreSQL clients expect them; [`functions`]: the catalog functions
+//!   (`pg_table_is_visible`, `format_type`'s companions, ...) and
+//!   [`compat`]: rewrites for catalog queries DataFusion cannot plan as sent.
 
+pub mod compat;
+pub mod functions;
+pub mod info_schema;
+mod json;
 pub mod model;
+pub mod pg;
 pub mod provider;
+mod rows;
 
 pub use model::{Catalog, CatalogChange, ColumnDef, ControlEntry, TableDef, UserDef};

@@ -6,8 +6,8 @@
 //! of one query reads the same committed state.
 //!
 //! Layout: catalog `weir` with the user schemas (`public`, ...),
-//! `pg_catalog` (datafusion-pg-catalog over this view), `weir_catalog`
-//! (Weir's system tables) and DataFusion's `information_schema`.
+//! `pg_catalog` ([`super::pg`], over datafusion-pg-catalog), `weir_catalog`
+//! (Weir's system tables) and `information_schema` ([`super::info_schema`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,13 +31,18 @@ use parking_lot::RwLock;
 use weir_engine::TableState;
 
 use super::TableDef;
+use super::info_schema::InformationSchema;
 use super::model::DATABASE_NAME;
+use super::pg::PgCatalog;
 use crate::db::Snapshot;
 use crate::system::SystemSchema;
 
 pub const PG_CATALOG: &str = "pg_catalog";
 pub const WEIR_CATALOG: &str = "weir_catalog";
 pub const INFORMATION_SCHEMA: &str = "information_schema";
+
+/// A session's variables (the session's `SharedVars`).
+pub type SharedVars = Arc<RwLock<std::collections::BTreeMap<String, String>>>;
 
 /// What the current statement of one session reads.
 #[derive(Debug)]
@@ -47,6 +52,9 @@ pub struct SessionView {
     expose_hidden: AtomicBool,
     /// Parsed DEFAULT expressions per table, planned once per table version.
     defaults: RwLock<HashMap<weir_common::ObjectId, Arc<HashMap<String, Expr>>>>,
+    /// The session's variables, for `search_path` and `pg_settings`; set
+    /// when the session registers its functions.
+    vars: RwLock<Option<SharedVars>>,
     pub system: Arc<SystemSchema>,
 }
 
@@ -56,8 +64,27 @@ impl SessionView {
             snapshot: RwLock::new(snapshot),
             expose_hidden: AtomicBool::new(false),
             defaults: RwLock::default(),
+            vars: RwLock::default(),
             system,
         }
+    }
+
+    pub fn set_vars(&self, vars: SharedVars) {
+        *self.vars.write() = Some(vars);
+    }
+
+    /// The value of one session variable (names are case-insensitive).
+    pub fn var(&self, name: &str) -> Option<String> {
+        let vars = self.vars.read().clone()?;
+        let values = vars.read();
+        values
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    }
+
+    pub fn vars(&self) -> Option<SharedVars> {
+        self.vars.read().clone()
     }
 
     pub fn snapshot(&self) -> Arc<Snapshot> {
@@ -103,14 +130,24 @@ pub struct WeirCatalogList {
 
 impl WeirCatalogList {
     pub fn new(view: Arc<SessionView>, pg_static: Arc<PgCatalogStaticTables>) -> DfResult<Self> {
-        let pg_catalog = Arc::new(PgCatalogSchemaProvider::try_new(
+        let inner = Arc::new(PgCatalogSchemaProvider::try_new(
             ViewCatalogInfo { view: view.clone() },
-            pg_static,
+            pg_static.clone(),
             EmptyContextProvider,
         )?);
+        let pg_catalog = Arc::new(PgCatalog::new(inner, view.clone(), pg_static));
+        let information_schema = Arc::new(InformationSchema::new(view.clone()));
         Ok(Self {
-            catalog: Arc::new(WeirCatalog { view, pg_catalog }),
+            catalog: Arc::new(WeirCatalog {
+                view,
+                pg_catalog,
+                information_schema,
+            }),
         })
+    }
+
+    pub fn view(&self) -> &Arc<SessionView> {
+        &self.catalog.view
     }
 }
 
@@ -135,7 +172,8 @@ impl CatalogProviderList for WeirCatalogList {
 #[derive(Debug)]
 struct WeirCatalog {
     view: Arc<SessionView>,
-    pg_catalog: Arc<PgCatalogSchemaProvider<ViewCatalogInfo, EmptyContextProvider>>,
+    pg_catalog: Arc<PgCatalog>,
+    information_schema: Arc<InformationSchema>,
 }
 
 impl CatalogProvider for WeirCatalog {
@@ -149,6 +187,7 @@ impl CatalogProvider for WeirCatalog {
             .cloned()
             .collect();
         names.push(PG_CATALOG.to_string());
+        names.push(INFORMATION_SCHEMA.to_string());
         names.push(WEIR_CATALOG.to_string());
         names
     }
@@ -156,6 +195,7 @@ impl CatalogProvider for WeirCatalog {
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
         match name {
             PG_CATALOG => Some(self.pg_catalog.clone()),
+            INFORMATION_SCHEMA => Some(self.information_schema.clone()),
             WEIR_CATALOG => Some(self.view.system.clone()),
             _ if self.view.snapshot().catalog.schemas.contains(name) => {
                 Some(Arc::new(UserSchema {
@@ -295,9 +335,10 @@ impl TableProvider for WeirTable {
     }
 }
 
-/// Feeds datafusion-pg-catalog's `pg_class`, `pg_attribute`, ... from the view.
+/// Feeds the tables datafusion-pg-catalog still computes (`pg_tables`, ...)
+/// from the view.
 #[derive(Debug, Clone)]
-struct ViewCatalogInfo {
+pub struct ViewCatalogInfo {
     view: Arc<SessionView>,
 }
 

@@ -1,6 +1,7 @@
 //! PostgreSQL functions that need the session or the database:
 //! `version()`, `current_setting()`, `pg_backend_pid()` and the advisory
-//! locks migration tools take (`pg_advisory_lock` and friends).
+//! locks migration tools take (`pg_advisory_lock` and friends). The catalog
+//! functions are in [`crate::catalog::functions`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -83,6 +84,7 @@ pub(super) fn register_session_functions(
     vars: SharedVars,
 ) {
     let vars_for_set = vars.clone();
+    crate::catalog::functions::register(ctx, &db.query_env().pg_static, user, vars.clone());
     let version = format!(
         "PostgreSQL {SERVER_VERSION} (Weir {}) on x86_64-pc-linux-gnu, a SQL-first streaming database",
         env!("CARGO_PKG_VERSION")

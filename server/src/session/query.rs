@@ -20,6 +20,7 @@ impl Session {
         statement: Statement,
     ) -> Result<LogicalPlan, ServerError> {
         let state = self.ctx.state();
+        let statement = crate::catalog::compat::rewrite(statement);
         Ok(state
             .statement_to_plan(DfStatement::Statement(Box::new(statement)))
             .await?)

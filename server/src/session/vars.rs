@@ -131,6 +131,12 @@ pub struct Vars {
     values: SharedVars,
     user: String,
     database: String,
+    /// What the client's startup packet set: RESET returns to these, as in
+    /// PostgreSQL, rather than to the built-in defaults.
+    session_defaults: BTreeMap<String, String>,
+    /// Set once the session runs its first SET or RESET; until then every
+    /// `set` comes from the startup packet.
+    started: bool,
 }
 
 impl Vars {
@@ -139,9 +145,17 @@ impl Vars {
             values: Arc::default(),
             user: user.to_string(),
             database: database.to_string(),
+            session_defaults: BTreeMap::new(),
+            started: false,
         };
         vars.reset_all();
         vars
+    }
+
+    /// Marks the end of startup: later `set`s no longer change what RESET
+    /// restores.
+    pub fn start(&mut self) {
+        self.started = true;
     }
 
     pub fn shared(&self) -> SharedVars {
@@ -155,6 +169,7 @@ impl Vars {
             values.insert(name.to_string(), default.to_string());
         }
         values.insert("session_authorization".into(), self.user.clone());
+        values.extend(self.session_defaults.clone());
         let _ = &self.database;
     }
 
@@ -174,6 +189,9 @@ impl Vars {
             None => return Err(ServerError::UndefinedParameter(name.to_string())),
         };
         let value = normalize(&key, value)?;
+        if !self.started {
+            self.session_defaults.insert(key.clone(), value.clone());
+        }
         self.values.write().insert(key, value);
         Ok(())
     }
@@ -181,9 +199,12 @@ impl Vars {
     pub fn reset(&mut self, name: &str) -> Result<(), ServerError> {
         match KNOWN.iter().find(|(n, _, _)| n.eq_ignore_ascii_case(name)) {
             Some((n, default, _)) => {
-                self.values
-                    .write()
-                    .insert(n.to_string(), default.to_string());
+                let value = self
+                    .session_defaults
+                    .get(*n)
+                    .map_or(*default, String::as_str)
+                    .to_string();
+                self.values.write().insert(n.to_string(), value);
                 Ok(())
             }
             None if name.contains('.') => {
@@ -281,6 +302,7 @@ fn one_column(name: &str, values: Vec<String>) -> StatementResult {
 
 impl Session {
     pub(super) fn set(&mut self, set: Set) -> Result<StatementResult, ServerError> {
+        self.vars.start();
         match set {
             Set::SingleAssignment {
                 variable, values, ..
@@ -321,6 +343,7 @@ impl Session {
     }
 
     pub(super) fn reset(&mut self, reset: ResetStatement) -> Result<StatementResult, ServerError> {
+        self.vars.start();
         match reset.reset {
             datafusion::sql::sqlparser::ast::Reset::ALL => self.vars.reset_all(),
             datafusion::sql::sqlparser::ast::Reset::ConfigurationParameter(name) => {
@@ -423,6 +446,7 @@ mod tests {
     #[test]
     fn names_are_case_insensitive_and_unknown_ones_fail() {
         let mut vars = Vars::new("weir", "weir");
+        vars.start();
         vars.set("datestyle", "ISO, DMY").unwrap();
         assert_eq!(vars.get("DateStyle").as_deref(), Some("ISO, DMY"));
         assert_eq!(
@@ -433,6 +457,26 @@ mod tests {
         assert_eq!(vars.get("myapp.tenant").as_deref(), Some("7"));
         vars.reset("DateStyle").unwrap();
         assert_eq!(vars.get("datestyle").as_deref(), Some("ISO, MDY"));
+    }
+
+    #[test]
+    fn reset_returns_to_what_startup_set() {
+        let mut vars = Vars::new("weir", "weir");
+        vars.set("application_name", "from-startup").unwrap();
+        vars.start();
+        vars.set("application_name", "changed").unwrap();
+        vars.reset("application_name").unwrap();
+        assert_eq!(
+            vars.get("application_name").as_deref(),
+            Some("from-startup")
+        );
+        vars.set("DateStyle", "ISO, DMY").unwrap();
+        vars.reset_all();
+        assert_eq!(
+            vars.get("application_name").as_deref(),
+            Some("from-startup")
+        );
+        assert_eq!(vars.get("DateStyle").as_deref(), Some("ISO, MDY"));
     }
 
     #[test]

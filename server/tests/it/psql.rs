@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::{WeirServer, known_gap_sync, run_command};
+use crate::harness::{WeirServer, run_command};
 
 const PSQL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -94,65 +94,63 @@ fn psql_meta_commands_describe_the_catalog() {
         "\\dt lists tables on the search path",
         &["psql_orders", "table", "public"],
     );
-    known_gap_sync(
-        "\\dt lists tables outside the search path (psql_sales.psql_regions is shown)",
-        || {
-            assert!(
-                !out.contains("psql_regions"),
-                "\\dt shows only the search path:\n{out}"
-            );
-        },
+    assert!(
+        !out.contains("psql_regions"),
+        "\\dt shows only the search path:\n{out}"
     );
 
     let out = psql(&server, &["-c", "\\dt psql_sales.*"]);
     assert_contains_all(&out, "\\dt psql_sales.*", &["psql_regions", "psql_sales"]);
 
+    // With the schema on the path, its tables are visible too.
+    let out = psql(
+        &server,
+        &["-c", "SET search_path = psql_sales, public", "-c", "\\dt"],
+    );
+    assert_contains_all(
+        &out,
+        "\\dt after SET search_path",
+        &["psql_orders", "psql_regions"],
+    );
+
     let out = psql(&server, &["-c", "\\d psql_orders"]);
-    known_gap_sync(
-        "\\d shows numeric(10,2) as numeric: the column typmod is not reported",
-        || {
-            assert_contains_all(
-                &out,
-                "\\d psql_orders describes columns",
-                &[
-                    "psql_orders",
-                    "id",
-                    "bigint",
-                    "customer",
-                    "text",
-                    "not null",
-                    "amount",
-                    "numeric(10,2)",
-                    "placed_at",
-                    "timestamp with time zone",
-                ],
-            );
-        },
+    assert_contains_all(
+        &out,
+        "\\d psql_orders describes columns and the key",
+        &[
+            "psql_orders",
+            "id",
+            "bigint",
+            "customer",
+            "text",
+            "not null",
+            "amount",
+            "numeric(10,2)",
+            "placed_at",
+            "timestamp with time zone",
+            "\"psql_orders_pkey\" PRIMARY KEY, btree (id)",
+        ],
     );
 
     let out = psql(&server, &["-c", "\\d psql_sales.psql_regions"]);
-    known_gap_sync(
-        "\\d shows varchar(4) as text: varchar(n) columns are reported as text",
-        || {
-            assert_contains_all(
-                &out,
-                "\\d psql_sales.psql_regions",
-                &["code", "character varying(4)", "name"],
-            );
-        },
+    assert_contains_all(
+        &out,
+        "\\d psql_sales.psql_regions",
+        &["code", "character varying(4)", "name"],
     );
 
     // \df runs its pg_proc query without error; it names its columns.
-    known_gap_sync(
-        "\\df fails: pg_function_is_visible() is not implemented",
-        || {
-            let out = psql(&server, &["-c", "\\df"]);
-            assert_contains_all(
-                &out,
-                "\\df lists functions",
-                &["List of functions", "Schema", "Name"],
-            );
-        },
+    let out = psql(&server, &["-c", "\\df"]);
+    assert_contains_all(
+        &out,
+        "\\df lists functions",
+        &["List of functions", "Schema", "Name"],
+    );
+    let out = psql(&server, &["-c", "\\df int4pl"]);
+    assert_contains_all(
+        &out,
+        "\\df int4pl describes a built-in function",
+        &["pg_catalog", "int4pl", "integer, integer"],
     );
 
     // \d with no arguments lists relations.

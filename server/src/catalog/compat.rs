@@ -1,0 +1,356 @@
+//! Rewrites for set-returning catalog functions drivers call in the select
+//! list, which DataFusion can only express as `unnest` of a list:
+//!
+//! - `_pg_expandarray(a)` (pgjdbc's `getPrimaryKeys`) becomes
+//!   `unnest(_pg_expandarray(a))`, the scalar `_pg_expandarray` returning
+//!   the `(x, n)` records as a list;
+//! - `generate_subscripts(a, d)` (SQLAlchemy's constraint reflection) becomes
+//!   `unnest(generate_series(1, array_length(a, d)))`.
+//!
+//! Several such calls in one select list expand in lockstep, as PostgreSQL's
+//! set-returning functions do.
+//!
+//! Two more spellings from the same queries: a record field taken from an
+//! expression, `(f(x)).name`, becomes `(f(x)).'name'` (DataFusion accepts
+//! only the quoted form there), and `LIKE p ESCAPE 'c'` with an escape other
+//! than backslash becomes `LIKE like_escape(p, 'c')` (SQLAlchemy escapes
+//! with `/`).
+//!
+//! DataFusion runs a correlated scalar subquery only when it aggregates.
+//! Lookups in `pg_catalog` (a column's default, its type's collation) return
+//! at most one row, so a scalar subquery over `pg_catalog` tables alone gets
+//! its single output wrapped in `max(...)`, which is the row's value or NULL
+//! when there is none, as the subquery's. DataFusion cannot decorrelate
+//! conditions on the outer row alone either (SQLAlchemy's `WHERE
+//! attribute.atthasdef AND ...`), so those move out into
+//! `CASE WHEN <condition> THEN (subquery) END`, which is NULL exactly when the
+//! subquery would find no row.
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::helpers::attached_token::AttachedToken;
+use datafusion::sql::sqlparser::ast::{
+    AccessExpr, BinaryOperator, CaseWhen, CastKind, DataType as SqlDataType, Expr, Function,
+    FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, GroupByExpr, Ident,
+    ObjectName, ObjectNamePart, Query, Select, SelectItem, SetExpr, Statement, TableFactor, Value,
+    Visit, Visitor, visit_expressions_mut,
+};
+
+fn call(name: &str, args: Vec<Expr>) -> Expr {
+    Expr::Function(Function {
+        name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(name))]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: args
+                .into_iter()
+                .map(|e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e)))
+                .collect(),
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
+}
+
+/// The plain positional arguments of a call named `name` (any schema).
+fn args_of<'a>(f: &'a Function, name: &str) -> Option<Vec<&'a Expr>> {
+    let last = f.name.0.last()?.as_ident()?;
+    if !last.value.eq_ignore_ascii_case(name) || f.over.is_some() {
+        return None;
+    }
+    let FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    list.args
+        .iter()
+        .map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+            _ => None,
+        })
+        .collect()
+}
+
+const AGGREGATES: &[&str] = &["max", "min", "count", "sum", "avg", "bool_and", "bool_or"];
+
+/// Table qualifiers a column reference may use for the subquery's own
+/// relations (names and aliases, lowercased); `None` unless every relation
+/// is a `pg_catalog` table.
+fn own_qualifiers(select: &Select) -> Option<Vec<String>> {
+    let mut names = Vec::new();
+    for t in &select.from {
+        for r in std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)) {
+            let TableFactor::Table {
+                name,
+                alias,
+                args: None,
+                ..
+            } = r
+            else {
+                return None;
+            };
+            let parts: Vec<String> = name
+                .0
+                .iter()
+                .filter_map(|p| p.as_ident().map(|i| i.value.to_ascii_lowercase()))
+                .collect();
+            if parts.len() != 2 || parts[0] != "pg_catalog" {
+                return None;
+            }
+            names.push(parts[1].clone());
+            if let Some(alias) = alias {
+                names.push(alias.name.value.to_ascii_lowercase());
+            }
+        }
+    }
+    (!names.is_empty()).then_some(names)
+}
+
+/// Whether every column `expr` names is qualified by a table not in `own`.
+fn only_outer(expr: &Expr, own: &[String]) -> bool {
+    struct Columns<'a> {
+        own: &'a [String],
+        outer: bool,
+        any: bool,
+    }
+    impl Visitor for Columns<'_> {
+        type Break = ();
+        fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+            match expr {
+                Expr::Identifier(_) => self.outer = false,
+                Expr::CompoundIdentifier(parts) => {
+                    self.any = true;
+                    let table = parts[parts.len().saturating_sub(2)]
+                        .value
+                        .to_ascii_lowercase();
+                    if parts.len() < 2 || self.own.contains(&table) {
+                        self.outer = false;
+                    }
+                }
+                Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => {
+                    self.outer = false
+                }
+                _ => {}
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut v = Columns {
+        own,
+        outer: true,
+        any: false,
+    };
+    let _ = expr.visit(&mut v);
+    v.outer && v.any
+}
+
+fn conjuncts(expr: Expr, out: &mut Vec<Expr>) {
+    match expr {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
+            conjuncts(*left, out);
+            conjuncts(*right, out);
+        }
+        other => out.push(other),
+    }
+}
+
+fn and_all(exprs: Vec<Expr>) -> Option<Expr> {
+    exprs.into_iter().reduce(|l, r| Expr::BinaryOp {
+        left: Box::new(l),
+        op: BinaryOperator::And,
+        right: Box::new(r),
+    })
+}
+
+/// Makes a scalar subquery over `pg_catalog` tables plannable (see the
+/// module comment): wraps its output in `max` and returns the conditions on
+/// the outer row it no longer checks. Other subqueries are left alone.
+fn aggregate_catalog_lookup(query: &mut Query) -> Option<Expr> {
+    if query.limit_clause.is_some() || query.fetch.is_some() || query.with.is_some() {
+        return None;
+    }
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return None;
+    };
+    let grouped = !matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty());
+    if grouped || select.distinct.is_some() || select.having.is_some() {
+        return None;
+    }
+    let own = own_qualifiers(select)?;
+    let [item] = select.projection.as_mut_slice() else {
+        return None;
+    };
+    let expr = match item {
+        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+        _ => return None,
+    };
+    if let Expr::Function(f) = expr
+        && f.name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .is_some_and(|i| AGGREGATES.contains(&i.value.to_ascii_lowercase().as_str()))
+    {
+        return None;
+    }
+    *expr = call("max", vec![expr.clone()]);
+    let mut parts = Vec::new();
+    conjuncts(select.selection.take()?, &mut parts);
+    let (outer, inner): (Vec<Expr>, Vec<Expr>) =
+        parts.into_iter().partition(|e| only_outer(e, &own));
+    select.selection = and_all(inner);
+    and_all(outer)
+}
+
+/// Applies the rewrites to one statement.
+pub fn rewrite(mut statement: Statement) -> Statement {
+    let _ = visit_expressions_mut(&mut statement, |expr| {
+        match expr {
+            Expr::CompoundFieldAccess { root, access_chain }
+                if !matches!(root.as_ref(), Expr::Identifier(_)) =>
+            {
+                for access in access_chain.iter_mut() {
+                    if let AccessExpr::Dot(Expr::Identifier(field)) = access {
+                        let name = if field.quote_style.is_some() {
+                            field.value.clone()
+                        } else {
+                            field.value.to_lowercase()
+                        };
+                        *access = AccessExpr::Dot(Expr::value(Value::SingleQuotedString(name)));
+                    }
+                }
+                return ControlFlow::Continue(());
+            }
+            Expr::Subquery(query) => {
+                if let Some(condition) = aggregate_catalog_lookup(query) {
+                    *expr = Expr::Case {
+                        case_token: AttachedToken::empty(),
+                        end_token: AttachedToken::empty(),
+                        operand: None,
+                        conditions: vec![CaseWhen {
+                            condition,
+                            result: expr.clone(),
+                        }],
+                        else_result: None,
+                    };
+                }
+                return ControlFlow::Continue(());
+            }
+            Expr::Like {
+                pattern,
+                escape_char,
+                ..
+            }
+            | Expr::ILike {
+                pattern,
+                escape_char,
+                ..
+            } => {
+                let custom = match escape_char.as_ref().map(|e| &e.value) {
+                    Some(Value::SingleQuotedString(c)) if c != "\\" => Some(c.clone()),
+                    _ => None,
+                };
+                if let Some(c) = custom {
+                    let escaped = call(
+                        "like_escape",
+                        vec![
+                            (**pattern).clone(),
+                            Expr::value(Value::SingleQuotedString(c)),
+                        ],
+                    );
+                    **pattern = escaped;
+                    *escape_char = None;
+                }
+                return ControlFlow::Continue(());
+            }
+            _ => {}
+        }
+        let Expr::Function(f) = expr else {
+            return ControlFlow::<()>::Continue(());
+        };
+        if let Some([array]) = args_of(f, "_pg_expandarray").as_deref() {
+            let inner = call("_pg_expandarray", vec![(*array).clone()]);
+            *expr = call("unnest", vec![inner]);
+        } else if let Some([array, dim]) = args_of(f, "generate_subscripts").as_deref() {
+            let length = Expr::Cast {
+                kind: CastKind::DoubleColon,
+                expr: Box::new(call("array_length", vec![(*array).clone(), (*dim).clone()])),
+                data_type: SqlDataType::BigInt(None),
+                array: false,
+                format: None,
+            };
+            let one = Expr::value(Value::Number("1".into(), false));
+            *expr = call("unnest", vec![call("generate_series", vec![one, length])]);
+        }
+        ControlFlow::Continue(())
+    });
+    statement
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rewritten(sql: &str) -> String {
+        let statement = weir_planner::parse_sql(sql).unwrap().remove(0);
+        rewrite(statement).to_string()
+    }
+
+    #[test]
+    fn expandarray_is_unnested() {
+        assert_eq!(
+            rewritten("SELECT (information_schema._pg_expandarray(i.indkey)).n FROM pg_index i"),
+            "SELECT (unnest(_pg_expandarray(i.indkey))).'n' FROM pg_catalog.pg_index i"
+        );
+    }
+
+    #[test]
+    fn generate_subscripts_becomes_a_series() {
+        assert_eq!(
+            rewritten("SELECT unnest(conkey), generate_subscripts(conkey, 1) FROM pg_constraint"),
+            "SELECT unnest(conkey), unnest(generate_series(1, array_length(conkey, 1)::BIGINT)) FROM pg_catalog.pg_constraint"
+        );
+    }
+
+    #[test]
+    fn record_fields_and_custom_escapes_are_respelled() {
+        assert_eq!(
+            rewritten("SELECT (r.keys).x FROM t AS r WHERE a NOT LIKE 'pg/_' || '%' ESCAPE '/'"),
+            "SELECT (r.keys).'x' FROM t AS r WHERE a NOT LIKE like_escape('pg/_' || '%', '/')"
+        );
+        assert_eq!(
+            rewritten("SELECT a FROM t WHERE a LIKE 'x' ESCAPE '\\'"),
+            "SELECT a FROM t WHERE a LIKE 'x' ESCAPE '\\'"
+        );
+    }
+
+    #[test]
+    fn catalog_lookups_in_expressions_are_aggregated() {
+        assert_eq!(
+            rewritten(
+                "SELECT CASE WHEN a.atthasdef THEN (SELECT d.adbin FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid) END FROM pg_catalog.pg_attribute a"
+            ),
+            "SELECT CASE WHEN a.atthasdef THEN (SELECT max(d.adbin) FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid) END FROM pg_catalog.pg_attribute a"
+        );
+        assert_eq!(
+            rewritten(
+                "SELECT lower((SELECT d.adbin FROM pg_catalog.pg_attrdef d WHERE a.atthasdef AND d.adrelid = a.attrelid)) FROM pg_catalog.pg_attribute a"
+            ),
+            "SELECT lower(CASE WHEN a.atthasdef THEN (SELECT max(d.adbin) FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid) END) FROM pg_catalog.pg_attribute a"
+        );
+        let user_table = "SELECT x FROM t WHERE x > (SELECT y FROM u WHERE u.k = t.k)";
+        assert_eq!(rewritten(user_table), user_table);
+    }
+
+    #[test]
+    fn other_calls_are_left_alone() {
+        assert_eq!(rewritten("SELECT lower('A')"), "SELECT lower('A')");
+    }
+}

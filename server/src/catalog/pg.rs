@@ -1,0 +1,582 @@
+//! `pg_catalog` as Weir serves it.
+//!
+//! datafusion-pg-catalog supplies PostgreSQL's own catalog rows (`pg_type`,
+//! `pg_proc`, ...) and generic `pg_class`/`pg_attribute` built from Arrow
+//! schemas. Arrow types lose what DDL declared (`varchar(4)` is just `Utf8`,
+//! `numeric` has no typmod) and its OIDs are handed out per session, so Weir
+//! computes the relation tables itself from the catalog model:
+//! `pg_namespace`, `pg_class`, `pg_attribute`, `pg_attrdef`, `pg_index` and
+//! `pg_constraint` (the last two keep PostgreSQL's system rows too). Every
+//! other table comes from the crate.
+//!
+//! OIDs are derived from catalog ids, so they are the same in every session
+//! and across restarts: table `id` is `16384 + 4*id`, its primary-key index
+//! the next OID and the key constraint the one after.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::catalog::{SchemaProvider, TableProvider};
+use datafusion::datasource::MemTable;
+use datafusion::error::Result as DfResult;
+use datafusion::scalar::ScalarValue;
+use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+use datafusion_pg_catalog::pg_catalog::{PgCatalogSchemaProvider, PgCatalogStaticTables};
+use weir_common::ObjectId;
+use weir_planner::SqlType;
+
+use super::TableDef;
+use super::provider::{INFORMATION_SCHEMA, PG_CATALOG, SessionView, ViewCatalogInfo, WEIR_CATALOG};
+use super::rows::{Row, batch, boolean, conform, int, int2_list, null, text};
+use arrow::datatypes::{DataType, Field, Schema};
+
+pub const PG_CATALOG_OID: i64 = 11;
+pub const PUBLIC_OID: i64 = 2200;
+pub const INFORMATION_SCHEMA_OID: i64 = 13283;
+/// Below the user range (16384) and above every OID of PostgreSQL's own rows.
+const WEIR_CATALOG_OID: i64 = 16000;
+const SUPERUSER_OID: i64 = 10;
+const HEAP_AM: i64 = 2;
+const BTREE_AM: i64 = 403;
+const DEFAULT_COLLATION: i64 = 100;
+
+pub fn schema_oid(name: &str) -> i64 {
+    match name {
+        PG_CATALOG => PG_CATALOG_OID,
+        "public" => PUBLIC_OID,
+        INFORMATION_SCHEMA => INFORMATION_SCHEMA_OID,
+        WEIR_CATALOG => WEIR_CATALOG_OID,
+        // Schemas have no catalog id; a name hash keeps the OID stable and
+        // far above table OIDs.
+        _ => {
+            let hash = name.bytes().fold(0x811c_9dc5_u32, |h, b| {
+                (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+            });
+            0x4000_0000 | i64::from(hash & 0x3fff_ffff)
+        }
+    }
+}
+
+pub fn table_oid(id: ObjectId) -> i64 {
+    16384 + 4 * id.0 as i64
+}
+
+pub fn pkey_index_oid(id: ObjectId) -> i64 {
+    table_oid(id) + 1
+}
+
+pub fn pkey_constraint_oid(id: ObjectId) -> i64 {
+    table_oid(id) + 2
+}
+
+fn attrdef_oid(id: ObjectId, attnum: i64) -> i64 {
+    0x2000_0000 + (id.0 as i64 * 1600 + attnum) % 0x2000_0000
+}
+
+/// OIDs of `weir_catalog`'s tables: just above its namespace.
+pub fn system_table_oid(position: usize) -> i64 {
+    WEIR_CATALOG_OID + 1 + position as i64
+}
+
+/// `atttypmod`: `varchar(n)` is n+4, `numeric(p,s)` is (p<<16 | s)+4.
+pub fn typmod(t: &SqlType) -> i64 {
+    match t {
+        SqlType::Varchar(Some(n)) => *n as i64 + 4,
+        SqlType::Numeric(Some((p, s))) => ((i64::from(*p) << 16) | (i64::from(*s) & 0xffff)) + 4,
+        SqlType::Array(inner) => typmod(inner),
+        _ => -1,
+    }
+}
+
+/// `(typlen, typbyval, typalign, typstorage)` of PostgreSQL's `pg_type`.
+pub fn storage(t: &SqlType) -> (i64, bool, &'static str, &'static str) {
+    match t {
+        SqlType::Bool => (1, true, "c", "p"),
+        SqlType::Int2 => (2, true, "s", "p"),
+        SqlType::Int4 | SqlType::Float4 | SqlType::Date => (4, true, "i", "p"),
+        SqlType::Int8
+        | SqlType::Float8
+        | SqlType::Time
+        | SqlType::Timestamp
+        | SqlType::Timestamptz => (8, true, "d", "p"),
+        SqlType::Interval => (16, false, "d", "p"),
+        SqlType::Uuid => (16, false, "c", "p"),
+        SqlType::Numeric(_) => (-1, false, "i", "m"),
+        SqlType::Text | SqlType::Varchar(_) | SqlType::Bytea | SqlType::Json | SqlType::Jsonb => {
+            (-1, false, "i", "x")
+        }
+        SqlType::Array(_) => (-1, false, "d", "x"),
+    }
+}
+
+pub fn is_collatable(t: &SqlType) -> bool {
+    match t {
+        SqlType::Text | SqlType::Varchar(_) => true,
+        SqlType::Array(inner) => is_collatable(inner),
+        _ => false,
+    }
+}
+
+/// The columns of a relation, as (name, type, nullable, default).
+pub struct Column {
+    pub name: String,
+    pub sql_type: SqlType,
+    pub nullable: bool,
+    pub default: Option<String>,
+}
+
+pub fn columns_of(def: &TableDef) -> Vec<Column> {
+    def.columns
+        .iter()
+        .map(|c| Column {
+            name: c.name.clone(),
+            sql_type: c.sql_type.clone(),
+            nullable: c.nullable,
+            default: c.default.clone(),
+        })
+        .collect()
+}
+
+/// Columns of a `weir_catalog` table, typed from its Arrow schema.
+pub fn columns_of_schema(schema: &Schema) -> Vec<Column> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| Column {
+            name: f.name().clone(),
+            sql_type: SqlType::from_field(f).unwrap_or(SqlType::Text),
+            nullable: f.is_nullable(),
+            default: None,
+        })
+        .collect()
+}
+
+/// 1-based attribute numbers of the primary-key columns.
+pub fn key_attnums(def: &TableDef) -> Vec<i16> {
+    def.primary_key
+        .iter()
+        .filter_map(|k| def.columns.iter().position(|c| &c.name == k))
+        .map(|i| i as i16 + 1)
+        .collect()
+}
+
+type Inner = PgCatalogSchemaProvider<ViewCatalogInfo, EmptyContextProvider>;
+
+/// The `pg_catalog` schema of one session.
+#[derive(Debug)]
+pub struct PgCatalog {
+    inner: Arc<Inner>,
+    view: Arc<SessionView>,
+    pg_static: Arc<PgCatalogStaticTables>,
+}
+
+const COMPUTED: &[&str] = &[
+    "pg_namespace",
+    "pg_class",
+    "pg_attribute",
+    "pg_attrdef",
+    "pg_index",
+    "pg_constraint",
+    "pg_settings",
+];
+
+fn int2_list_type() -> DataType {
+    DataType::List(Arc::new(Field::new_list_field(DataType::Int16, true)))
+}
+
+/// `schema` with the named text columns retyped as `int2[]` lists.
+fn with_int2_lists(schema: &Schema, names: &[&str]) -> Schema {
+    Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| {
+                if names.contains(&f.name().as_str()) {
+                    f.as_ref().clone().with_data_type(int2_list_type())
+                } else {
+                    f.as_ref().clone()
+                }
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+impl PgCatalog {
+    pub fn new(
+        inner: Arc<Inner>,
+        view: Arc<SessionView>,
+        pg_static: Arc<PgCatalogStaticTables>,
+    ) -> Self {
+        Self {
+            inner,
+            view,
+            pg_static,
+        }
+    }
+
+    fn crate_schema(&self, name: &str) -> DfResult<Arc<Schema>> {
+        match self.inner.build_table_by_name(name)? {
+            Some(t) => Ok(t.schema()),
+            None => Err(datafusion::error::DataFusionError::Internal(format!(
+                "pg_catalog.{name} is missing"
+            ))),
+        }
+    }
+
+    /// Namespaces in OID order of creation: the system ones, then the user's.
+    pub fn namespaces(view: &SessionView) -> Vec<String> {
+        let mut names = vec![PG_CATALOG.to_string(), INFORMATION_SCHEMA.to_string()];
+        names.extend(view.snapshot().catalog.schemas.iter().cloned());
+        names.push(WEIR_CATALOG.to_string());
+        names
+    }
+
+    fn pg_namespace(&self) -> DfResult<Vec<Row>> {
+        Ok(Self::namespaces(&self.view)
+            .into_iter()
+            .map(|n| {
+                vec![
+                    ("oid", int(schema_oid(&n))),
+                    ("nspname", text(n)),
+                    ("nspowner", int(SUPERUSER_OID)),
+                ]
+            })
+            .collect())
+    }
+
+    fn pg_class(&self) -> Vec<Row> {
+        let snapshot = self.view.snapshot();
+        let mut rows = Vec::new();
+        for def in snapshot.catalog.tables.values() {
+            let oid = table_oid(def.id);
+            let has_key = !def.primary_key.is_empty();
+            rows.push(class_row(
+                oid,
+                &def.name,
+                schema_oid(&def.schema),
+                "r",
+                HEAP_AM,
+                def.columns.len(),
+                has_key,
+            ));
+            if has_key {
+                rows.push(class_row(
+                    pkey_index_oid(def.id),
+                    &def.pkey_constraint_name(),
+                    schema_oid(&def.schema),
+                    "i",
+                    BTREE_AM,
+                    def.primary_key.len(),
+                    false,
+                ));
+            }
+        }
+        for (i, name) in self.view.system.table_names_sorted().iter().enumerate() {
+            let natts = self
+                .view
+                .system
+                .table_schema(name)
+                .map_or(0, |s| s.fields().len());
+            rows.push(class_row(
+                system_table_oid(i),
+                name,
+                WEIR_CATALOG_OID,
+                "v",
+                0,
+                natts,
+                false,
+            ));
+        }
+        rows
+    }
+
+    fn pg_attribute(&self) -> Vec<Row> {
+        let snapshot = self.view.snapshot();
+        let mut rows = Vec::new();
+        for def in snapshot.catalog.tables.values() {
+            let columns = columns_of(def);
+            attribute_rows(&mut rows, table_oid(def.id), columns.iter());
+            if !def.primary_key.is_empty() {
+                let keys = def
+                    .primary_key
+                    .iter()
+                    .filter_map(|k| columns.iter().find(|c| &c.name == k));
+                attribute_rows(&mut rows, pkey_index_oid(def.id), keys);
+            }
+        }
+        for (i, name) in self.view.system.table_names_sorted().iter().enumerate() {
+            if let Some(schema) = self.view.system.table_schema(name) {
+                let columns = columns_of_schema(&schema);
+                attribute_rows(&mut rows, system_table_oid(i), columns.iter());
+            }
+        }
+        rows
+    }
+
+    fn pg_attrdef(&self) -> Vec<Row> {
+        let snapshot = self.view.snapshot();
+        let mut rows = Vec::new();
+        for def in snapshot.catalog.tables.values() {
+            for (i, c) in def.columns.iter().enumerate() {
+                if let Some(d) = &c.default {
+                    let attnum = i as i64 + 1;
+                    rows.push(vec![
+                        ("oid", int(attrdef_oid(def.id, attnum))),
+                        ("adrelid", int(table_oid(def.id))),
+                        ("adnum", int(attnum)),
+                        ("adbin", text(d.clone())),
+                    ]);
+                }
+            }
+        }
+        rows
+    }
+
+    fn pg_index(&self) -> Vec<Row> {
+        let snapshot = self.view.snapshot();
+        let mut rows = Vec::new();
+        for def in snapshot.catalog.tables.values() {
+            let keys = key_attnums(def);
+            if keys.is_empty() {
+                continue;
+            }
+            let n = keys.len() as i64;
+            let zeros = vec!["0"; keys.len()].join(" ");
+            let collations = keys
+                .iter()
+                .map(|k| {
+                    let t = &def.columns[*k as usize - 1].sql_type;
+                    if is_collatable(t) {
+                        DEFAULT_COLLATION.to_string()
+                    } else {
+                        "0".to_string()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            rows.push(vec![
+                ("indexrelid", int(pkey_index_oid(def.id))),
+                ("indrelid", int(table_oid(def.id))),
+                ("indnatts", int(n)),
+                ("indnkeyatts", int(n)),
+                ("indisunique", boolean(true)),
+                ("indisprimary", boolean(true)),
+                ("indimmediate", boolean(true)),
+                ("indisvalid", boolean(true)),
+                ("indisready", boolean(true)),
+                ("indislive", boolean(true)),
+                ("indkey", int2_list(&keys)),
+                ("indcollation", text(collations)),
+                ("indclass", text(zeros.clone())),
+                ("indoption", text(zeros)),
+                ("indexprs", null()),
+                ("indpred", null()),
+            ]);
+        }
+        rows
+    }
+
+    fn pg_constraint(&self) -> Vec<Row> {
+        let snapshot = self.view.snapshot();
+        let mut rows = Vec::new();
+        for def in snapshot.catalog.tables.values() {
+            let keys = key_attnums(def);
+            if keys.is_empty() {
+                continue;
+            }
+            rows.push(vec![
+                ("oid", int(pkey_constraint_oid(def.id))),
+                ("conname", text(def.pkey_constraint_name())),
+                ("connamespace", int(schema_oid(&def.schema))),
+                ("contype", text("p")),
+                ("convalidated", boolean(true)),
+                ("conrelid", int(table_oid(def.id))),
+                ("conindid", int(pkey_index_oid(def.id))),
+                ("confupdtype", text(" ")),
+                ("confdeltype", text(" ")),
+                ("confmatchtype", text(" ")),
+                ("conislocal", boolean(true)),
+                ("connoinherit", boolean(true)),
+                ("conkey", int2_list(&keys)),
+                ("confkey", null()),
+            ]);
+        }
+        rows
+    }
+
+    /// The session's variables, as `SHOW ALL` lists them.
+    fn pg_settings(&self) -> Vec<Row> {
+        let Some(vars) = self.view.vars() else {
+            return Vec::new();
+        };
+        let values = vars.read();
+        values
+            .iter()
+            .map(|(name, value)| {
+                vec![
+                    ("name", text(name.clone())),
+                    ("setting", text(value.clone())),
+                    ("context", text("user")),
+                    ("vartype", text("string")),
+                    ("source", text("session")),
+                    ("reset_val", text(value.clone())),
+                    ("pending_restart", boolean(false)),
+                ]
+            })
+            .collect()
+    }
+
+    fn computed(&self, name: &str) -> DfResult<Arc<dyn TableProvider>> {
+        let (schema, rows, system) = match name {
+            "pg_settings" => (
+                self.crate_schema(name)?.as_ref().clone(),
+                self.pg_settings(),
+                None,
+            ),
+            "pg_namespace" => (
+                self.crate_schema(name)?.as_ref().clone(),
+                self.pg_namespace()?,
+                None,
+            ),
+            "pg_class" => (
+                self.crate_schema(name)?.as_ref().clone(),
+                self.pg_class(),
+                None,
+            ),
+            "pg_attribute" => (
+                self.crate_schema(name)?.as_ref().clone(),
+                self.pg_attribute(),
+                None,
+            ),
+            "pg_attrdef" => (
+                self.pg_static.pg_attrdef.schema().as_ref().clone(),
+                self.pg_attrdef(),
+                None,
+            ),
+            "pg_index" => {
+                let t = &self.pg_static.pg_index;
+                let schema = with_int2_lists(&t.schema(), &["indkey"]);
+                (schema, self.pg_index(), Some(t.data().to_vec()))
+            }
+            _ => {
+                let t = &self.pg_static.pg_constraint;
+                let schema = with_int2_lists(&t.schema(), &["conkey", "confkey"]);
+                (schema, self.pg_constraint(), Some(t.data().to_vec()))
+            }
+        };
+        let mut batches = vec![batch(&schema, &rows)?];
+        for b in system.unwrap_or_default() {
+            batches.push(conform(&b, &schema)?);
+        }
+        let out = batches[0].schema();
+        Ok(Arc::new(MemTable::try_new(out, vec![batches])?))
+    }
+}
+
+fn class_row(
+    oid: i64,
+    name: &str,
+    namespace: i64,
+    kind: &'static str,
+    am: i64,
+    natts: usize,
+    has_index: bool,
+) -> Row {
+    vec![
+        ("oid", int(oid)),
+        ("relname", text(name)),
+        ("relnamespace", int(namespace)),
+        ("relowner", int(SUPERUSER_OID)),
+        ("relam", int(am)),
+        ("relfilenode", int(if kind == "v" { 0 } else { oid })),
+        ("reltuples", ScalarValue::Float64(Some(-1.0))),
+        ("relhasindex", boolean(has_index)),
+        ("relpersistence", text("p")),
+        ("relkind", text(kind)),
+        ("relnatts", int(natts as i64)),
+        ("relispopulated", boolean(true)),
+        ("relreplident", text(if kind == "r" { "d" } else { "n" })),
+        ("relrewrite", int(0)),
+        ("relpartbound", null()),
+    ]
+}
+
+fn attribute_rows<'a>(rows: &mut Vec<Row>, relid: i64, columns: impl Iterator<Item = &'a Column>) {
+    for (i, c) in columns.enumerate() {
+        let (len, byval, align, storage) = storage(&c.sql_type);
+        rows.push(vec![
+            ("attrelid", int(relid)),
+            ("attname", text(c.name.clone())),
+            ("atttypid", int(i64::from(c.sql_type.pg_oid()))),
+            ("attstattarget", int(-1)),
+            ("attlen", int(len)),
+            ("attnum", int(i as i64 + 1)),
+            (
+                "attndims",
+                int(i64::from(matches!(c.sql_type, SqlType::Array(_)))),
+            ),
+            ("attcacheoff", int(-1)),
+            ("atttypmod", int(typmod(&c.sql_type))),
+            ("attbyval", boolean(byval)),
+            ("attalign", text(align)),
+            ("attstorage", text(storage)),
+            ("attcompression", text("")),
+            ("attnotnull", boolean(!c.nullable)),
+            ("atthasdef", boolean(c.default.is_some())),
+            ("attislocal", boolean(true)),
+            (
+                "attcollation",
+                int(if is_collatable(&c.sql_type) {
+                    DEFAULT_COLLATION
+                } else {
+                    0
+                }),
+            ),
+        ]);
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for PgCatalog {
+    fn table_names(&self) -> Vec<String> {
+        self.inner.table_names()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let name = name.to_ascii_lowercase();
+        if COMPUTED.contains(&name.as_str()) {
+            return Ok(Some(self.computed(&name)?));
+        }
+        self.inner.table(&name).await
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.inner.table_exist(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typmods_follow_postgresql() {
+        assert_eq!(typmod(&SqlType::Varchar(Some(4))), 8);
+        assert_eq!(typmod(&SqlType::Numeric(Some((10, 2)))), 655366);
+        assert_eq!(typmod(&SqlType::Numeric(None)), -1);
+        assert_eq!(typmod(&SqlType::Text), -1);
+    }
+
+    #[test]
+    fn oids_are_stable_and_distinct() {
+        assert_eq!(schema_oid("public"), 2200);
+        assert_eq!(schema_oid("sales"), schema_oid("sales"));
+        assert_ne!(schema_oid("sales"), schema_oid("sale"));
+        assert!(schema_oid("sales") > i64::from(u16::MAX));
+        assert!(schema_oid("sales") <= i64::from(i32::MAX));
+        let id = ObjectId(3);
+        assert_eq!(table_oid(id), 16396);
+        assert_ne!(pkey_index_oid(id), table_oid(ObjectId(4)));
+        assert_ne!(pkey_constraint_oid(id), table_oid(ObjectId(4)));
+    }
+}
