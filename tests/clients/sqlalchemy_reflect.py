@@ -26,13 +26,8 @@ RESULTS = []
 # prints `gap  name: reason` and does not count as failed; a listed check that
 # passes counts as a failure, so the entry must be removed once the gap is fixed.
 KNOWN_GAPS = {
-    'connect_and_query': "SAVEPOINT is not supported (0A000); SQLAlchemy's psycopg dialect issues it, which blocks every check",
-    'create_tables': 'SAVEPOINT is not supported (0A000); blocks every SQLAlchemy check',
-    'inspector_lists_schemas_and_tables': 'SAVEPOINT is not supported (0A000); blocks every SQLAlchemy check',
-    'get_columns_reports_types_and_nullability': 'SAVEPOINT is not supported (0A000); blocks every SQLAlchemy check. Also: the column reflection query has a correlated subquery selecting an outer column (identity options), which DataFusion cannot decorrelate',
-    'get_pk_constraint_names_key_columns': 'SAVEPOINT is not supported (0A000); blocks every SQLAlchemy check',
-    'reflected_table_works_with_core': 'SAVEPOINT is not supported (0A000); blocks every SQLAlchemy check. Also: the column reflection query has a correlated subquery selecting an outer column (identity options), which DataFusion cannot decorrelate',
-    'cleanup': 'SAVEPOINT is not supported (0A000); blocks every SQLAlchemy check',
+    'get_columns_reports_types_and_nullability': "SQLAlchemy's column reflection query has a correlated subquery selecting an outer column (identity options), which DataFusion cannot decorrelate",
+    'reflected_table_works_with_core': 'needs get_columns (see get_columns_reports_types_and_nullability)',
 }
 GAPS = []
 
