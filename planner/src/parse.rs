@@ -92,42 +92,132 @@ fn parse_statements(sql: &str) -> Result<Vec<Statement>, ParseError> {
 /// and PostgreSQL's SQL-level FETCH has no INTO clause to clash with.
 pub const MOVE_MARKER: &str = "weir.move";
 
-/// Rewrites each `MOVE <direction> FROM cursor` statement as
-/// `FETCH <direction> FROM cursor INTO "weir.move"`; `None` when there is no
-/// MOVE (the common case, checked without tokenizing).
+/// Rewrites each `FETCH`/`MOVE` statement into the one form sqlparser
+/// reads: `FETCH <direction> FROM cursor`, with `INTO "weir.move"` for a
+/// MOVE. PostgreSQL also accepts a missing direction (`FETCH c`), a missing
+/// `FROM`, `FORWARD`/`BACKWARD` without a count and negative counts; sqlparser
+/// does not. `None` when there is nothing to rewrite (checked cheaply first).
 fn rewrite_move(sql: &str) -> Option<String> {
-    if !sql.to_ascii_lowercase().contains("move") {
+    let lower = sql.to_ascii_lowercase();
+    if !lower.contains("move") && !lower.contains("fetch") {
         return None;
     }
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
     let mut out = String::with_capacity(sql.len() + 32);
-    let (mut at_start, mut in_move, mut changed) = (true, false, false);
-    let close = |out: &mut String| out.push_str(&format!(" INTO \"{MOVE_MARKER}\""));
-    for token in tokens {
-        match &token {
-            Token::Whitespace(_) => {}
-            Token::SemiColon => {
-                if in_move {
-                    close(&mut out);
-                    in_move = false;
+    let mut changed = false;
+    for segment in tokens.split_inclusive(|t| *t == Token::SemiColon) {
+        let (body, end) = match segment.split_last() {
+            Some((Token::SemiColon, body)) => (body, ";"),
+            _ => (segment, ""),
+        };
+        let significant: Vec<&Token> = body
+            .iter()
+            .filter(|t| !matches!(t, Token::Whitespace(_)))
+            .collect();
+        let keyword = significant.first().and_then(|t| plain_word(t));
+        let rewritten = match keyword.as_deref() {
+            Some(k @ ("FETCH" | "MOVE")) => {
+                canonical_fetch(&significant[1..]).map(|fetch| match k {
+                    "MOVE" => format!("{fetch} INTO \"{MOVE_MARKER}\""),
+                    _ => fetch,
+                })
+            }
+            _ => None,
+        };
+        match rewritten {
+            Some(text) => {
+                // Keep leading whitespace and comments so positions before
+                // the statement stay put.
+                for t in body
+                    .iter()
+                    .take_while(|t| matches!(t, Token::Whitespace(_)))
+                {
+                    out.push_str(&t.to_string());
                 }
-                at_start = true;
+                out.push_str(&text);
+                out.push_str(end);
+                changed = true;
             }
-            Token::Word(w)
-                if at_start && w.quote_style.is_none() && w.value.eq_ignore_ascii_case("move") =>
-            {
-                out.push_str("FETCH");
-                (at_start, in_move, changed) = (false, true, true);
-                continue;
-            }
-            _ => at_start = false,
+            None => segment.iter().for_each(|t| out.push_str(&t.to_string())),
         }
-        out.push_str(&token.to_string());
-    }
-    if in_move {
-        close(&mut out);
     }
     changed.then_some(out)
+}
+
+fn plain_word(token: &Token) -> Option<String> {
+    match token {
+        Token::Word(w) if w.quote_style.is_none() => Some(w.value.to_ascii_uppercase()),
+        _ => None,
+    }
+}
+
+/// `FETCH <direction> FROM <name>` for the tokens after FETCH/MOVE, or
+/// `None` if they are not a cursor command sqlparser should see rewritten.
+fn canonical_fetch(tokens: &[&Token]) -> Option<String> {
+    let mut i = 0;
+    let number = |i: &mut usize| -> Option<i64> {
+        let negative = matches!(tokens.get(*i), Some(Token::Minus));
+        if negative || matches!(tokens.get(*i), Some(Token::Plus)) {
+            *i += 1;
+        }
+        let Some(Token::Number(n, _)) = tokens.get(*i) else {
+            return None;
+        };
+        *i += 1;
+        let n: i64 = n.parse().ok()?;
+        Some(if negative { -n } else { n })
+    };
+    let signed = |n: i64, forward: bool| {
+        let way = if (n >= 0) == forward {
+            "FORWARD"
+        } else {
+            "BACKWARD"
+        };
+        format!("{way} {}", n.unsigned_abs())
+    };
+    let first = tokens.first().and_then(|t| plain_word(t));
+    let direction = match first.as_deref() {
+        Some(d @ ("NEXT" | "PRIOR" | "FIRST" | "LAST" | "ALL")) => {
+            i = 1;
+            d.to_string()
+        }
+        Some(d @ ("ABSOLUTE" | "RELATIVE")) => {
+            i = 1;
+            let n = number(&mut i)?;
+            // sqlparser reads only unsigned counts here.
+            if n < 0 {
+                return None;
+            }
+            format!("{d} {n}")
+        }
+        Some(d @ ("FORWARD" | "BACKWARD")) => {
+            i = 1;
+            let forward = d == "FORWARD";
+            if tokens.get(1).and_then(|t| plain_word(t)).as_deref() == Some("ALL") {
+                i = 2;
+                format!("{d} ALL")
+            } else {
+                match number(&mut i) {
+                    Some(n) => signed(n, forward),
+                    None => format!("{d} 1"),
+                }
+            }
+        }
+        _ => match number(&mut i) {
+            Some(n) => signed(n, true),
+            None => "NEXT".to_string(),
+        },
+    };
+    if matches!(
+        tokens.get(i).and_then(|t| plain_word(t)).as_deref(),
+        Some("FROM" | "IN")
+    ) {
+        i += 1;
+    }
+    match &tokens[i..] {
+        [name @ Token::Word(_)] => Some(format!("FETCH {direction} FROM {name}")),
+        _ => None,
+    }
 }
 
 /// The compatibility parser drops the location from some errors (a bad first
@@ -175,9 +265,28 @@ mod tests {
         assert_eq!(statements[1].to_string(), "SELECT 'move'");
         assert_eq!(
             statements[2].to_string(),
-            "FETCH ALL IN c INTO \"weir.move\""
+            "FETCH ALL FROM c INTO \"weir.move\""
         );
         assert!(rewrite_move("select removed from t").is_none());
+    }
+
+    #[test]
+    fn fetch_forms_sqlparser_lacks_are_rewritten() {
+        for (sql, expected) in [
+            ("FETCH c", "FETCH NEXT FROM c"),
+            ("fetch from \"Cur\"", "FETCH NEXT FROM \"Cur\""),
+            ("FETCH 5 c", "FETCH FORWARD 5 FROM c"),
+            ("FETCH -2 FROM c", "FETCH BACKWARD 2 FROM c"),
+            ("FETCH FORWARD FROM c", "FETCH FORWARD 1 FROM c"),
+            ("FETCH BACKWARD -3 IN c", "FETCH FORWARD 3 FROM c"),
+            ("FETCH BACKWARD ALL FROM c", "FETCH BACKWARD ALL FROM c"),
+            ("FETCH ABSOLUTE 3 FROM c", "FETCH ABSOLUTE 3 FROM c"),
+            ("MOVE LAST IN c", "FETCH LAST FROM c INTO \"weir.move\""),
+        ] {
+            let statements = parse_sql(sql).unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+            assert_eq!(statements[0].to_string(), expected, "{sql}");
+        }
+        assert!(parse_sql("FETCH 1 FROM c extra").is_err());
     }
 
     #[test]
