@@ -58,8 +58,8 @@ impl SimpleQueryHandler for Conn {
         }
         client.set_state(PgWireConnectionState::QueryInProgress);
         let mut session = self.session().await?;
-        let mut results = session.execute_simple(&query.query).await.into_iter();
-        while let Some(result) = results.next() {
+        let results = session.execute_simple(&query.query).await;
+        for result in results {
             match send_result(client, result).await? {
                 Sent::Next => {}
                 Sent::Stop => break,

@@ -126,7 +126,7 @@ impl Cursor {
         let n = self.len();
         let backward = match motion {
             Motion::Backward(_) => true,
-            Motion::Absolute(k) => (k >= 0 && (k as usize) < self.position) || k < 0,
+            Motion::Absolute(k) => k < 0 || (k as usize) < self.position,
             Motion::Relative(k) => k < 0,
             Motion::Forward(_) => false,
         };
