@@ -24,6 +24,57 @@ pub struct ParseError {
 /// Parses every statement of `sql`. Like PostgreSQL, a syntax error anywhere
 /// fails the whole string before any statement runs.
 pub fn parse_sql(sql: &str) -> Result<Vec<Statement>, ParseError> {
+    let Some((head, tail)) = split_after_copy_from_stdin(sql) else {
+        return parse_statements(sql);
+    };
+    let mut statements = parse_statements(&head)?;
+    let offset = head.chars().count();
+    let rest = parse_sql(&tail).map_err(|mut e| {
+        e.position = e.position.map(|p| p + offset);
+        e
+    })?;
+    statements.extend(rest);
+    Ok(statements)
+}
+
+/// sqlparser reads whatever follows `COPY ... FROM STDIN;` as inline data
+/// (psql's dump format), which would swallow the statements after it. On the
+/// wire the data comes separately, so the string is split after each such
+/// COPY: the text up to and including its `;`, and the rest.
+fn split_after_copy_from_stdin(sql: &str) -> Option<(String, String)> {
+    if !sql.to_ascii_lowercase().contains("stdin") {
+        return None;
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let word = |t: &Token, w: &str| matches!(t, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
+    let (mut at_start, mut is_copy, mut from_stdin) = (true, false, false);
+    for (i, token) in tokens.iter().enumerate() {
+        match token {
+            Token::Whitespace(_) => continue,
+            Token::SemiColon => {
+                let more = tokens[i + 1..]
+                    .iter()
+                    .any(|t| !matches!(t, Token::Whitespace(_) | Token::SemiColon));
+                if is_copy && from_stdin && more {
+                    let text =
+                        |ts: &[Token]| ts.iter().map(ToString::to_string).collect::<String>();
+                    return Some((text(&tokens[..=i]), text(&tokens[i + 1..])));
+                }
+                (at_start, is_copy, from_stdin) = (true, false, false);
+                continue;
+            }
+            t if at_start => is_copy = word(t, "copy"),
+            t if is_copy && word(t, "stdin") => from_stdin = true,
+            _ => {}
+        }
+        at_start = false;
+    }
+    None
+}
+
+fn parse_statements(sql: &str) -> Result<Vec<Statement>, ParseError> {
+    let moved = rewrite_move(sql);
+    let sql = moved.as_deref().unwrap_or(sql);
     let parsed = match create_user_as_create_role(sql) {
         Some(tokens) => Parser::new(&PostgreSqlDialect {})
             .with_tokens_with_locations(tokens)
@@ -74,6 +125,138 @@ fn create_user_as_create_role(sql: &str) -> Option<Vec<TokenWithSpan>> {
     found.then_some(tokens)
 }
 
+/// `FETCH ... INTO` this name is a `MOVE`: sqlparser has no MOVE statement,
+/// and PostgreSQL's SQL-level FETCH has no INTO clause to clash with.
+pub const MOVE_MARKER: &str = "weir.move";
+
+/// Rewrites each `FETCH`/`MOVE` statement into the one form sqlparser
+/// reads: `FETCH <direction> FROM cursor`, with `INTO "weir.move"` for a
+/// MOVE. PostgreSQL also accepts a missing direction (`FETCH c`), a missing
+/// `FROM`, `FORWARD`/`BACKWARD` without a count and negative counts; sqlparser
+/// does not. `None` when there is nothing to rewrite (checked cheaply first).
+fn rewrite_move(sql: &str) -> Option<String> {
+    let lower = sql.to_ascii_lowercase();
+    if !lower.contains("move") && !lower.contains("fetch") {
+        return None;
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let mut out = String::with_capacity(sql.len() + 32);
+    let mut changed = false;
+    for segment in tokens.split_inclusive(|t| *t == Token::SemiColon) {
+        let (body, end) = match segment.split_last() {
+            Some((Token::SemiColon, body)) => (body, ";"),
+            _ => (segment, ""),
+        };
+        let significant: Vec<&Token> = body
+            .iter()
+            .filter(|t| !matches!(t, Token::Whitespace(_)))
+            .collect();
+        let keyword = significant.first().and_then(|t| plain_word(t));
+        let rewritten = match keyword.as_deref() {
+            Some(k @ ("FETCH" | "MOVE")) => {
+                canonical_fetch(&significant[1..]).map(|fetch| match k {
+                    "MOVE" => format!("{fetch} INTO \"{MOVE_MARKER}\""),
+                    _ => fetch,
+                })
+            }
+            _ => None,
+        };
+        match rewritten {
+            Some(text) => {
+                // Keep leading whitespace and comments so positions before
+                // the statement stay put.
+                for t in body
+                    .iter()
+                    .take_while(|t| matches!(t, Token::Whitespace(_)))
+                {
+                    out.push_str(&t.to_string());
+                }
+                out.push_str(&text);
+                out.push_str(end);
+                changed = true;
+            }
+            None => segment.iter().for_each(|t| out.push_str(&t.to_string())),
+        }
+    }
+    changed.then_some(out)
+}
+
+fn plain_word(token: &Token) -> Option<String> {
+    match token {
+        Token::Word(w) if w.quote_style.is_none() => Some(w.value.to_ascii_uppercase()),
+        _ => None,
+    }
+}
+
+/// `FETCH <direction> FROM <name>` for the tokens after FETCH/MOVE, or
+/// `None` if they are not a cursor command sqlparser should see rewritten.
+fn canonical_fetch(tokens: &[&Token]) -> Option<String> {
+    let mut i = 0;
+    let number = |i: &mut usize| -> Option<i64> {
+        let negative = matches!(tokens.get(*i), Some(Token::Minus));
+        if negative || matches!(tokens.get(*i), Some(Token::Plus)) {
+            *i += 1;
+        }
+        let Some(Token::Number(n, _)) = tokens.get(*i) else {
+            return None;
+        };
+        *i += 1;
+        let n: i64 = n.parse().ok()?;
+        Some(if negative { -n } else { n })
+    };
+    let signed = |n: i64, forward: bool| {
+        let way = if (n >= 0) == forward {
+            "FORWARD"
+        } else {
+            "BACKWARD"
+        };
+        format!("{way} {}", n.unsigned_abs())
+    };
+    let first = tokens.first().and_then(|t| plain_word(t));
+    let direction = match first.as_deref() {
+        Some(d @ ("NEXT" | "PRIOR" | "FIRST" | "LAST" | "ALL")) => {
+            i = 1;
+            d.to_string()
+        }
+        Some(d @ ("ABSOLUTE" | "RELATIVE")) => {
+            i = 1;
+            let n = number(&mut i)?;
+            // sqlparser reads only unsigned counts here.
+            if n < 0 {
+                return None;
+            }
+            format!("{d} {n}")
+        }
+        Some(d @ ("FORWARD" | "BACKWARD")) => {
+            i = 1;
+            let forward = d == "FORWARD";
+            if tokens.get(1).and_then(|t| plain_word(t)).as_deref() == Some("ALL") {
+                i = 2;
+                format!("{d} ALL")
+            } else {
+                match number(&mut i) {
+                    Some(n) => signed(n, forward),
+                    None => format!("{d} 1"),
+                }
+            }
+        }
+        _ => match number(&mut i) {
+            Some(n) => signed(n, true),
+            None => "NEXT".to_string(),
+        },
+    };
+    if matches!(
+        tokens.get(i).and_then(|t| plain_word(t)).as_deref(),
+        Some("FROM" | "IN")
+    ) {
+        i += 1;
+    }
+    match &tokens[i..] {
+        [name @ Token::Word(_)] => Some(format!("FETCH {direction} FROM {name}")),
+        _ => None,
+    }
+}
+
 /// The compatibility parser drops the location from some errors (a bad first
 /// keyword, for one); sqlparser's own PostgreSQL dialect keeps it, so ask it
 /// where the same text breaks.
@@ -107,6 +290,61 @@ fn position_of(message: &str, sql: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn move_becomes_a_marked_fetch() {
+        let statements = parse_sql("move forward 2 from c; select 'move'; MOVE ALL IN c").unwrap();
+        assert_eq!(statements.len(), 3);
+        assert_eq!(
+            statements[0].to_string(),
+            "FETCH FORWARD 2 FROM c INTO \"weir.move\""
+        );
+        assert_eq!(statements[1].to_string(), "SELECT 'move'");
+        assert_eq!(
+            statements[2].to_string(),
+            "FETCH ALL FROM c INTO \"weir.move\""
+        );
+        assert!(rewrite_move("select removed from t").is_none());
+    }
+
+    #[test]
+    fn fetch_forms_sqlparser_lacks_are_rewritten() {
+        for (sql, expected) in [
+            ("FETCH c", "FETCH NEXT FROM c"),
+            ("fetch from \"Cur\"", "FETCH NEXT FROM \"Cur\""),
+            ("FETCH 5 c", "FETCH FORWARD 5 FROM c"),
+            ("FETCH -2 FROM c", "FETCH BACKWARD 2 FROM c"),
+            ("FETCH FORWARD FROM c", "FETCH FORWARD 1 FROM c"),
+            ("FETCH BACKWARD -3 IN c", "FETCH FORWARD 3 FROM c"),
+            ("FETCH BACKWARD ALL FROM c", "FETCH BACKWARD ALL FROM c"),
+            ("FETCH ABSOLUTE 3 FROM c", "FETCH ABSOLUTE 3 FROM c"),
+            ("MOVE LAST IN c", "FETCH LAST FROM c INTO \"weir.move\""),
+        ] {
+            let statements = parse_sql(sql).unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+            assert_eq!(statements[0].to_string(), expected, "{sql}");
+        }
+        assert!(parse_sql("FETCH 1 FROM c extra").is_err());
+    }
+
+    #[test]
+    fn statements_after_copy_from_stdin_are_kept() {
+        let statements = parse_sql(
+            "INSERT INTO t VALUES (1); COPY t FROM STDIN; SELECT 'stdin'; COPY t FROM stdin",
+        )
+        .unwrap();
+        let text: Vec<String> = statements.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "INSERT INTO t VALUES (1)",
+                "COPY t FROM STDIN",
+                "SELECT 'stdin'",
+                "COPY t FROM STDIN"
+            ]
+        );
+        let err = parse_sql("COPY t FROM STDIN; SELEC 1").unwrap_err();
+        assert_eq!(err.position, Some(20), "{err:?}");
+    }
 
     #[test]
     fn splits_statements() {

@@ -72,6 +72,10 @@ pub enum ServerError {
     DataFusion(#[source] DataFusionError),
     #[error("storage error: {0}")]
     Storage(#[from] StorageError),
+    /// An error whose SQLSTATE is chosen where it is raised (cursor misuse,
+    /// malformed binary COPY data, ...).
+    #[error("{message}")]
+    Sqlstate { code: &'static str, message: String },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -127,6 +131,7 @@ impl ServerError {
             Self::DataFusion(e) => datafusion_sqlstate(e),
             Self::Storage(StorageError::RevisionConflict { .. }) => "40001",
             Self::Storage(_) => "58030",
+            Self::Sqlstate { code, .. } => code,
             Self::Internal(_) => "XX000",
         }
     }

@@ -33,9 +33,6 @@ RESULTS = []
 # prints `gap  name: reason` and does not count as failed; a listed check that
 # passes counts as a failure, so the entry must be removed once the gap is fixed.
 KNOWN_GAPS = {
-    'parameters_in_where_clauses': 'a text[] parameter compared with a text[] column matches no rows (WHERE at = %s returns [])',
-    'binary_copy_in': 'COPY ... FROM STDIN (FORMAT BINARY) is not supported (0A000)',
-    'server_side_cursor_fetches_in_batches': 'DECLARE (server-side/named cursors) is not supported (0A000)',
 }
 GAPS = []
 

@@ -30,55 +30,56 @@ use pgwire::messages::copy::{CopyData, CopyDone, CopyFail, CopyInResponse, CopyO
 use super::copy_format::{encode_copy_header, encode_copy_line};
 use super::encode::{data_row_values, encode_batches, field_infos};
 use super::simple::{Sent, send_result, send_tag};
-use super::{Conn, errors, sync_status};
-use crate::error::ServerError;
-use crate::session::api::{CopyInTarget, CopyOptions, StatementResult};
+use super::{Conn, copy_binary, errors, sync_status};
+use crate::session::api::{CopyFormat, CopyInTarget, CopyOptions, StatementResult};
 
 /// The most COPY FROM STDIN data buffered for one statement. The session
 /// takes the whole payload at once, so this bounds one client's memory.
 const MAX_COPY_IN_BYTES: usize = 1 << 30;
 
-/// Text format, for CopyInResponse / CopyOutResponse.
-const TEXT_FORMAT: i8 = 0;
+/// The overall format code of CopyInResponse / CopyOutResponse: 0 for text
+/// and CSV, 1 for binary (then every column is binary too).
+fn format_code(options: &CopyOptions) -> i8 {
+    i8::from(options.format == CopyFormat::Binary)
+}
 
 /// A `COPY FROM STDIN` waiting for its data.
 pub(crate) struct CopyInState {
     target: CopyInTarget,
     data: BytesMut,
-    /// Results of statements after the COPY in the same simple query.
-    pending: Vec<Result<StatementResult, ServerError>>,
 }
 
 impl Conn {
-    pub(crate) fn begin_copy_in(
-        &self,
-        target: CopyInTarget,
-        pending: Vec<Result<StatementResult, ServerError>>,
-    ) {
+    pub(crate) fn begin_copy_in(&self, target: CopyInTarget) {
         *self.copy_in.lock() = Some(CopyInState {
             target,
             data: BytesMut::new(),
-            pending,
         });
     }
 }
 
 /// The extended protocol's way to start copy-in (pgwire sends the response).
-pub(crate) fn copy_in_response(columns: usize) -> CopyResponse {
-    CopyResponse::new(TEXT_FORMAT, columns, stream::empty())
+pub(crate) fn copy_in_response(target: &CopyInTarget) -> CopyResponse {
+    let columns = target.schema.fields().len();
+    CopyResponse::new(format_code(&target.options), columns, stream::empty())
 }
 
-pub(crate) async fn send_copy_in_response<C>(client: &mut C, columns: usize) -> PgWireResult<()>
+pub(crate) async fn send_copy_in_response<C>(
+    client: &mut C,
+    target: &CopyInTarget,
+) -> PgWireResult<()>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
     C::Error: Debug,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
+    let columns = target.schema.fields().len();
+    let format = format_code(&target.options);
     client
         .send(PgWireBackendMessage::CopyInResponse(CopyInResponse::new(
-            TEXT_FORMAT,
+            format,
             columns as i16,
-            vec![0; columns],
+            vec![i16::from(format); columns],
         )))
         .await?;
     Ok(())
@@ -98,13 +99,17 @@ where
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
     let columns = schema.fields().len();
+    let format = format_code(options);
     client
         .feed(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
-            TEXT_FORMAT,
+            format,
             columns as i16,
-            vec![0; columns],
+            vec![i16::from(format); columns],
         )))
         .await?;
+    if options.format == CopyFormat::Binary {
+        return send_binary_copy_out(client, schema, batches).await;
+    }
     let mut line = Vec::new();
     if options.header {
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
@@ -124,6 +129,32 @@ where
         send_line(client, &mut line).await?;
         rows += 1;
     }
+    client
+        .feed(PgWireBackendMessage::CopyDone(CopyDone::new()))
+        .await?;
+    Ok(rows)
+}
+
+async fn send_binary_copy_out<C>(
+    client: &mut C,
+    schema: &Schema,
+    batches: Vec<RecordBatch>,
+) -> PgWireResult<usize>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let mut chunk = copy_binary::header();
+    let fields = Arc::new(field_infos(schema, &Format::UnifiedBinary));
+    let mut rows = 0;
+    for row in encode_batches(schema, fields, batches) {
+        chunk.extend_from_slice(&copy_binary::tuple(&row?));
+        send_line(client, &mut chunk).await?;
+        rows += 1;
+    }
+    chunk.extend_from_slice(&copy_binary::trailer());
+    send_line(client, &mut chunk).await?;
     client
         .feed(PgWireBackendMessage::CopyDone(CopyDone::new()))
         .await?;
@@ -185,6 +216,13 @@ impl CopyHandler for Conn {
         };
         let mut session = self.session().await?;
         let result = session.copy_in(&state.target, state.data.freeze()).await;
+        let rest = match &result {
+            Ok(_) => session.resume_after_copy().await,
+            Err(_) => {
+                session.abandon_after_copy();
+                Vec::new()
+            }
+        };
         sync_status(client, &session);
         drop(session);
         match result {
@@ -197,20 +235,10 @@ impl CopyHandler for Conn {
             }
             Err(e) => return Err(errors::to_pgwire(e)),
         }
-        for result in state.pending {
+        for result in rest {
             match send_result(client, result).await? {
                 Sent::Next => {}
-                Sent::Stop => break,
-                Sent::CopyIn(_) => {
-                    send_result(
-                        client,
-                        Err(ServerError::feature_not_supported(
-                            "a second COPY FROM STDIN in one query string",
-                        )),
-                    )
-                    .await?;
-                    break;
-                }
+                Sent::Stop | Sent::CopyIn(_) => break,
             }
         }
         Ok(())
@@ -223,6 +251,9 @@ impl CopyHandler for Conn {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         self.copy_in.lock().take();
+        if let Ok(mut session) = self.session().await {
+            session.abandon_after_copy();
+        }
         errors::error("57014", format!("COPY from stdin failed: {}", fail.message))
     }
 }

@@ -27,6 +27,8 @@ pub fn encode_copy_line(values: &[Option<&str>], options: &CopyOptions, out: &mu
             (None, _) => out.extend_from_slice(options.null.as_bytes()),
             (Some(v), CopyFormat::Text) => encode_text_value(v, options.delimiter, out),
             (Some(v), CopyFormat::Csv) => encode_csv_value(v, options, single_column, out),
+            // Binary rows are written by `copy_binary`, never as lines.
+            (Some(v), CopyFormat::Binary) => out.extend_from_slice(v.as_bytes()),
         }
     }
     out.push(b'\n');
@@ -104,6 +106,11 @@ pub fn decode_copy(
         let null = options.null.as_bytes();
         let fields = match options.format {
             CopyFormat::Text => reader.text_record(delimiter, null),
+            CopyFormat::Binary => {
+                return Err(ServerError::internal(
+                    "binary COPY data reached the text decoder",
+                ));
+            }
             CopyFormat::Csv => reader.csv_record(
                 delimiter,
                 single_byte(options.quote, "COPY quote")?,

@@ -58,10 +58,9 @@ impl QueryParser for PreparedParser {
     }
 
     fn get_parameter_types(&self, stmt: &PreparedStatement) -> PgWireResult<Vec<Type>> {
-        Ok(stmt
-            .param_types
-            .iter()
-            .map(super::encode::pg_type_of)
+        Ok(params::wire_types(&[], stmt)
+            .into_iter()
+            .map(|t| t.unwrap_or(Type::TEXT))
             .collect())
     }
 
@@ -134,7 +133,7 @@ impl ExtendedQueryHandler for Conn {
                 .prepare(&message.query, &hints)
                 .await
                 .map_err(errors::to_pgwire)?;
-            let wire_types = params::wire_types(&message.type_oids, &prepared.param_types);
+            let wire_types = params::wire_types(&message.type_oids, &prepared);
             client
                 .portal_store()
                 .put_statement(Arc::new(StoredStatement::new(name, prepared, wire_types)));
@@ -219,6 +218,21 @@ impl ExtendedQueryHandler for Conn {
             }
             TARGET_TYPE_BYTE_PORTAL => {
                 let fields = match client.portal_store().get_portal(name) {
+                    // A cursor opened with DECLARE is a portal too.
+                    None if name != DEFAULT_NAME => {
+                        let cursor = self.session().await?.cursor_description(name);
+                        match cursor {
+                            Some((schema, binary)) => {
+                                let format = if binary {
+                                    Format::UnifiedBinary
+                                } else {
+                                    Format::UnifiedText
+                                };
+                                Some(field_infos(&schema, &format))
+                            }
+                            None => return Err(PgWireError::PortalNotFound(name.to_owned())),
+                        }
+                    }
                     Some(Entry::Value(portal)) => portal
                         .statement
                         .statement
@@ -280,10 +294,9 @@ impl ExtendedQueryHandler for Conn {
             StatementResult::Rows { schema, batches } => {
                 let fields = Arc::new(field_infos(&schema, &portal.result_column_format));
                 let rows = encode_batches(&schema, fields.clone(), batches);
-                Ok(Response::Query(QueryResponse::new(
-                    fields,
-                    stream::iter(rows),
-                )))
+                let mut response = QueryResponse::new(fields, stream::iter(rows));
+                response.set_command_tag(super::simple::row_command(&schema));
+                Ok(Response::Query(response))
             }
             StatementResult::Command { tag } => {
                 // pgwire's Execute tracks the status through these variants.
@@ -298,9 +311,9 @@ impl ExtendedQueryHandler for Conn {
             }
             StatementResult::Empty => Ok(Response::EmptyQuery),
             StatementResult::CopyIn(target) => {
-                let columns = target.schema.fields().len();
-                self.begin_copy_in(target, Vec::new());
-                Ok(Response::CopyIn(copy::copy_in_response(columns)))
+                let response = copy::copy_in_response(&target);
+                self.begin_copy_in(target);
+                Ok(Response::CopyIn(response))
             }
             StatementResult::CopyOut {
                 options,

@@ -21,6 +21,7 @@
 
 mod auth;
 mod copy;
+pub mod copy_binary;
 pub mod copy_format;
 mod encode;
 mod errors;

@@ -48,9 +48,10 @@ pub(crate) fn hint_for_oid(oid: u32) -> PgWireResult<Option<DataType>> {
 }
 
 /// The wire type of each parameter: what the client named, else what we
-/// describe for the inferred Arrow type.
-pub(crate) fn wire_types(client_oids: &[u32], param_types: &[DataType]) -> Vec<Option<Type>> {
-    param_types
+/// describe for the inferred type.
+pub(crate) fn wire_types(client_oids: &[u32], statement: &PreparedStatement) -> Vec<Option<Type>> {
+    statement
+        .param_types
         .iter()
         .enumerate()
         .map(|(i, data_type)| {
@@ -58,7 +59,11 @@ pub(crate) fn wire_types(client_oids: &[u32], param_types: &[DataType]) -> Vec<O
                 .get(i)
                 .filter(|oid| **oid != 0 && **oid != Type::UNKNOWN.oid())
                 .and_then(|oid| Type::from_oid(*oid));
-            Some(named.unwrap_or_else(|| pg_type_of(data_type)))
+            let inferred = statement
+                .param_oids
+                .get(i)
+                .and_then(|oid| Type::from_oid(*oid));
+            Some(named.or(inferred).unwrap_or_else(|| pg_type_of(data_type)))
         })
         .collect()
 }
@@ -150,31 +155,41 @@ pub(crate) fn decode_params(portal: &Portal<PreparedStatement>) -> PgWireResult<
                 None => {
                     Ok(ScalarValue::try_from(&arrow_types[i]).unwrap_or(ScalarValue::Utf8(None)))
                 }
-                Some(bytes) if wire == Type::UUID => decode_uuid(i, bytes, binary),
-                Some(bytes) if wire == Type::JSON || wire == Type::JSONB => {
-                    decode_json(i, bytes, binary, wire == Type::JSONB)
-                }
-                Some(bytes) => decode_with_arrow_pg(stored, i, wire, binary, bytes),
+                Some(bytes) => decode_value(i, &wire, &arrow_types[i], binary, bytes),
             }
         })
         .collect()
+}
+
+/// Decodes one non-NULL value the client encoded as `wire` (in binary or
+/// text format) into `arrow`'s type; `idx` names it in errors (`$idx+1`).
+pub(crate) fn decode_value(
+    idx: usize,
+    wire: &Type,
+    arrow: &DataType,
+    binary: bool,
+    bytes: &Bytes,
+) -> PgWireResult<ScalarValue> {
+    if *wire == Type::UUID {
+        decode_uuid(idx, bytes, binary)
+    } else if *wire == Type::JSON || *wire == Type::JSONB {
+        decode_json(idx, bytes, binary, *wire == Type::JSONB)
+    } else {
+        decode_with_arrow_pg(idx, wire.clone(), arrow, binary, bytes)
+    }
 }
 
 /// Decodes parameter `idx` through arrow-pg, using a one-parameter portal so
 /// that arrow-pg's per-index format lookups always stay in bounds and an
 /// error can name the parameter.
 fn decode_with_arrow_pg(
-    stored: &StoredStatement<PreparedStatement>,
     idx: usize,
     wire: Type,
+    arrow: &DataType,
     binary: bool,
     bytes: &Bytes,
 ) -> PgWireResult<ScalarValue> {
-    let single = Arc::new(StoredStatement::new(
-        stored.id.clone(),
-        stored.statement.clone(),
-        vec![Some(wire)],
-    ));
+    let single = Arc::new(StoredStatement::new(String::new(), (), vec![Some(wire)]));
     let bind = Bind::new(
         None,
         None,
@@ -183,7 +198,7 @@ fn decode_with_arrow_pg(
         Vec::new(),
     );
     let portal = Portal::try_new(&bind, single)?;
-    let inferred = [stored.statement.param_types.get(idx)];
+    let inferred = [Some(arrow)];
     let decoded = deserialize_parameters(&portal, &inferred).map_err(|e| match e {
         PgWireError::UserError(_) => e,
         other => errors::error(

@@ -25,6 +25,15 @@ use super::encode::{encode_batches, field_infos};
 use super::{Conn, copy, errors, sync_status};
 use crate::error::ServerError;
 use crate::session::api::{CopyInTarget, StatementResult};
+use crate::session::cursor::{BINARY_METADATA_KEY, COMMAND_TAG_METADATA_KEY};
+
+/// The command a row result's tag names: `SELECT`, or `FETCH` for a cursor.
+pub(crate) fn row_command(schema: &arrow::datatypes::Schema) -> &str {
+    schema
+        .metadata()
+        .get(COMMAND_TAG_METADATA_KEY)
+        .map_or("SELECT", String::as_str)
+}
 
 /// What the caller should do after one statement's result was sent.
 pub(crate) enum Sent {
@@ -49,18 +58,17 @@ impl SimpleQueryHandler for Conn {
         }
         client.set_state(PgWireConnectionState::QueryInProgress);
         let mut session = self.session().await?;
-        let mut results = session.execute_simple(&query.query).await.into_iter();
-        while let Some(result) = results.next() {
+        let results = session.execute_simple(&query.query).await;
+        for result in results {
             match send_result(client, result).await? {
                 Sent::Next => {}
                 Sent::Stop => break,
                 Sent::CopyIn(target) => {
-                    let columns = target.schema.fields().len();
-                    // Statements after the COPY already ran; their results
-                    // follow the COPY's CommandComplete.
-                    self.begin_copy_in(target, results.collect());
+                    // The statements after the COPY run once its data is in
+                    // (see `on_copy_done`).
+                    copy::send_copy_in_response(client, &target).await?;
+                    self.begin_copy_in(target);
                     sync_status(client, &session);
-                    copy::send_copy_in_response(client, columns).await?;
                     client.set_state(PgWireConnectionState::CopyInProgress(false));
                     return Ok(());
                 }
@@ -103,7 +111,12 @@ where
     };
     match result {
         StatementResult::Rows { schema, batches } => {
-            let fields = Arc::new(field_infos(&schema, &Format::UnifiedText));
+            let format = if schema.metadata().contains_key(BINARY_METADATA_KEY) {
+                Format::UnifiedBinary
+            } else {
+                Format::UnifiedText
+            };
+            let fields = Arc::new(field_infos(&schema, &format));
             client
                 .feed(PgWireBackendMessage::RowDescription(RowDescription::new(
                     fields.iter().map(Into::into).collect(),
@@ -120,7 +133,7 @@ where
                 }
                 rows += 1;
             }
-            send_tag(client, format!("SELECT {rows}")).await?;
+            send_tag(client, format!("{} {rows}", row_command(&schema))).await?;
         }
         StatementResult::Command { tag } => send_tag(client, tag).await?,
         StatementResult::Empty => {

@@ -422,10 +422,17 @@ async fn uuid_and_json_parameters_in_binary() {
         .await
         .expect("insert");
     let row = client
-        .query_one("SELECT body FROM docs WHERE id = $1", &[&id.to_string()])
+        .query_one("SELECT body FROM docs WHERE id = $1", &[&id])
         .await
         .expect("select");
     assert_eq!(row.get::<_, serde_json::Value>(0), body);
+    // The parameter compared with the uuid column is described as uuid, as
+    // PostgreSQL describes it, so the driver sends it in binary.
+    let select = client
+        .prepare("SELECT body FROM docs WHERE id = $1")
+        .await
+        .expect("prepare select");
+    assert_eq!(select.params(), &[Type::UUID]);
 }
 
 #[tokio::test]

@@ -69,6 +69,8 @@ pub struct CopyOptions {
 pub enum CopyFormat {
     Text,
     Csv,
+    /// PostgreSQL's binary COPY format; the other options do not apply.
+    Binary,
 }
 
 /// A parsed and described statement, ready to bind and execute many times.
@@ -79,6 +81,10 @@ pub struct PreparedStatement {
     /// Arrow types of `$1..$n`, in order, resolved from the client's hints
     /// or inferred from the plan (`Utf8` where nothing could be inferred).
     pub param_types: Vec<DataType>,
+    /// The PostgreSQL type OID each parameter is described as when the client
+    /// names none: the inferred type, with the `varchar`/`uuid`/`json`/`jsonb`
+    /// tags that `param_types` alone cannot carry.
+    pub param_oids: Vec<u32>,
     /// The row schema it returns, or `None` for statements without rows.
     pub result_schema: Option<SchemaRef>,
     pub(crate) inner: Arc<super::prepared::PreparedInner>,

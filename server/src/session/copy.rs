@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use arrow::array::{ArrayRef, StringArray};
+use arrow::array::{Array, ArrayRef, StringArray};
 use datafusion::sql::sqlparser::ast::{
     CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource, CopyTarget, Statement,
 };
@@ -23,7 +23,7 @@ impl CopyOptions {
                 quote: '"',
                 escape: '"',
             },
-            CopyFormat::Csv => Self {
+            CopyFormat::Csv | CopyFormat::Binary => Self {
                 format,
                 delimiter: ',',
                 null: String::new(),
@@ -45,6 +45,7 @@ fn copy_options(
             format = match f.value.to_ascii_lowercase().as_str() {
                 "text" => CopyFormat::Text,
                 "csv" => CopyFormat::Csv,
+                "binary" => CopyFormat::Binary,
                 other => {
                     return Err(ServerError::feature_not_supported(format!(
                         "COPY format {other}"
@@ -55,6 +56,26 @@ fn copy_options(
     }
     if legacy.iter().any(|o| matches!(o, CopyLegacyOption::Csv(_))) {
         format = CopyFormat::Csv;
+    }
+    if legacy.iter().any(|o| matches!(o, CopyLegacyOption::Binary)) {
+        format = CopyFormat::Binary;
+    }
+    if format == CopyFormat::Binary
+        && let Some(other) = options
+            .iter()
+            .find(|o| !matches!(o, CopyOption::Format(_) | CopyOption::Encoding(_)))
+            .map(ToString::to_string)
+            .or_else(|| {
+                legacy
+                    .iter()
+                    .find(|o| !matches!(o, CopyLegacyOption::Binary))
+                    .map(ToString::to_string)
+            })
+    {
+        return Err(ServerError::Sqlstate {
+            code: "42601",
+            message: format!("cannot specify {other} in BINARY mode"),
+        });
     }
     let mut out = CopyOptions::for_format(format);
     for option in options {
@@ -93,9 +114,7 @@ fn copy_options(
             CopyLegacyOption::Delimiter(c) => out.delimiter = *c,
             CopyLegacyOption::Null(s) => out.null = s.clone(),
             CopyLegacyOption::Header => out.header = true,
-            CopyLegacyOption::Binary => {
-                return Err(ServerError::feature_not_supported("COPY BINARY"));
-            }
+            CopyLegacyOption::Binary => {}
             other => {
                 return Err(ServerError::feature_not_supported(format!(
                     "COPY option {other}"
@@ -111,7 +130,47 @@ fn copy_options(
     Ok(out)
 }
 
+/// What is left of a simple-protocol query string whose `COPY FROM STDIN`
+/// is waiting for its data.
+pub(super) struct AfterCopy {
+    pub(super) statements: std::collections::VecDeque<Statement>,
+    /// The string runs in one implicit transaction, still open.
+    pub(super) grouped: bool,
+}
+
 impl Session {
+    /// After `COPY FROM STDIN` data is loaded: runs the rest of the query
+    /// string, as PostgreSQL does, and ends its implicit transaction. A
+    /// second `COPY FROM STDIN` in the same string is refused.
+    pub async fn resume_after_copy(&mut self) -> Vec<Result<StatementResult, ServerError>> {
+        let Some(rest) = self.after_copy.take() else {
+            return Vec::new();
+        };
+        let mut results = self.run_statements(rest.statements, rest.grouped).await;
+        if self.after_copy.take().is_some() {
+            results.pop();
+            results.push(Err(ServerError::feature_not_supported(
+                "a second COPY FROM STDIN in one query string",
+            )));
+            self.abandon_after_copy_txn(rest.grouped);
+        }
+        results
+    }
+
+    /// The COPY failed or was cancelled: the rest of the query string does
+    /// not run and its implicit transaction is rolled back.
+    pub fn abandon_after_copy(&mut self) {
+        if let Some(rest) = self.after_copy.take() {
+            self.abandon_after_copy_txn(rest.grouped);
+        }
+    }
+
+    fn abandon_after_copy_txn(&mut self, grouped: bool) {
+        if grouped && self.txn.as_ref().is_some_and(|t| !t.explicit) {
+            self.txn = None;
+        }
+    }
+
     pub(super) async fn copy(
         &mut self,
         statement: Statement,
@@ -236,12 +295,27 @@ impl Session {
                     .collect::<Vec<_>>(),
             );
             let def = self.resolve_table(&name)?;
+            let mut provided: HashMap<String, ArrayRef> = HashMap::new();
+            if target.options.format == CopyFormat::Binary {
+                let fields: Vec<_> = target
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone())
+                    .collect();
+                let arrays = crate::pgwire::copy_binary::decode_binary_copy(&data, &fields)?;
+                let count = arrays.first().map_or(0, |a| a.len());
+                provided.extend(target.columns.iter().cloned().zip(arrays));
+                let batch = self.complete_columns(&def, provided, count)?;
+                let written =
+                    self.insert_rows(&def, batch, Conflict::Error, &def.name.clone(), None)?;
+                return Ok(command(&format!("COPY {}", written.num_rows())));
+            }
             let rows = crate::pgwire::copy_format::decode_copy(
                 &data,
                 &target.options,
                 target.columns.len(),
             )?;
-            let mut provided: HashMap<String, ArrayRef> = HashMap::new();
             for (i, name) in target.columns.iter().enumerate() {
                 let column = def
                     .columns

@@ -15,6 +15,7 @@
 
 pub mod api;
 mod copy;
+pub(crate) mod cursor;
 mod ddl;
 mod dml;
 mod eval;
@@ -66,6 +67,10 @@ struct Txn {
     writes: TxnWrites,
     explicit: bool,
     failed: bool,
+    /// Unique per transaction: cursors without WITH HOLD die with it.
+    id: u64,
+    /// Opened for a single statement (no block, no multi-statement string).
+    statement_only: bool,
     /// Open savepoints, oldest first. Names may repeat; the newest wins.
     savepoints: Vec<Savepoint>,
 }
@@ -82,12 +87,15 @@ struct Savepoint {
 
 impl Txn {
     fn starting_at(base: Arc<Snapshot>, explicit: bool) -> Self {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Txn {
             overlay: (*base).clone(),
             base,
             writes: TxnWrites::default(),
             explicit,
             failed: false,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            statement_only: false,
             savepoints: Vec::new(),
         }
     }
@@ -109,6 +117,8 @@ pub struct Session {
     view: Arc<SessionView>,
     ctx: SessionContext,
     txn: Option<Txn>,
+    cursors: cursor::Cursors,
+    after_copy: Option<copy::AfterCopy>,
 }
 
 impl Drop for Session {
@@ -143,6 +153,8 @@ impl Session {
             view,
             ctx,
             txn: None,
+            cursors: cursor::Cursors::new(),
+            after_copy: None,
         };
         session.apply_vars_to_planner();
         session
@@ -189,6 +201,9 @@ impl Session {
 
     /// Runs every statement of a simple-protocol query string.
     pub async fn execute_simple(&mut self, sql: &str) -> Vec<Result<StatementResult, ServerError>> {
+        // A COPY FROM STDIN whose data never came (a front end without the
+        // COPY sub-protocol) must not leave its string's transaction open.
+        self.abandon_after_copy();
         let statements = match weir_planner::parse_sql(sql) {
             Ok(s) => s,
             Err(e) => {
@@ -210,15 +225,47 @@ impl Session {
         if grouped {
             self.txn = Some(Txn::starting_at(self.db.snapshot(), false));
         }
+        self.run_statements(statements.into_iter().collect(), grouped)
+            .await
+    }
+
+    /// Runs statements of one query string until the first error or the
+    /// first `COPY FROM STDIN`; the statements after a COPY wait in
+    /// `after_copy` until its data is in (see `copy::resume_after_copy`).
+    async fn run_statements(
+        &mut self,
+        statements: std::collections::VecDeque<Statement>,
+        grouped: bool,
+    ) -> Vec<Result<StatementResult, ServerError>> {
+        let mut statements = statements;
         let mut results = Vec::with_capacity(statements.len());
-        for statement in statements {
+        while let Some(statement) = statements.pop_front() {
             let result = self.execute(statement, None).await;
             let failed = result.is_err();
+            let copy_in = matches!(result, Ok(StatementResult::CopyIn(_)));
             results.push(result);
             if failed {
                 break;
             }
+            if copy_in {
+                self.after_copy = Some(copy::AfterCopy {
+                    statements,
+                    grouped,
+                });
+                return results;
+            }
         }
+        self.finish_group(grouped, &mut results).await;
+        results
+    }
+
+    /// Commits the implicit transaction of a multi-statement string if every
+    /// statement succeeded (a failure already dropped it).
+    async fn finish_group(
+        &mut self,
+        grouped: bool,
+        results: &mut Vec<Result<StatementResult, ServerError>>,
+    ) {
         if grouped && self.txn.as_ref().is_some_and(|t| !t.explicit) {
             let txn = self.txn.take().expect("checked above");
             if results.iter().all(Result::is_ok)
@@ -229,7 +276,6 @@ impl Session {
                 results.push(Err(e));
             }
         }
-        results
     }
 
     /// Runs one parsed statement with optional bound parameters, inside the
@@ -308,7 +354,9 @@ impl Session {
         }
         let implicit = self.txn.is_none();
         if implicit {
-            self.txn = Some(Txn::starting_at(self.db.snapshot(), false));
+            let mut txn = Txn::starting_at(self.db.snapshot(), false);
+            txn.statement_only = true;
+            self.txn = Some(txn);
         }
         self.refresh_view();
         Ok(implicit)
@@ -462,6 +510,14 @@ impl Session {
             S::Delete(delete) => self.delete(delete, params).await,
             S::Truncate(truncate) => self.truncate(truncate),
             S::Copy { .. } => self.copy(statement).await,
+            S::Declare { stmts } => self.declare(stmts, params).await,
+            S::Fetch {
+                name,
+                direction,
+                into,
+                ..
+            } => self.fetch(&name, &direction, into.as_ref()),
+            S::Close { cursor } => self.close_cursor(&cursor),
             S::CreateTable(create) => self.create_table(create).await,
             S::CreateSchema {
                 schema_name,

@@ -3,10 +3,14 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, SchemaRef};
+use std::collections::HashMap;
+
+use arrow::datatypes::{DataType, Field, FieldRef, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion::common::ParamValues;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::logical_expr::expr::{Cast, Placeholder, TryCast};
+use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::scalar::ScalarValue;
 use datafusion::sql::sqlparser::ast::{SelectItem, Statement, TableFactor, TableObject};
 
@@ -44,19 +48,32 @@ impl Session {
             None => (vec![], None),
         };
         let count = inferred.len().max(param_hints.len());
+        let inferred_field = |i: usize| inferred.get(i).cloned().flatten();
         let param_types = (0..count)
             .map(|i| {
                 param_hints
                     .get(i)
                     .cloned()
                     .flatten()
-                    .or_else(|| inferred.get(i).cloned().flatten())
+                    .or_else(|| inferred_field(i).map(|f| f.data_type().clone()))
                     .unwrap_or(DataType::Utf8)
+            })
+            .collect();
+        // Unknown parameters are text, as in PostgreSQL.
+        let param_oids = (0..count)
+            .map(|i| {
+                let field = match (param_hints.get(i).cloned().flatten(), inferred_field(i)) {
+                    (Some(hint), _) => Field::new("", hint, true),
+                    (None, Some(field)) => field.as_ref().clone(),
+                    (None, None) => Field::new("", DataType::Utf8, true),
+                };
+                crate::types::pg_type_of_field(&field).oid()
             })
             .collect();
         Ok(PreparedStatement {
             sql: sql.to_string(),
             param_types,
+            param_oids,
             result_schema,
             inner: Arc::new(PreparedInner { statement }),
         })
@@ -106,7 +123,7 @@ impl Session {
     async fn describe_statement(
         &mut self,
         statement: Statement,
-    ) -> Result<(Vec<Option<DataType>>, Option<SchemaRef>), ServerError> {
+    ) -> Result<(Vec<Option<FieldRef>>, Option<SchemaRef>), ServerError> {
         match statement {
             Statement::Query(_) | Statement::Explain { .. } => {
                 let plan = self.plan_statement(statement).await?;
@@ -151,6 +168,17 @@ impl Session {
                 let _ = returning;
                 Ok((parameter_types(&plan)?, None))
             }
+            Statement::Declare { stmts } => match stmts.first().and_then(|d| d.for_query.clone()) {
+                // PostgreSQL describes DECLARE as returning no rows.
+                Some(query) => {
+                    let plan = self.plan_statement(Statement::Query(query)).await?;
+                    Ok((parameter_types(&plan)?, None))
+                }
+                None => Ok((vec![], None)),
+            },
+            Statement::Fetch {
+                name, into: None, ..
+            } => Ok((vec![], Some(self.fetch_description(&name)?))),
             Statement::ShowVariable { .. }
             | Statement::ShowTables { .. }
             | Statement::ShowCreate { .. }
@@ -177,14 +205,37 @@ fn params_empty(params: &ParamValues) -> bool {
     matches!(params, ParamValues::List(l) if l.is_empty())
 }
 
-fn parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<DataType>>, ServerError> {
-    let types = plan.get_parameter_types()?;
-    let count = types
+/// The field (type and PostgreSQL type tag) of each `$n`, as PostgreSQL
+/// infers it: from the column or expression it meets (DataFusion's own
+/// inference, which keeps the field metadata) and, failing that, from an
+/// explicit cast around it (`$1::int8` is an `int8` parameter).
+pub(super) fn parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<FieldRef>>, ServerError> {
+    let mut fields = plan.get_parameter_fields()?;
+    let mut cast_to: HashMap<String, FieldRef> = HashMap::new();
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|expr| {
+            expr.apply(|e| {
+                if let Expr::Cast(Cast { expr, field }) | Expr::TryCast(TryCast { expr, field }) = e
+                    && let Expr::Placeholder(Placeholder { id, field: None }) = expr.as_ref()
+                {
+                    cast_to.entry(id.clone()).or_insert_with(|| field.clone());
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    })?;
+    for (id, field) in cast_to {
+        let slot = fields.entry(id).or_insert(None);
+        if slot.is_none() {
+            *slot = Some(Arc::new(field.as_ref().clone().with_nullable(true)));
+        }
+    }
+    let count = fields
         .keys()
         .filter_map(|k| k.trim_start_matches('$').parse::<usize>().ok())
         .max()
         .unwrap_or(0);
     Ok((1..=count)
-        .map(|i| types.get(&format!("${i}")).cloned().flatten())
+        .map(|i| fields.get(&format!("${i}")).cloned().flatten())
         .collect())
 }

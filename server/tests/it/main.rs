@@ -8,7 +8,8 @@
 //!
 //! Modules by client or concern:
 //! - `slt`: every `sqllogictest/tests/*.slt` file against one server.
-//! - `tokio_pg`: the Rust driver: extended protocol, binary/text, COPY, cancel.
+//! - `tokio_pg`: the Rust driver: extended protocol, binary/text, COPY, cancel;
+//!   `pg_cursors_copy`: cursors, binary COPY, statements after COPY FROM STDIN.
 //! - `psql`, `python`, `jdbc`: real clients (psql; psycopg, asyncpg,
 //!   SQLAlchemy and the Flight SQL scripts in `tests/clients/`; pgjdbc).
 //! - `crash`: `kill -9` during ingestion loses no acknowledged row.
@@ -25,6 +26,7 @@ mod auth;
 mod crash;
 mod http;
 mod jdbc;
+mod pg_cursors_copy;
 mod psql;
 mod python;
 mod slt;
