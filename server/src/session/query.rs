@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion::common::ParamValues;
 use datafusion::logical_expr::LogicalPlan;
@@ -17,12 +17,15 @@ impl Session {
     /// Binds a statement with DataFusion (no parameters substituted yet).
     pub(super) async fn plan_statement(
         &self,
-        statement: Statement,
+        mut statement: Statement,
     ) -> Result<LogicalPlan, ServerError> {
+        crate::pgsem::name_constant_casts(&mut statement);
+        crate::pgsem::at_time_zone_as_function(&mut statement);
         let state = self.ctx.state();
-        Ok(state
+        let plan = state
             .statement_to_plan(DfStatement::Statement(Box::new(statement)))
-            .await?)
+            .await?;
+        Ok(crate::pgsem::pg_result_types(plan)?)
     }
 
     /// Substitutes bound parameters, if any.
@@ -47,6 +50,67 @@ impl Session {
         Ok((schema, batches))
     }
 
+    /// PostgreSQL prints timestamptz values in the session's TimeZone; the
+    /// text encoder prints them in their array's zone, so results carry the
+    /// session zone (a metadata-only cast).
+    fn in_session_time_zone(
+        &self,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>), ServerError> {
+        let tz = self.vars.get("TimeZone").unwrap_or_else(|| "UTC".into());
+        let tz: Arc<str> = if tz.eq_ignore_ascii_case("UTC") {
+            "+00:00".into()
+        } else {
+            tz.into()
+        };
+        let retarget = |t: &DataType| match t {
+            DataType::Timestamp(unit, Some(zone)) if *zone != tz => {
+                Some(DataType::Timestamp(*unit, Some(tz.clone())))
+            }
+            _ => None,
+        };
+        if !schema
+            .fields()
+            .iter()
+            .any(|f| retarget(f.data_type()).is_some())
+        {
+            return Ok((schema, batches));
+        }
+        let fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .map(|f| match retarget(f.data_type()) {
+                Some(t) => f.as_ref().clone().with_data_type(t),
+                None => f.as_ref().clone(),
+            })
+            .collect();
+        let new_schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+        let batches = batches
+            .into_iter()
+            .map(|b| {
+                let columns = b
+                    .columns()
+                    .iter()
+                    .zip(new_schema.fields())
+                    .map(|(c, f)| {
+                        if c.data_type() == f.data_type() {
+                            Ok(c.clone())
+                        } else {
+                            arrow::compute::cast(c, f.data_type())
+                        }
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                RecordBatch::try_new_with_options(
+                    new_schema.clone(),
+                    columns,
+                    &arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows())),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((new_schema, batches))
+    }
+
     pub(super) async fn query(
         &mut self,
         statement: Statement,
@@ -58,6 +122,7 @@ impl Session {
             LogicalPlan::Dml(_) | LogicalPlan::Ddl(_) | LogicalPlan::Copy(_)
         ) {
             let (schema, batches) = self.run_plan(plan).await?;
+            let (schema, batches) = self.in_session_time_zone(schema, batches)?;
             return Ok(StatementResult::Rows { schema, batches });
         }
         Err(ServerError::feature_not_supported("this statement form"))
