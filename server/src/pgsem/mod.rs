@@ -53,12 +53,19 @@ pub fn functions() -> Vec<datafusion::logical_expr::ScalarUDF> {
     vec![udfs::PgTypeof::udf(), udfs::TimeZoneFn::udf()]
 }
 
+/// What a rewrite may do in the plan node it is rewriting.
+#[derive(Debug, Clone, Copy)]
+struct NodeKind {
+    may_change_type: bool,
+    computes_output: bool,
+}
+
 /// Rewrites each node's expressions bottom-up (subqueries included),
 /// keeping the names they had, and recomputes schemas.
 fn rewrite_plan(
     plan: LogicalPlan,
     skip: impl Fn(&LogicalPlan) -> bool,
-    f: impl Fn(Expr, &DFSchema, bool) -> Result<Transformed<Expr>>,
+    f: impl Fn(Expr, &DFSchema, NodeKind) -> Result<Transformed<Expr>>,
 ) -> Result<LogicalPlan> {
     plan.transform_up_with_subqueries(|plan| {
         if skip(&plan) {
@@ -71,12 +78,24 @@ fn rewrite_plan(
                 &scan.source.schema(),
             )?);
         }
-        // Values keeps the schema it was built with, so types must not change there.
-        let may_change_type = !matches!(plan, LogicalPlan::Values(_));
+        let node = NodeKind {
+            // Values keeps the schema it was built with, so types must not change there.
+            may_change_type: !matches!(plan, LogicalPlan::Values(_)),
+            // Overflow checks go where values are computed for output;
+            // predicates keep DataFusion's own operators, which its join
+            // planning understands (and which stay cancellable in long joins).
+            computes_output: matches!(
+                plan,
+                LogicalPlan::Projection(_)
+                    | LogicalPlan::Aggregate(_)
+                    | LogicalPlan::Window(_)
+                    | LogicalPlan::Values(_)
+            ),
+        };
         let preserver = NamePreserver::new(&plan);
         let transformed = plan.map_expressions(|expr| {
             let saved = preserver.save(&expr);
-            Ok(f(expr, &schema, may_change_type)?.update_data(|e| saved.restore(e)))
+            Ok(f(expr, &schema, node)?.update_data(|e| saved.restore(e)))
         })?;
         if transformed.transformed {
             transformed.map_data(|p| p.recompute_schema())
@@ -141,9 +160,7 @@ pub fn pg_result_types(plan: LogicalPlan) -> Result<LogicalPlan> {
                 {
                     // length(bytea) counts bytes.
                     let arg = f.args.remove(0);
-                    Ok(Transformed::yes(
-                        datafusion::functions::string::octet_length().call(vec![arg]),
-                    ))
+                    Ok(Transformed::yes(udfs::ByteaLength::udf().call(vec![arg])))
                 }
                 Expr::BinaryExpr(b) if is_comparison(b.op) => typed_text_literal(b, schema),
                 e => Ok(Transformed::no(e)),
@@ -224,9 +241,7 @@ impl AnalyzerRule for PgSemantics {
         rewrite_plan(
             plan,
             |p| matches!(p, LogicalPlan::Dml(_)),
-            |expr, schema, may_change_type| {
-                expr.transform_up(|e| rewrite_expr(e, schema, may_change_type))
-            },
+            |expr, schema, node| expr.transform_up(|e| rewrite_expr(e, schema, node)),
         )
     }
 }
@@ -264,7 +279,7 @@ fn text_target(field: &Field) -> Option<SqlType> {
     }
 }
 
-fn rewrite_expr(expr: Expr, schema: &DFSchema, may_change_type: bool) -> Result<Transformed<Expr>> {
+fn rewrite_expr(expr: Expr, schema: &DFSchema, node: NodeKind) -> Result<Transformed<Expr>> {
     match expr {
         Expr::Cast(Cast { expr: inner, field }) => {
             let from = inner.get_type(schema)?;
@@ -286,7 +301,7 @@ fn rewrite_expr(expr: Expr, schema: &DFSchema, may_change_type: bool) -> Result<
                 .metadata()
                 .get(PG_TYPE_METADATA_KEY)
                 .is_some_and(|t| t == UNCONSTRAINED_NUMERIC);
-            if unconstrained && may_change_type {
+            if unconstrained && node.may_change_type {
                 // `numeric` without a precision keeps the digits it has.
                 let exact = match from {
                     DataType::Decimal128(..) => return Ok(Transformed::yes(*inner)),
@@ -302,7 +317,8 @@ fn rewrite_expr(expr: Expr, schema: &DFSchema, may_change_type: bool) -> Result<
             Ok(Transformed::no(Expr::Cast(Cast { expr: inner, field })))
         }
         Expr::BinaryExpr(BinaryExpr { left, op, right })
-            if matches!(op, Operator::Plus | Operator::Minus | Operator::Multiply) =>
+            if node.computes_output
+                && matches!(op, Operator::Plus | Operator::Minus | Operator::Multiply) =>
         {
             let (lt, rt) = (left.get_type(schema)?, right.get_type(schema)?);
             if lt == rt && is_int(&lt) {

@@ -401,3 +401,34 @@ impl ScalarUDFImpl for TimeZoneFn {
         }
     }
 }
+
+/// `length(bytea)`: the number of bytes.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct ByteaLength {
+    signature: Signature,
+}
+
+impl ByteaLength {
+    pub fn udf() -> ScalarUDF {
+        ScalarUDF::new_from_impl(ByteaLength {
+            signature: Signature::any(1, Volatility::Immutable),
+        })
+    }
+}
+
+impl ScalarUDFImpl for ByteaLength {
+    fn name(&self) -> &str {
+        "bytea_length"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int32)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        map_arg(&args.args[0], args.number_rows, |a| {
+            Ok(arrow::compute::kernels::length::length(a)?)
+        })
+    }
+}
