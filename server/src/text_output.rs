@@ -20,12 +20,28 @@ use arrow::datatypes::{
 use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Offset, TimeZone, Timelike};
 use weir_planner::PG_TYPE_METADATA_KEY;
 
+/// Result-schema metadata key carrying a session's `extra_float_digits`
+/// when it is not the default.
+pub const EXTRA_FLOAT_DIGITS_KEY: &str = "weir.extra_float_digits";
+
 const MICROS_PER_SECOND: i64 = 1_000_000;
 const MICROS_PER_DAY: i64 = 86_400 * MICROS_PER_SECOND;
 
 /// The text of `array[row]`, or `None` for NULL. `field` supplies the
 /// PostgreSQL type tag of string columns (uuid prints in lower case).
 pub fn value_text(array: &dyn Array, row: usize, field: &Field) -> Result<Option<String>, String> {
+    value_text_with(array, row, field, 1)
+}
+
+/// [`value_text`] under a session's `extra_float_digits` (1 is the default:
+/// shortest exact floats; 0 and below round to 15 (float8) or 6 (float4)
+/// significant digits plus the setting, as PostgreSQL's `%g` output does).
+pub fn value_text_with(
+    array: &dyn Array,
+    row: usize,
+    field: &Field,
+    extra_float_digits: i32,
+) -> Result<Option<String>, String> {
     if array.is_null(row) {
         return Ok(None);
     }
@@ -33,10 +49,10 @@ pub fn value_text(array: &dyn Array, row: usize, field: &Field) -> Result<Option
         .metadata()
         .get(PG_TYPE_METADATA_KEY)
         .map(String::as_str);
-    text_of(array, row, tag).map(Some)
+    text_of(array, row, tag, extra_float_digits).map(Some)
 }
 
-fn text_of(array: &dyn Array, row: usize, tag: Option<&str>) -> Result<String, String> {
+fn text_of(array: &dyn Array, row: usize, tag: Option<&str>, efd: i32) -> Result<String, String> {
     macro_rules! prim {
         ($t:ty) => {
             array.as_primitive::<$t>().value(row)
@@ -58,9 +74,9 @@ fn text_of(array: &dyn Array, row: usize, tag: Option<&str>) -> Result<String, S
         DataType::UInt16 => prim!(UInt16Type).to_string(),
         DataType::UInt32 => prim!(UInt32Type).to_string(),
         DataType::UInt64 => prim!(UInt64Type).to_string(),
-        DataType::Float16 => float_text(f64::from(prim!(Float16Type)), true),
-        DataType::Float32 => float4_text(prim!(Float32Type)),
-        DataType::Float64 => float_text(prim!(Float64Type), false),
+        DataType::Float16 => float_text_with(f64::from(prim!(Float16Type)), true, efd),
+        DataType::Float32 => float_text_with(f64::from(prim!(Float32Type)), true, efd),
+        DataType::Float64 => float_text_with(prim!(Float64Type), false, efd),
         DataType::Decimal128(_, s) => decimal_text(&prim!(Decimal128Type).to_string(), *s),
         DataType::Decimal256(_, s) => decimal_text(&prim!(Decimal256Type).to_string(), *s),
         DataType::Utf8 => tagged_string(array.as_string::<i32>().value(row), tag),
@@ -118,15 +134,15 @@ fn text_of(array: &dyn Array, row: usize, tag: Option<&str>) -> Result<String, S
         }
         DataType::List(_) => {
             let list = array.as_list::<i32>();
-            array_text(list.value(row).as_ref(), list_tag(array.data_type()))?
+            array_text(list.value(row).as_ref(), list_tag(array.data_type()), efd)?
         }
         DataType::LargeList(_) => {
             let list = array.as_list::<i64>();
-            array_text(list.value(row).as_ref(), list_tag(array.data_type()))?
+            array_text(list.value(row).as_ref(), list_tag(array.data_type()), efd)?
         }
         DataType::FixedSizeList(_, _) => {
             let list = array.as_fixed_size_list();
-            array_text(list.value(row).as_ref(), list_tag(array.data_type()))?
+            array_text(list.value(row).as_ref(), list_tag(array.data_type()), efd)?
         }
         _ => arrow::util::display::array_value_to_string(array, row).map_err(|e| e.to_string())?,
     })
@@ -174,6 +190,27 @@ pub fn float_text(v: f64, is_float4: bool) -> String {
         format!("{v:e}")
     };
     shortest_to_pg(&shortest, if is_float4 { 6 } else { 15 })
+}
+
+/// [`float_text`] under `extra_float_digits`.
+pub fn float_text_with(v: f64, is_float4: bool, extra_float_digits: i32) -> String {
+    if extra_float_digits > 0 || !v.is_finite() {
+        return if is_float4 {
+            float4_text(v as f32)
+        } else {
+            float_text(v, false)
+        };
+    }
+    // `%.{P}g`: P significant digits, trailing zeros dropped.
+    let precision = ((if is_float4 { 6 } else { 15 }) + extra_float_digits).max(1) as usize;
+    let rounded = format!("{:.*e}", precision - 1, v);
+    let (mantissa, exp) = rounded.split_once('e').unwrap_or((&rounded, "0"));
+    let mantissa = if mantissa.contains('.') {
+        mantissa.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        mantissa
+    };
+    shortest_to_pg(&format!("{mantissa}e{exp}"), precision as i32)
 }
 
 fn float4_text(v: f32) -> String {
@@ -399,7 +436,7 @@ pub fn interval_text(months: i32, days: i32, micros: i64) -> String {
 
 /// `array_out`: `{1,2,NULL}`, elements quoted when they are empty, spell
 /// NULL, or contain braces, commas, quotes, backslashes or white space.
-fn array_text(values: &dyn Array, tag: Option<String>) -> Result<String, String> {
+fn array_text(values: &dyn Array, tag: Option<String>, efd: i32) -> Result<String, String> {
     let mut out = String::from("{");
     let nested = matches!(
         values.data_type(),
@@ -413,7 +450,7 @@ fn array_text(values: &dyn Array, tag: Option<String>) -> Result<String, String>
             out.push_str("NULL");
             continue;
         }
-        let text = text_of(values, i, tag.as_deref())?;
+        let text = text_of(values, i, tag.as_deref(), efd)?;
         let quote = !nested
             && (text.is_empty()
                 || text.eq_ignore_ascii_case("NULL")
@@ -465,6 +502,11 @@ mod tests {
         for (v, text) in cases {
             assert_eq!(float_text(v, false), text, "{v}");
         }
+        assert_eq!(float_text_with(0.1 + 0.2, false, 0), "0.3");
+        assert_eq!(float_text_with(1e100, false, 0), "1e+100");
+        assert_eq!(float_text_with(123456.0, false, 0), "123456");
+        assert_eq!(float_text_with(1234567.0, true, 0), "1.23457e+06");
+        assert_eq!(float_text_with(2.5, false, -3), "2.5");
         assert_eq!(float4_text(1e10), "1e+10");
         assert_eq!(float4_text(0.1), "0.1");
         assert_eq!(float4_text(123456.0), "123456");

@@ -142,6 +142,7 @@ impl Encoder for RowWriter {
 pub(crate) struct RowEncoder {
     fields: Arc<Vec<FieldInfo>>,
     schema_fields: Vec<Arc<Field>>,
+    extra_float_digits: i32,
     tagged: Vec<Option<TaggedText>>,
     writer: RowWriter,
 }
@@ -154,6 +155,11 @@ impl RowEncoder {
         RowEncoder {
             fields,
             schema_fields: schema.fields().iter().cloned().collect(),
+            extra_float_digits: schema
+                .metadata()
+                .get(crate::text_output::EXTRA_FLOAT_DIGITS_KEY)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1),
             tagged,
             writer: RowWriter::default(),
         }
@@ -187,8 +193,13 @@ impl RowEncoder {
                     .schema_fields
                     .get(col)
                     .map_or(arrow_field, |f| f.as_ref());
-                let text = crate::text_output::value_text(array.as_ref(), row, field)
-                    .map_err(|e| errors::error("22000", e))?;
+                let text = crate::text_output::value_text_with(
+                    array.as_ref(),
+                    row,
+                    field,
+                    self.extra_float_digits,
+                )
+                .map_err(|e| errors::error("22000", e))?;
                 self.writer.put(text.as_deref().map(str::as_bytes));
                 continue;
             }

@@ -111,6 +111,40 @@ impl Session {
         Ok((new_schema, batches))
     }
 
+    /// A non-default `extra_float_digits` rides on the result schema's
+    /// metadata to the text encoder, which otherwise prints shortest floats.
+    fn with_float_digits(
+        &self,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>), ServerError> {
+        let digits = self
+            .vars
+            .get("extra_float_digits")
+            .and_then(|v| v.trim().parse::<i32>().ok())
+            .unwrap_or(1);
+        let has_floats = schema.fields().iter().any(|f| {
+            matches!(
+                f.data_type(),
+                DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::List(_)
+            )
+        });
+        if digits >= 1 || !has_floats {
+            return Ok((schema, batches));
+        }
+        let mut metadata = schema.metadata().clone();
+        metadata.insert(
+            crate::text_output::EXTRA_FLOAT_DIGITS_KEY.to_string(),
+            digits.to_string(),
+        );
+        let schema = Arc::new(Schema::new_with_metadata(schema.fields().clone(), metadata));
+        let batches = batches
+            .into_iter()
+            .map(|b| b.with_schema(schema.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((schema, batches))
+    }
+
     pub(super) async fn query(
         &mut self,
         statement: Statement,
@@ -123,6 +157,7 @@ impl Session {
         ) {
             let (schema, batches) = self.run_plan(plan).await?;
             let (schema, batches) = self.in_session_time_zone(schema, batches)?;
+            let (schema, batches) = self.with_float_digits(schema, batches)?;
             return Ok(StatementResult::Rows { schema, batches });
         }
         Err(ServerError::feature_not_supported("this statement form"))
