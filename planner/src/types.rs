@@ -22,7 +22,7 @@ pub const PG_TYPE_METADATA_KEY: &str = "weir.pg_type";
 /// DataFusion plans it.
 const DEFAULT_NUMERIC: (u8, i8) = (38, 10);
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SqlType {
     Bool,

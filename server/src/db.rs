@@ -126,11 +126,13 @@ pub struct QueryEnv {
 
 impl QueryEnv {
     fn new() -> Result<Self, ServerError> {
-        let config = SessionConfig::new()
+        let mut config = SessionConfig::new()
             .with_default_catalog_and_schema(DATABASE_NAME, DEFAULT_SCHEMA)
             // Weir serves information_schema itself (catalog::info_schema);
             // DataFusion's would shadow it.
             .with_information_schema(false);
+        // `1.5` is numeric in PostgreSQL, not float8.
+        config.options_mut().sql_parser.parse_float_as_decimal = true;
         let ctx = SessionContext::new_with_config(config);
         datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE_NAME, EmptyContextProvider)
             .map_err(|e| ServerError::internal(format!("pg_catalog setup: {e}")))?;
@@ -138,9 +140,14 @@ impl QueryEnv {
             PgCatalogStaticTables::try_new()
                 .map_err(|e| ServerError::internal(format!("pg_catalog tables: {e}")))?,
         );
-        let template = datafusion::execution::SessionStateBuilder::new_from_existing(ctx.state())
-            .with_type_planner(Arc::new(crate::types::WeirTypePlanner::default()))
-            .build();
+        for udf in crate::pgsem::functions() {
+            ctx.register_udf(udf);
+        }
+        let mut builder =
+            datafusion::execution::SessionStateBuilder::new_from_existing(ctx.state())
+                .with_type_planner(Arc::new(crate::types::WeirTypePlanner::default()));
+        crate::pgsem::install(&mut builder);
+        let template = builder.build();
         Ok(Self {
             template,
             pg_static,

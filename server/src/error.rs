@@ -58,6 +58,13 @@ pub enum ServerError {
     InvalidText(String),
     #[error("{0}")]
     DataException(String),
+    /// A data exception with its own SQLSTATE (22003 out of range, 22001
+    /// too long, 22P02/22007 bad input), raised while evaluating values.
+    #[error("{message}")]
+    Value {
+        sqlstate: &'static str,
+        message: String,
+    },
     #[error("{0}")]
     Protocol(String),
     #[error("canceling statement due to user request")]
@@ -123,6 +130,7 @@ impl ServerError {
             Self::InvalidParameterValue(_) => "22023",
             Self::InvalidText(_) => "22P02",
             Self::DataException(_) => "22000",
+            Self::Value { sqlstate, .. } => sqlstate,
             Self::Protocol(_) => "08P01",
             Self::QueryCanceled => "57014",
             Self::InvalidPassword(_) => "28P01",
@@ -188,8 +196,19 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
         DataFusionError::Plan(msg) if msg.starts_with("Invalid function") => "42883",
         DataFusionError::Plan(_) => "42000",
         DataFusionError::NotImplemented(_) => "0A000",
+        DataFusionError::External(e) => match e.downcast_ref::<ServerError>() {
+            Some(inner) => inner.sqlstate(),
+            None => "XX000",
+        },
         DataFusionError::ArrowError(err, _) => match err.as_ref() {
             arrow::error::ArrowError::DivideByZero => "22012",
+            arrow::error::ArrowError::ArithmeticOverflow(_) => "22003",
+            arrow::error::ArrowError::CastError(msg) if msg.contains("Can't cast value") => "22003",
+            arrow::error::ArrowError::InvalidArgumentError(msg)
+                if msg.contains("too large to store") || msg.contains("too small to store") =>
+            {
+                "22003"
+            }
             arrow::error::ArrowError::CastError(_) | arrow::error::ArrowError::ParseError(_) => {
                 "22P02"
             }
@@ -210,6 +229,15 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
 impl From<DataFusionError> for ServerError {
     fn from(e: DataFusionError) -> Self {
         match e.find_root() {
+            // A PostgreSQL error raised inside an expression: report it as
+            // itself, not wrapped in the optimizer rule that evaluated it.
+            DataFusionError::External(inner) => match inner.downcast_ref::<ServerError>() {
+                Some(Self::Value { sqlstate, message }) => Self::Value {
+                    sqlstate,
+                    message: message.clone(),
+                },
+                _ => Self::DataFusion(e),
+            },
             DataFusionError::Plan(msg)
                 if msg.starts_with("table '") && msg.ends_with("' not found") =>
             {

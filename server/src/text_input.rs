@@ -56,18 +56,52 @@ pub fn parse_column(text: &StringArray, sql_type: &SqlType) -> Result<ArrayRef, 
             ))
         }
         SqlType::Uuid => {
+            // Stored in PostgreSQL's output form: lower case, hyphenated.
+            let normalized = text
+                .iter()
+                .map(|v| {
+                    v.map(|v| {
+                        uuid::Uuid::parse_str(v.trim())
+                            .map(|u| u.hyphenated().to_string())
+                            .map_err(|_| format!("invalid input syntax for type uuid: \"{v}\""))
+                    })
+                    .transpose()
+                })
+                .collect::<Result<StringArray, String>>()?;
+            Ok(Arc::new(normalized))
+        }
+        SqlType::Interval => {
+            let values = text
+                .iter()
+                .map(|v| {
+                    v.map(|v| {
+                        crate::pgsem::parse_interval(v).map(|i| {
+                            arrow::datatypes::IntervalMonthDayNano::new(
+                                i.months,
+                                i.days,
+                                i.micros.saturating_mul(1000),
+                            )
+                        })
+                    })
+                    .transpose()
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            Ok(Arc::new(arrow::array::IntervalMonthDayNanoArray::from(
+                values,
+            )))
+        }
+        SqlType::Json => {
             for value in text.iter().flatten() {
-                uuid::Uuid::parse_str(value)
-                    .map_err(|_| format!("invalid input syntax for type uuid: \"{value}\""))?;
+                crate::pgsem::json::validate_json(value)?;
             }
             Ok(Arc::new(text.clone()))
         }
-        SqlType::Json | SqlType::Jsonb => {
-            for value in text.iter().flatten() {
-                serde_json::from_str::<serde_json::Value>(value)
-                    .map_err(|e| format!("invalid input syntax for type json: {e}"))?;
-            }
-            Ok(Arc::new(text.clone()))
+        SqlType::Jsonb => {
+            let normalized = text
+                .iter()
+                .map(|v| v.map(crate::pgsem::json::normalize_jsonb).transpose())
+                .collect::<Result<StringArray, String>>()?;
+            Ok(Arc::new(normalized))
         }
         other => {
             let options = arrow::compute::CastOptions {

@@ -88,6 +88,32 @@ impl datafusion::logical_expr::planner::TypePlanner for WeirTypePlanner {
         sql_type: &datafusion::sql::sqlparser::ast::DataType,
     ) -> datafusion::error::Result<Option<std::sync::Arc<Field>>> {
         use datafusion::sql::sqlparser::ast::DataType as D;
+        use datafusion::sql::sqlparser::ast::ExactNumberInfo;
+        match sql_type {
+            D::Varchar(_) | D::CharVarying(_) | D::CharacterVarying(_) => {
+                let Ok(t @ SqlType::Varchar(len)) = SqlType::from_sql(sql_type) else {
+                    return self.pg.plan_type_field(sql_type);
+                };
+                let mut field = t.field("", true);
+                if let Some(len) = len {
+                    // The length only matters to the cast itself (it truncates).
+                    let mut metadata = field.metadata().clone();
+                    metadata.insert(crate::pgsem::VARCHAR_LEN_KEY.into(), len.to_string());
+                    field = field.with_metadata(metadata);
+                }
+                return Ok(Some(std::sync::Arc::new(field)));
+            }
+            D::Numeric(ExactNumberInfo::None) | D::Decimal(ExactNumberInfo::None) => {
+                let field = SqlType::Numeric(None).field("", true).with_metadata(
+                    std::collections::HashMap::from([(
+                        weir_planner::PG_TYPE_METADATA_KEY.to_string(),
+                        crate::pgsem::UNCONSTRAINED_NUMERIC.to_string(),
+                    )]),
+                );
+                return Ok(Some(std::sync::Arc::new(field)));
+            }
+            _ => {}
+        }
         let tagged = match sql_type {
             D::JSON | D::JSONB | D::Uuid => SqlType::from_sql(sql_type).ok(),
             D::Custom(name, _) => match name.to_string().to_ascii_lowercase().as_str() {

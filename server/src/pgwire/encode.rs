@@ -141,6 +141,8 @@ impl Encoder for RowWriter {
 /// Encodes the rows of batches that share one result schema.
 pub(crate) struct RowEncoder {
     fields: Arc<Vec<FieldInfo>>,
+    schema_fields: Vec<Arc<Field>>,
+    extra_float_digits: i32,
     tagged: Vec<Option<TaggedText>>,
     writer: RowWriter,
 }
@@ -152,6 +154,12 @@ impl RowEncoder {
         let tagged = schema.fields().iter().map(|f| tagged_text(f)).collect();
         RowEncoder {
             fields,
+            schema_fields: schema.fields().iter().cloned().collect(),
+            extra_float_digits: schema
+                .metadata()
+                .get(crate::text_output::EXTRA_FLOAT_DIGITS_KEY)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1),
             tagged,
             writer: RowWriter::default(),
         }
@@ -176,6 +184,23 @@ impl RowEncoder {
             let arrow_field = batch_schema.field(col);
             if array.is_null(row) {
                 self.writer.put(None);
+                continue;
+            }
+            if pg_field.format() == FieldFormat::Text {
+                // PostgreSQL's own text output, not arrow_pg's (see
+                // `text_output`); the statement schema carries the tags.
+                let field = self
+                    .schema_fields
+                    .get(col)
+                    .map_or(arrow_field, |f| f.as_ref());
+                let text = crate::text_output::value_text_with(
+                    array.as_ref(),
+                    row,
+                    field,
+                    self.extra_float_digits,
+                )
+                .map_err(|e| errors::error("22000", e))?;
+                self.writer.put(text.as_deref().map(str::as_bytes));
                 continue;
             }
             let tagged = self.tagged.get(col).copied().flatten();

@@ -780,16 +780,66 @@ pub(super) fn conform(def: &TableDef, rows: &RecordBatch) -> Result<RecordBatch,
         } else {
             array.clone()
         };
-        columns.push(
-            cast_with_options(&parsed, field.data_type(), &strict_cast())
-                .map_err(|e| invalid(e.to_string()))?,
-        );
+        let cast =
+            cast_with_options(&parsed, field.data_type(), &strict_cast()).map_err(|e| match e {
+                arrow::error::ArrowError::CastError(m) if m.contains("Can't cast value") => {
+                    out_of_range(&column.sql_type)
+                }
+                e => invalid(e.to_string()),
+            })?;
+        columns.push(match column.sql_type {
+            weir_planner::SqlType::Varchar(Some(n)) => fit_varchar(cast, n)?,
+            _ => cast,
+        });
     }
     Ok(RecordBatch::try_new_with_options(
         schema,
         columns,
         &RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
     )?)
+}
+
+fn out_of_range(sql_type: &weir_planner::SqlType) -> ServerError {
+    use weir_planner::SqlType as S;
+    let name = match sql_type {
+        S::Int2 => "smallint",
+        S::Int4 => "integer",
+        S::Int8 => "bigint",
+        _ => "numeric field",
+    };
+    ServerError::Value {
+        sqlstate: "22003",
+        message: format!("{name} out of range"),
+    }
+}
+
+/// Stores text in a `varchar(n)` column: longer values are an error
+/// (22001) unless the excess is only spaces, which PostgreSQL drops.
+fn fit_varchar(
+    array: arrow::array::ArrayRef,
+    n: u64,
+) -> Result<arrow::array::ArrayRef, ServerError> {
+    let n = usize::try_from(n).unwrap_or(usize::MAX);
+    let Some(strings) = array.as_any().downcast_ref::<StringArray>() else {
+        return Ok(array);
+    };
+    if strings.iter().flatten().all(|v| v.chars().count() <= n) {
+        return Ok(array);
+    }
+    let fitted = strings
+        .iter()
+        .map(
+            |v| match v.and_then(|v| v.char_indices().nth(n).map(|(i, _)| (v, i))) {
+                None => Ok(v),
+                Some((v, i)) if v[i..].chars().all(|c| c == ' ') => Ok(Some(&v[..i])),
+                Some(_) => Err(ServerError::Value {
+                    sqlstate: "22001",
+                    message: format!("value too long for type character varying({n})"),
+                }),
+            },
+        )
+        .collect::<Result<StringArray, _>>()?;
+    Ok(Arc::new(fitted))
 }
 
 /// The same columns under the table's schema (names and metadata), whatever
@@ -806,6 +856,6 @@ fn needs_text_input(sql_type: &weir_planner::SqlType) -> bool {
     use weir_planner::SqlType as S;
     matches!(
         sql_type,
-        S::Bytea | S::Array(_) | S::Uuid | S::Json | S::Jsonb
+        S::Bytea | S::Array(_) | S::Uuid | S::Json | S::Jsonb | S::Interval
     )
 }

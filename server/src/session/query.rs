@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion::common::ParamValues;
 use datafusion::logical_expr::LogicalPlan;
@@ -17,13 +17,16 @@ impl Session {
     /// Binds a statement with DataFusion (no parameters substituted yet).
     pub(super) async fn plan_statement(
         &self,
-        statement: Statement,
+        mut statement: Statement,
     ) -> Result<LogicalPlan, ServerError> {
+        crate::pgsem::name_constant_casts(&mut statement);
+        crate::pgsem::at_time_zone_as_function(&mut statement);
         let state = self.ctx.state();
         let statement = crate::catalog::compat::rewrite(statement);
-        Ok(state
+        let plan = state
             .statement_to_plan(DfStatement::Statement(Box::new(statement)))
-            .await?)
+            .await?;
+        Ok(crate::pgsem::pg_result_types(plan)?)
     }
 
     /// Substitutes bound parameters, if any.
@@ -44,7 +47,109 @@ impl Session {
     ) -> Result<(SchemaRef, Vec<RecordBatch>), ServerError> {
         let df = self.ctx.execute_logical_plan(plan).await?;
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let batches = df.collect().await?;
+        // On its own task: an operator busy inside one poll (a big cross
+        // join) would otherwise keep the session's select! from seeing a
+        // cancel. Dropping the SpawnedTask (cancel, disconnect) aborts it.
+        let task = tokio::spawn(df.collect());
+        let _abort_on_drop = AbortOnDrop(task.abort_handle());
+        let batches = task
+            .await
+            .map_err(|e| ServerError::internal(format!("query task failed: {e}")))??;
+        Ok((schema, batches))
+    }
+
+    /// PostgreSQL prints timestamptz values in the session's TimeZone; the
+    /// text encoder prints them in their array's zone, so results carry the
+    /// session zone (a metadata-only cast).
+    fn in_session_time_zone(
+        &self,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>), ServerError> {
+        let tz = self.vars.get("TimeZone").unwrap_or_else(|| "UTC".into());
+        let tz: Arc<str> = if tz.eq_ignore_ascii_case("UTC") {
+            "+00:00".into()
+        } else {
+            tz.into()
+        };
+        let retarget = |t: &DataType| match t {
+            DataType::Timestamp(unit, Some(zone)) if *zone != tz => {
+                Some(DataType::Timestamp(*unit, Some(tz.clone())))
+            }
+            _ => None,
+        };
+        if !schema
+            .fields()
+            .iter()
+            .any(|f| retarget(f.data_type()).is_some())
+        {
+            return Ok((schema, batches));
+        }
+        let fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .map(|f| match retarget(f.data_type()) {
+                Some(t) => f.as_ref().clone().with_data_type(t),
+                None => f.as_ref().clone(),
+            })
+            .collect();
+        let new_schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+        let batches = batches
+            .into_iter()
+            .map(|b| {
+                let columns = b
+                    .columns()
+                    .iter()
+                    .zip(new_schema.fields())
+                    .map(|(c, f)| {
+                        if c.data_type() == f.data_type() {
+                            Ok(c.clone())
+                        } else {
+                            arrow::compute::cast(c, f.data_type())
+                        }
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                RecordBatch::try_new_with_options(
+                    new_schema.clone(),
+                    columns,
+                    &arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows())),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((new_schema, batches))
+    }
+
+    /// A non-default `extra_float_digits` rides on the result schema's
+    /// metadata to the text encoder, which otherwise prints shortest floats.
+    fn with_float_digits(
+        &self,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>), ServerError> {
+        let digits = self
+            .vars
+            .get("extra_float_digits")
+            .and_then(|v| v.trim().parse::<i32>().ok())
+            .unwrap_or(1);
+        let has_floats = schema.fields().iter().any(|f| {
+            matches!(
+                f.data_type(),
+                DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::List(_)
+            )
+        });
+        if digits >= 1 || !has_floats {
+            return Ok((schema, batches));
+        }
+        let mut metadata = schema.metadata().clone();
+        metadata.insert(
+            crate::text_output::EXTRA_FLOAT_DIGITS_KEY.to_string(),
+            digits.to_string(),
+        );
+        let schema = Arc::new(Schema::new_with_metadata(schema.fields().clone(), metadata));
+        let batches = batches
+            .into_iter()
+            .map(|b| b.with_schema(schema.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok((schema, batches))
     }
 
@@ -59,6 +164,8 @@ impl Session {
             LogicalPlan::Dml(_) | LogicalPlan::Ddl(_) | LogicalPlan::Copy(_)
         ) {
             let (schema, batches) = self.run_plan(plan).await?;
+            let (schema, batches) = self.in_session_time_zone(schema, batches)?;
+            let (schema, batches) = self.with_float_digits(schema, batches)?;
             return Ok(StatementResult::Rows { schema, batches });
         }
         Err(ServerError::feature_not_supported("this statement form"))
@@ -86,5 +193,14 @@ impl Session {
             return Err(ServerError::feature_not_supported("EXPLAIN ANALYZE"));
         }
         self.query(statement, params).await
+    }
+}
+
+/// Aborts a spawned task when dropped (a no-op once it has finished).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

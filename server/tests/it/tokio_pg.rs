@@ -337,45 +337,39 @@ async fn literals_have_postgresql_types() {
         )
         .await
         .unwrap_or_else(|e| panic!("prepare literals: {e:?}"));
-    known_gap(
-        "literal types differ from PostgreSQL: integer literals are int8 (PostgreSQL: int4) and 1.5 is float8 (PostgreSQL: numeric)",
-        async {
-            let types: Vec<Type> = statement
-                .columns()
-                .iter()
-                .map(|c| c.type_().clone())
-                .collect();
-            assert_eq!(
-                types,
-                vec![
-                    Type::INT4,
-                    Type::INT8,
-                    Type::NUMERIC,
-                    Type::TEXT,
-                    Type::BOOL,
-                    Type::INT4,
-                    Type::INT2,
-                    Type::INT8,
-                    Type::FLOAT8
-                ],
-                "result types of literals and arithmetic, as PostgreSQL types them"
-            );
-            let row = client
-                .query_one(&statement, &[])
-                .await
-                .expect("run literals");
-            assert_eq!(row.get::<_, i32>(0), 1);
-            assert_eq!(row.get::<_, i64>(1), 2_147_483_648);
-            assert_eq!(row.get::<_, Numeric>(2), Numeric("1.5".into()));
-            assert_eq!(row.get::<_, String>(3), "a");
-            assert!(row.get::<_, bool>(4));
-            assert_eq!(row.get::<_, Option<i32>>(5), None);
-            assert_eq!(row.get::<_, i16>(6), 2);
-            assert_eq!(row.get::<_, i64>(7), 2);
-            assert_eq!(row.get::<_, f64>(8), 5.0);
-        },
-    )
-    .await;
+    let types: Vec<Type> = statement
+        .columns()
+        .iter()
+        .map(|c| c.type_().clone())
+        .collect();
+    assert_eq!(
+        types,
+        vec![
+            Type::INT4,
+            Type::INT8,
+            Type::NUMERIC,
+            Type::TEXT,
+            Type::BOOL,
+            Type::INT4,
+            Type::INT2,
+            Type::INT8,
+            Type::FLOAT8
+        ],
+        "result types of literals and arithmetic, as PostgreSQL types them"
+    );
+    let row = client
+        .query_one(&statement, &[])
+        .await
+        .expect("run literals");
+    assert_eq!(row.get::<_, i32>(0), 1);
+    assert_eq!(row.get::<_, i64>(1), 2_147_483_648);
+    assert_eq!(row.get::<_, Numeric>(2), Numeric("1.5".into()));
+    assert_eq!(row.get::<_, String>(3), "a");
+    assert!(row.get::<_, bool>(4));
+    assert_eq!(row.get::<_, Option<i32>>(5), None);
+    assert_eq!(row.get::<_, i16>(6), 2);
+    assert_eq!(row.get::<_, i64>(7), 2);
+    assert_eq!(row.get::<_, f64>(8), 5.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -487,24 +481,18 @@ async fn copy_from_stdin_in_text_and_csv_then_copy_to_stdout() {
     assert_eq!(copied, 3, "COPY 3 from three CSV lines");
 
     let rows = text_rows(&client, "SELECT id, name, score FROM tp_copy ORDER BY id").await;
-    known_gap(
-        "float8 text output of an integral value is '6.0' where PostgreSQL prints '6'",
-        async {
-            assert_eq!(
-                rows,
-                vec![
-                    vec![s("1"), s("alice"), s("1.5")],
-                    vec![s("2"), None, s("2.5")],
-                    vec![s("3"), s("carol\twith tab"), None],
-                    vec![s("4"), s("dan, jr"), s("4.5")],
-                    vec![s("5"), None, None],
-                    vec![s("6"), s(""), s("6")],
-                ],
-                "rows after COPY FROM STDIN"
-            );
-        },
-    )
-    .await;
+    assert_eq!(
+        rows,
+        vec![
+            vec![s("1"), s("alice"), s("1.5")],
+            vec![s("2"), None, s("2.5")],
+            vec![s("3"), s("carol\twith tab"), None],
+            vec![s("4"), s("dan, jr"), s("4.5")],
+            vec![s("5"), None, None],
+            vec![s("6"), s(""), s("6")],
+        ],
+        "rows after COPY FROM STDIN"
+    );
 
     // A bad line fails the whole COPY and loads nothing.
     let sink = client
@@ -548,24 +536,18 @@ async fn copy_from_stdin_in_text_and_csv_then_copy_to_stdout() {
     );
     lines.remove(0);
     lines.sort();
-    known_gap(
-        "float8 text output of an integral value is '6.0' where PostgreSQL prints '6'",
-        async {
-            assert_eq!(
-                lines,
-                vec![
-                    "1,alice,1.5",
-                    "2,,2.5",
-                    "3,carol\twith tab,",
-                    "4,\"dan, jr\",4.5",
-                    "5,,",
-                    "6,\"\",6"
-                ],
-                "COPY tp_copy TO STDOUT (csv)"
-            );
-        },
-    )
-    .await;
+    assert_eq!(
+        lines,
+        vec![
+            "1,alice,1.5",
+            "2,,2.5",
+            "3,carol\twith tab,",
+            "4,\"dan, jr\",4.5",
+            "5,,",
+            "6,\"\",6"
+        ],
+        "COPY tp_copy TO STDOUT (csv)"
+    );
 }
 
 async fn copy_out_text(client: &Client, sql: &str) -> String {
