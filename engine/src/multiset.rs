@@ -57,6 +57,21 @@ impl Multiset {
         self.counts.iter().map(|(r, &c)| (r, c))
     }
 
+    /// Appends the change that turns `self` into `new`.
+    pub fn diff_into(&self, new: &Multiset, change: &mut Vec<(RowBytes, i64)>) {
+        for (row, count) in self.iter() {
+            let delta = new.count(row) - count;
+            if delta != 0 {
+                change.push((row.clone(), delta));
+            }
+        }
+        for (row, count) in new.iter() {
+            if self.count(row) == 0 {
+                change.push((row.clone(), count));
+            }
+        }
+    }
+
     /// Every row repeated as often as it occurs.
     pub fn expanded(&self) -> impl Iterator<Item = &RowBytes> {
         self.counts

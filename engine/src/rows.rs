@@ -84,6 +84,19 @@ impl RowCodec {
     }
 }
 
+impl RowCodec {
+    /// The consolidated change of `(row, weight)` pairs (empty when there are none).
+    pub fn consolidated_change(
+        &self,
+        change: &[(RowBytes, i64)],
+    ) -> Result<ChangeBatch, EngineError> {
+        if change.is_empty() {
+            return Ok(empty_change(&self.schema));
+        }
+        consolidate(&self.decode_change(change.iter().map(|(r, w)| (r, *w)))?)
+    }
+}
+
 /// An empty change of `schema`.
 pub fn empty_change(schema: &SchemaRef) -> ChangeBatch {
     ChangeBatch::inserts(RecordBatch::new_empty(schema.clone()))

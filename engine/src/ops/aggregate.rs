@@ -25,7 +25,7 @@ use weir_common::ChangeBatch;
 use crate::EngineError;
 use crate::multiset::{Multiset, Reader, Writer};
 use crate::operator::{Operator, expect_inputs};
-use crate::rows::{RowBytes, RowCodec, consolidate, empty_change, where_true};
+use crate::rows::{RowBytes, RowCodec, empty_change, where_true};
 
 const NAME: &str = "aggregate";
 
@@ -251,10 +251,7 @@ impl Operator for Aggregate {
                 );
             }
         }
-        let out = self
-            .output
-            .decode_change(change.iter().map(|(row, w)| (row, *w)))?;
-        let out = consolidate(&out)?;
+        let out = self.output.consolidated_change(&change)?;
         self.groups = groups;
         self.started = true;
         Ok(out)

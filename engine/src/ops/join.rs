@@ -24,7 +24,7 @@ use weir_common::ChangeBatch;
 use crate::EngineError;
 use crate::multiset::{Multiset, Reader, Writer};
 use crate::operator::{Operator, expect_inputs};
-use crate::rows::{RowBytes, RowCodec, consolidate, empty_change, where_true};
+use crate::rows::{RowBytes, RowCodec, where_true};
 
 const NAME: &str = "join";
 
@@ -304,32 +304,14 @@ impl Operator for Join {
         for key in touched {
             let bucket = buckets.get(&key).cloned().unwrap_or_default();
             let output = self.bucket_output(&bucket, key.is_some())?;
-            for (row, count) in bucket.output.iter() {
-                let delta = output.count(row) - count;
-                if delta != 0 {
-                    change.push((row.clone(), delta));
-                }
-            }
-            for (row, count) in output.iter() {
-                if bucket.output.count(row) == 0 {
-                    change.push((row.clone(), count));
-                }
-            }
+            bucket.output.diff_into(&output, &mut change);
             if bucket.left.is_empty() && bucket.right.is_empty() {
                 buckets.remove(&key);
             } else if let Some(b) = buckets.get_mut(&key) {
                 b.output = output;
             }
         }
-        let out = if change.is_empty() {
-            empty_change(self.output.schema())
-        } else {
-            consolidate(
-                &self
-                    .output
-                    .decode_change(change.iter().map(|(r, w)| (r, *w)))?,
-            )?
-        };
+        let out = self.output.consolidated_change(&change)?;
         self.buckets = buckets;
         Ok(out)
     }

@@ -19,7 +19,7 @@ use weir_common::ChangeBatch;
 use crate::EngineError;
 use crate::multiset::{Multiset, Reader, Writer};
 use crate::operator::{Operator, expect_inputs};
-use crate::rows::{RowBytes, RowCodec, consolidate, empty_change};
+use crate::rows::{RowBytes, RowCodec, empty_change};
 
 const NAME: &str = "top_n";
 
@@ -222,32 +222,14 @@ impl Operator for TopN {
         for key in touched {
             let partition = partitions.get(&key).cloned().unwrap_or_default();
             let output = self.partition_output(&partition)?;
-            for (row, count) in partition.output.iter() {
-                let delta = output.count(row) - count;
-                if delta != 0 {
-                    change.push((row.clone(), delta));
-                }
-            }
-            for (row, count) in output.iter() {
-                if partition.output.count(row) == 0 {
-                    change.push((row.clone(), count));
-                }
-            }
+            partition.output.diff_into(&output, &mut change);
             if partition.rows.is_empty() {
                 partitions.remove(&key);
             } else if let Some(p) = partitions.get_mut(&key) {
                 p.output = output;
             }
         }
-        let out = if change.is_empty() {
-            empty_change(self.output.schema())
-        } else {
-            consolidate(
-                &self
-                    .output
-                    .decode_change(change.iter().map(|(r, w)| (r, *w)))?,
-            )?
-        };
+        let out = self.output.consolidated_change(&change)?;
         self.partitions = partitions;
         Ok(out)
     }
