@@ -248,6 +248,11 @@ async fn run_connection(
         if let Err(e) = result {
             let info = errors::normalize(e);
             let fatal = info.is_fatal();
+            // An error outside statement execution (a bad Bind, an unknown
+            // portal) aborts the open transaction block, as in PostgreSQL.
+            if !fatal && let Some(session) = conn.session.lock().await.as_mut() {
+                session.fail_transaction();
+            }
             process_error(
                 &mut socket,
                 PgWireError::UserError(Box::new(info)),
