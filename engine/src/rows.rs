@@ -97,6 +97,20 @@ impl RowCodec {
     }
 }
 
+/// A batch of `schema` from `columns`; the explicit row count keeps batches
+/// with no columns (and empty ones) well formed.
+pub fn batch_of(
+    schema: &SchemaRef,
+    columns: Vec<ArrayRef>,
+    num_rows: usize,
+) -> Result<RecordBatch, EngineError> {
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(num_rows)),
+    )?)
+}
+
 /// An empty change of `schema`.
 pub fn empty_change(schema: &SchemaRef) -> ChangeBatch {
     ChangeBatch::inserts(RecordBatch::new_empty(schema.clone()))

@@ -14,7 +14,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow::array::{ArrayRef, RecordBatch};
 use arrow::compute::{cast, filter};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::ScalarValue;
@@ -25,7 +25,7 @@ use weir_common::ChangeBatch;
 use crate::EngineError;
 use crate::multiset::{Multiset, Reader, Writer};
 use crate::operator::{Operator, expect_inputs};
-use crate::rows::{RowBytes, RowCodec, empty_change, where_true};
+use crate::rows::{RowBytes, RowCodec, batch_of, empty_change, where_true};
 
 const NAME: &str = "aggregate";
 
@@ -174,11 +174,7 @@ impl Aggregate {
             };
             columns.push(array);
         }
-        let batch = RecordBatch::try_new_with_options(
-            self.output.schema().clone(),
-            columns,
-            &RecordBatchOptions::new().with_row_count(Some(keys.len())),
-        )?;
+        let batch = batch_of(&self.output.schema(), columns, keys.len())?;
         self.output.encode(batch.columns())
     }
 }

@@ -13,9 +13,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt32Array, new_null_array,
-};
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array, new_null_array};
 use arrow::compute::{cast, take};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::physical_expr::PhysicalExpr;
@@ -24,7 +22,7 @@ use weir_common::ChangeBatch;
 use crate::EngineError;
 use crate::multiset::{Multiset, Reader, Writer};
 use crate::operator::{Operator, expect_inputs};
-use crate::rows::{RowBytes, RowCodec, where_true};
+use crate::rows::{RowBytes, RowCodec, batch_of, where_true};
 
 const NAME: &str = "join";
 
@@ -238,11 +236,7 @@ impl Join {
         };
         let mut columns = side(left, li)?;
         columns.extend(side(right, ri)?);
-        Ok(RecordBatch::try_new_with_options(
-            self.joined.clone(),
-            columns,
-            &RecordBatchOptions::new().with_row_count(Some(len)),
-        )?)
+        batch_of(&self.joined, columns, len)
     }
 }
 
@@ -252,20 +246,12 @@ fn take_rows(batch: &RecordBatch, rows: &UInt32Array) -> Result<RecordBatch, Eng
         .iter()
         .map(|c| take(c.as_ref(), rows, None))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(RecordBatch::try_new_with_options(
-        batch.schema(),
-        columns,
-        &RecordBatchOptions::new().with_row_count(Some(rows.len())),
-    )?)
+    batch_of(&batch.schema(), columns, rows.len())
 }
 
 /// The same columns under the output's names and nullability.
 fn rebind(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, EngineError> {
-    Ok(RecordBatch::try_new_with_options(
-        schema.clone(),
-        batch.columns().to_vec(),
-        &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
-    )?)
+    batch_of(&schema, batch.columns().to_vec(), batch.num_rows())
 }
 
 impl Operator for Join {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{AsArray, RecordBatch, RecordBatchOptions};
+use arrow::array::AsArray;
 use arrow::compute::{filter, filter_record_batch};
 use arrow::datatypes::SchemaRef;
 use datafusion::physical_expr::PhysicalExpr;
@@ -11,7 +11,7 @@ use weir_common::ChangeBatch;
 
 use crate::EngineError;
 use crate::operator::{Operator, expect_inputs};
-use crate::rows::{consolidate, empty_change, where_true};
+use crate::rows::{batch_of, consolidate, empty_change, where_true};
 
 pub struct Map {
     /// Rows for which this is not true are dropped (SQL WHERE semantics).
@@ -69,11 +69,7 @@ impl Operator for Map {
             .iter()
             .map(|e| e.evaluate(&rows)?.into_array(rows.num_rows()))
             .collect::<Result<Vec<_>, _>>()?;
-        let projected = RecordBatch::try_new_with_options(
-            self.schema.clone(),
-            columns,
-            &RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
-        )?;
+        let projected = batch_of(&self.schema, columns, rows.num_rows())?;
         // Projection can make distinct rows equal.
         consolidate(&ChangeBatch::new(projected, weights)?)
     }

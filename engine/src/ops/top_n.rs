@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch, RecordBatchOptions};
+use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
@@ -19,7 +19,7 @@ use weir_common::ChangeBatch;
 use crate::EngineError;
 use crate::multiset::{Multiset, Reader, Writer};
 use crate::operator::{Operator, expect_inputs};
-use crate::rows::{RowBytes, RowCodec, empty_change};
+use crate::rows::{RowBytes, RowCodec, batch_of, empty_change};
 
 const NAME: &str = "top_n";
 
@@ -156,11 +156,7 @@ impl TopN {
                 kept.iter().map(|(_, n)| *n),
             )));
         }
-        let batch = RecordBatch::try_new_with_options(
-            self.output.schema().clone(),
-            columns,
-            &RecordBatchOptions::new().with_row_count(Some(kept.len())),
-        )?;
+        let batch = batch_of(&self.output.schema(), columns, kept.len())?;
         for row in self.output.encode(batch.columns())? {
             out.add(&row, 1, NAME)?;
         }

@@ -4,7 +4,7 @@ use arrow::datatypes::SchemaRef;
 use weir_common::ChangeBatch;
 
 use crate::EngineError;
-use crate::rows::{concat_changes, consolidate};
+use crate::rows::{batch_of, concat_changes, consolidate};
 
 use crate::operator::{Operator, expect_inputs};
 
@@ -34,11 +34,7 @@ impl Operator for Union {
         let rebound = inputs
             .iter()
             .map(|c| {
-                let rows = arrow::array::RecordBatch::try_new_with_options(
-                    self.schema.clone(),
-                    c.rows().columns().to_vec(),
-                    &arrow::array::RecordBatchOptions::new().with_row_count(Some(c.num_rows())),
-                )?;
+                let rows = batch_of(&self.schema, c.rows().columns().to_vec(), c.num_rows())?;
                 Ok(ChangeBatch::new(rows, c.weights().clone())?)
             })
             .collect::<Result<Vec<_>, EngineError>>()?;
