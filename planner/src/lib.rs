@@ -9,9 +9,11 @@
 //! Planning proper (binding with DataFusion and, for projections, the
 //! `LogicalPlan -> StreamPlan -> GraphSpec` lowering) builds on these.
 
+pub mod error;
 pub mod parse;
 pub mod types;
 
 pub use datafusion::sql::sqlparser;
+pub use error::PlanError;
 pub use parse::{ParseError, parse_sql};
 pub use types::{PG_TYPE_METADATA_KEY, SqlType};

@@ -268,3 +268,15 @@ impl From<arrow::error::ArrowError> for ServerError {
         Self::DataFusion(DataFusionError::from(e))
     }
 }
+
+impl From<weir_planner::PlanError> for ServerError {
+    fn from(e: weir_planner::PlanError) -> Self {
+        use weir_planner::PlanError;
+        match e {
+            PlanError::Unsupported(what) => Self::FeatureNotSupported(what),
+            PlanError::InvalidArgument(what) => Self::InvalidParameterValue(what),
+            PlanError::DataFusion(e) => Self::DataFusion(e),
+            PlanError::Engine(e) => e.into(),
+        }
+    }
+}
