@@ -14,6 +14,8 @@ pub enum PlanError {
     #[error(transparent)]
     DataFusion(#[from] DataFusionError),
     #[error(transparent)]
+    Arrow(#[from] arrow::error::ArrowError),
+    #[error(transparent)]
     Engine(#[from] EngineError),
 }
 

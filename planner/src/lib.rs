@@ -6,14 +6,17 @@
 //! - [`types`]: the SQL type names users write in DDL, mapped to Arrow
 //!   fields; the one mapping every front end shares.
 //!
-//! Planning proper (binding with DataFusion and, for projections, the
-//! `LogicalPlan -> StreamPlan -> GraphSpec` lowering) builds on these.
+//! - [`lower`]: a projection's bound `LogicalPlan` to its incremental
+//!   operator graph ([`StreamPlan`]), rejecting what cannot be maintained.
+//! - [`error`]: [`PlanError`].
 
 pub mod error;
+pub mod lower;
 pub mod parse;
 pub mod types;
 
 pub use datafusion::sql::sqlparser;
 pub use error::PlanError;
+pub use lower::{SourceRef, StreamPlan, lower};
 pub use parse::{ParseError, parse_sql};
 pub use types::{PG_TYPE_METADATA_KEY, SqlType};

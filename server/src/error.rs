@@ -276,6 +276,7 @@ impl From<weir_planner::PlanError> for ServerError {
             PlanError::Unsupported(what) => Self::FeatureNotSupported(what),
             PlanError::InvalidArgument(what) => Self::InvalidParameterValue(what),
             PlanError::DataFusion(e) => Self::DataFusion(e),
+            PlanError::Arrow(e) => e.into(),
             PlanError::Engine(e) => e.into(),
         }
     }

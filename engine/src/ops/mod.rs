@@ -1,5 +1,6 @@
 //! The built-in operators.
 //!
+//! - [`constant::Constant`]: VALUES and other fixed relations.
 //! - [`map::Map`]: WHERE and SELECT expressions (linear).
 //! - [`union::Union`]: UNION ALL (linear).
 //! - [`join::Join`]: inner, outer, semi and anti equi-joins with residuals.
@@ -8,6 +9,7 @@
 //!   aggregate with no calls.
 
 pub mod aggregate;
+pub mod constant;
 pub mod join;
 pub mod map;
 pub mod top_n;

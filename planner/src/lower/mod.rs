@@ -1,0 +1,512 @@
+//! `LogicalPlan -> StreamPlan`: the incremental operator graph of a projection.
+//!
+//! [`lower`] takes the plan DataFusion bound for the projection's query,
+//! rejects what cannot be maintained incrementally ([`checks`]), runs
+//! DataFusion's logical optimizer (which decorrelates EXISTS/IN into semi and
+//! anti joins and pushes limits into sorts), then walks the optimized plan
+//! once, bottom-up, adding one engine operator per plan node:
+//!
+//! | plan node                       | operator |
+//! |---------------------------------|----------|
+//! | TableScan                       | a graph source (+ map for its projection and filters) |
+//! | Projection, Filter              | map |
+//! | Aggregate, Distinct             | aggregate |
+//! | Join                            | join |
+//! | Union                           | union |
+//! | Sort+Limit / Sort with fetch    | top-N |
+//! | Filter(rn <= n) over Window     | top-N numbering rows ([`window`]) |
+//! | Values, EmptyRelation           | constant |
+//!
+//! `ORDER BY` without `LIMIT` is dropped: a projection is a set of rows.
+
+mod checks;
+mod window;
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{Schema, SchemaRef};
+use datafusion::common::{DFSchema, JoinType, NullEquality, TableReference};
+use datafusion::execution::SessionState;
+use datafusion::execution::context::ExecutionProps;
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{
+    Aggregate, Distinct, EmptyRelation, Expr, FetchType, Join, Limit, LogicalPlan, SkipType, Sort,
+    TableScan, Values,
+};
+use datafusion::physical_expr::aggregate::LoweredAggregateBuilder;
+use datafusion::physical_expr::{PhysicalExpr, create_physical_expr, create_physical_sort_exprs};
+use weir_common::ChangeBatch;
+use weir_engine::ops::aggregate::{Aggregate as AggregateOp, AggregateCall};
+use weir_engine::ops::constant::Constant;
+use weir_engine::ops::join::{Join as JoinOp, JoinKind, JoinSpec};
+use weir_engine::ops::map::Map;
+use weir_engine::ops::top_n::{Numbering, TopN, TopNSpec};
+use weir_engine::ops::union::Union;
+use weir_engine::{Graph, Input, Operator};
+
+use crate::PlanError;
+
+/// A relation the projection reads: a table or another projection.
+#[derive(Debug, Clone)]
+pub struct SourceRef {
+    /// The name as the plan bound it.
+    pub name: TableReference,
+    /// The columns the graph expects, in this order.
+    pub schema: SchemaRef,
+}
+
+/// A projection's operator graph, ready to step.
+pub struct StreamPlan {
+    /// `Input::Source(i)` of the graph reads `sources[i]`.
+    pub sources: Vec<SourceRef>,
+    pub graph: Graph,
+    /// The projection's columns.
+    pub schema: SchemaRef,
+    /// One line per operator, for EXPLAIN CREATE PROJECTION.
+    pub explain: Vec<String>,
+}
+
+/// Lowers the bound (analyzed, not yet optimized) plan of a projection query.
+pub fn lower(plan: &LogicalPlan, state: &SessionState) -> Result<StreamPlan, PlanError> {
+    checks::maintainable(plan)?;
+    let optimized = state.optimize(plan)?;
+    checks::no_subqueries(&optimized)?;
+    let mut lowering = Lowering {
+        graph: Graph::new(0),
+        sources: Vec::new(),
+        explain: Vec::new(),
+        props: state.execution_props().clone(),
+        planning: PhysicalPlanningContext::default(),
+    };
+    lowering.collect_sources(&optimized)?;
+    lowering.graph = Graph::new(lowering.sources.len());
+    let output = lowering.node(&optimized)?;
+    let schema: SchemaRef = Arc::new(optimized.schema().as_arrow().clone());
+    // The graph's output is its last node; a bare scan still needs one.
+    if !matches!(output, Input::Node(i) if i + 1 == lowering.explain.len()) {
+        let columns = identity(&schema);
+        lowering.add(
+            Box::new(Map::new(None, columns, schema.clone())),
+            vec![output],
+            "map: output columns".into(),
+        )?;
+    }
+    Ok(StreamPlan {
+        sources: lowering.sources,
+        graph: lowering.graph,
+        schema,
+        explain: lowering.explain,
+    })
+}
+
+struct Lowering {
+    graph: Graph,
+    sources: Vec<SourceRef>,
+    explain: Vec<String>,
+    props: ExecutionProps,
+    planning: PhysicalPlanningContext,
+}
+
+impl Lowering {
+    /// Registers every distinct scanned relation, in plan order, so the graph
+    /// knows its source count before any node is added.
+    fn collect_sources(&mut self, plan: &LogicalPlan) -> Result<(), PlanError> {
+        if let LogicalPlan::TableScan(scan) = plan
+            && !self.sources.iter().any(|s| s.name == scan.table_name)
+        {
+            self.sources.push(SourceRef {
+                name: scan.table_name.clone(),
+                schema: scan.source.schema(),
+            });
+        }
+        for input in plan.inputs() {
+            self.collect_sources(input)?;
+        }
+        Ok(())
+    }
+
+    fn add(
+        &mut self,
+        operator: Box<dyn Operator>,
+        inputs: Vec<Input>,
+        description: String,
+    ) -> Result<Input, PlanError> {
+        let from: Vec<String> = inputs.iter().map(|i| self.input_name(*i)).collect();
+        let index = self.graph.add(operator, inputs)?;
+        let line = if from.is_empty() {
+            format!("#{index} {description}")
+        } else {
+            format!("#{index} {description} <- {}", from.join(", "))
+        };
+        self.explain.push(line);
+        Ok(Input::Node(index))
+    }
+
+    fn input_name(&self, input: Input) -> String {
+        match input {
+            Input::Source(i) => format!("source {}", self.sources[i].name),
+            Input::Node(i) => format!("#{i}"),
+        }
+    }
+
+    fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>, PlanError> {
+        Ok(create_physical_expr(
+            expr,
+            schema,
+            &self.props,
+            &self.planning,
+        )?)
+    }
+
+    /// Adds the operators computing `plan`; returns where its rows come from.
+    /// The rows have `plan.schema()`'s columns in order.
+    fn node(&mut self, plan: &LogicalPlan) -> Result<Input, PlanError> {
+        match plan {
+            LogicalPlan::TableScan(scan) => self.scan(scan),
+            LogicalPlan::Projection(p) => {
+                let input = self.node(&p.input)?;
+                let exprs = p
+                    .expr
+                    .iter()
+                    .map(|e| self.physical(e, p.input.schema()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let schema = arrow_schema(plan);
+                self.add(
+                    Box::new(Map::new(None, exprs, schema)),
+                    vec![input],
+                    format!("map: {}", display_list(&p.expr)),
+                )
+            }
+            LogicalPlan::Filter(f) => {
+                if let Some(input) = window::top_n_filter(self, f)? {
+                    return Ok(input);
+                }
+                let input = self.node(&f.input)?;
+                let predicate = self.physical(&f.predicate, f.input.schema())?;
+                let schema = arrow_schema(plan);
+                self.add(
+                    Box::new(Map::new(Some(predicate), identity(&schema), schema)),
+                    vec![input],
+                    format!("filter: {}", f.predicate.human_display()),
+                )
+            }
+            LogicalPlan::SubqueryAlias(a) => self.node(&a.input),
+            LogicalPlan::Aggregate(a) => self.aggregate(a),
+            LogicalPlan::Distinct(Distinct::All(input)) => {
+                let from = self.node(input)?;
+                let schema = arrow_schema(plan);
+                let keys = identity(&schema);
+                self.add(
+                    Box::new(AggregateOp::new(schema.clone(), keys, Vec::new(), schema)?),
+                    vec![from],
+                    "distinct".into(),
+                )
+            }
+            LogicalPlan::Distinct(Distinct::On(_)) => {
+                Err(PlanError::unsupported("DISTINCT ON in a projection"))
+            }
+            LogicalPlan::Join(j) => self.join(j),
+            LogicalPlan::Union(u) => {
+                let inputs = u
+                    .inputs
+                    .iter()
+                    .map(|i| self.node(i))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let schema = arrow_schema(plan);
+                self.add(
+                    Box::new(Union::new(inputs.len(), schema)),
+                    inputs,
+                    "union all".into(),
+                )
+            }
+            LogicalPlan::Sort(s) => match s.fetch {
+                Some(fetch) => self.top_n(s, 0, fetch),
+                // A projection is a set: its order is the reader's ORDER BY.
+                None => self.node(&s.input),
+            },
+            LogicalPlan::Limit(l) => self.limit(l),
+            LogicalPlan::Values(v) => self.values(v),
+            LogicalPlan::EmptyRelation(e) => self.empty(e),
+            LogicalPlan::Window(_) => Err(PlanError::unsupported(
+                "window functions in a projection, except ROW_NUMBER() or RANK() limited by a WHERE (top-N per partition)",
+            )),
+            other => Err(PlanError::unsupported(format!(
+                "{} in a projection",
+                checks::node_name(other)
+            ))),
+        }
+    }
+
+    fn scan(&mut self, scan: &TableScan) -> Result<Input, PlanError> {
+        if scan.fetch.is_some() {
+            return Err(PlanError::unsupported("LIMIT without ORDER BY in a projection"));
+        }
+        let index = self
+            .sources
+            .iter()
+            .position(|s| s.name == scan.table_name)
+            .expect("collect_sources saw every scan");
+        let source = Input::Source(index);
+        let full = DFSchema::try_from_qualified_schema(
+            scan.table_name.clone(),
+            &self.sources[index].schema,
+        )?;
+        let projected = scan.projection.is_some()
+            && scan.projection.as_ref().map(Vec::len) != Some(full.fields().len());
+        if !projected && scan.filters.is_empty() {
+            return Ok(source);
+        }
+        let predicate = conjunction(scan.filters.iter().cloned())
+            .map(|p| self.physical(&p, &full))
+            .transpose()?;
+        let schema: SchemaRef = Arc::new(scan.projected_schema.as_arrow().clone());
+        let indices: Vec<usize> = match &scan.projection {
+            Some(p) => p.clone(),
+            None => (0..full.fields().len()).collect(),
+        };
+        let columns = indices
+            .iter()
+            .map(|&i| column(&self.sources[index].schema, i))
+            .collect();
+        let filters: Vec<String> = scan.filters.iter().map(|f| f.human_display().to_string()).collect();
+        self.add(
+            Box::new(Map::new(predicate, columns, schema)),
+            vec![source],
+            format!("scan {}: {}", scan.table_name, filters.join(" AND ")),
+        )
+    }
+
+    fn aggregate(&mut self, a: &Aggregate) -> Result<Input, PlanError> {
+        if a.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))) {
+            return Err(PlanError::unsupported(
+                "GROUPING SETS, ROLLUP and CUBE in a projection",
+            ));
+        }
+        let input = self.node(&a.input)?;
+        let input_schema = a.input.schema();
+        let group_by = a
+            .group_expr
+            .iter()
+            .map(|e| self.physical(e, input_schema))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut calls = Vec::with_capacity(a.aggr_expr.len());
+        for e in &a.aggr_expr {
+            let lowered = LoweredAggregateBuilder::new(
+                e,
+                input_schema,
+                input_schema.as_arrow(),
+                &self.props,
+                &self.planning,
+            )
+            .build()?;
+            if !lowered.order_bys.is_empty() {
+                return Err(PlanError::unsupported(format!(
+                    "ORDER BY inside the aggregate {} in a projection",
+                    e.human_display()
+                )));
+            }
+            calls.push(AggregateCall {
+                function: lowered.aggregate,
+                filter: lowered.filter,
+            });
+        }
+        let schema: SchemaRef = Arc::new(a.schema.as_arrow().clone());
+        let description = format!(
+            "aggregate: group by [{}] compute [{}]",
+            display_list(&a.group_expr),
+            display_list(&a.aggr_expr)
+        );
+        let input_arrow: SchemaRef = Arc::new(input_schema.as_arrow().clone());
+        self.add(
+            Box::new(AggregateOp::new(input_arrow, group_by, calls, schema)?),
+            vec![input],
+            description,
+        )
+    }
+
+    fn join(&mut self, j: &Join) -> Result<Input, PlanError> {
+        if j.null_equality == NullEquality::NullEqualsNull {
+            return Err(PlanError::unsupported(
+                "INTERSECT and EXCEPT (joins where NULL equals NULL) in a projection",
+            ));
+        }
+        // Right semi/anti joins are left ones with the inputs swapped.
+        let (kind, left, right, on) = match j.join_type {
+            JoinType::Inner => (JoinKind::Inner, &j.left, &j.right, j.on.clone()),
+            JoinType::Left => (JoinKind::Left, &j.left, &j.right, j.on.clone()),
+            JoinType::Right => (JoinKind::Right, &j.left, &j.right, j.on.clone()),
+            JoinType::Full => (JoinKind::Full, &j.left, &j.right, j.on.clone()),
+            JoinType::LeftSemi => (JoinKind::Semi, &j.left, &j.right, j.on.clone()),
+            JoinType::LeftAnti => (JoinKind::Anti, &j.left, &j.right, j.on.clone()),
+            JoinType::RightSemi => (JoinKind::Semi, &j.right, &j.left, swap(&j.on)),
+            JoinType::RightAnti => (JoinKind::Anti, &j.right, &j.left, swap(&j.on)),
+            JoinType::LeftMark | JoinType::RightMark => {
+                return Err(PlanError::unsupported(
+                    "EXISTS or IN combined with OR in a projection",
+                ));
+            }
+        };
+        let left_input = self.node(left)?;
+        let right_input = self.node(right)?;
+        let on_physical = on
+            .iter()
+            .map(|(l, r)| Ok((self.physical(l, left.schema())?, self.physical(r, right.schema())?)))
+            .collect::<Result<Vec<_>, PlanError>>()?;
+        let both = left.schema().join(right.schema())?;
+        let residual = j
+            .filter
+            .as_ref()
+            .map(|f| self.physical(f, &both))
+            .transpose()?;
+        let on_text: Vec<String> = on
+            .iter()
+            .map(|(l, r)| format!("{} = {}", l.human_display(), r.human_display()))
+            .collect();
+        let mut description = format!("join {kind:?}: on [{}]", on_text.join(", "));
+        if let Some(f) = &j.filter {
+            description.push_str(&format!(" filter {}", f.human_display()));
+        }
+        let spec = JoinSpec {
+            kind,
+            left_schema: Arc::new(left.schema().as_arrow().clone()),
+            right_schema: Arc::new(right.schema().as_arrow().clone()),
+            on: on_physical,
+            residual,
+            output_schema: Arc::new(j.schema.as_arrow().clone()),
+        };
+        self.add(
+            Box::new(JoinOp::new(spec)?),
+            vec![left_input, right_input],
+            description,
+        )
+    }
+
+    fn limit(&mut self, l: &Limit) -> Result<Input, PlanError> {
+        let (SkipType::Literal(skip), FetchType::Literal(fetch)) =
+            (l.get_skip_type()?, l.get_fetch_type()?)
+        else {
+            return Err(PlanError::unsupported(
+                "LIMIT or OFFSET that is not a constant in a projection",
+            ));
+        };
+        let LogicalPlan::Sort(sort) = l.input.as_ref() else {
+            return Err(PlanError::unsupported(
+                "LIMIT or OFFSET without ORDER BY in a projection (which rows it keeps would be arbitrary)",
+            ));
+        };
+        let Some(fetch) = fetch else {
+            return Err(PlanError::unsupported(
+                "OFFSET without LIMIT in a projection",
+            ));
+        };
+        self.top_n(sort, skip, fetch)
+    }
+
+    fn top_n(&mut self, sort: &Sort, offset: usize, limit: usize) -> Result<Input, PlanError> {
+        let input = self.node(&sort.input)?;
+        let order_by = create_physical_sort_exprs(
+            &sort.expr,
+            sort.input.schema(),
+            &self.props,
+            &self.planning,
+        )?
+            .into_iter()
+            .map(|s| (s.expr, s.options))
+            .collect();
+        let schema: SchemaRef = Arc::new(sort.input.schema().as_arrow().clone());
+        let order_text: Vec<String> = sort.expr.iter().map(|s| s.to_string()).collect();
+        let spec = TopNSpec {
+            input_schema: schema.clone(),
+            partition_by: Vec::new(),
+            order_by,
+            offset,
+            limit,
+            numbering: Numbering::None,
+            output_schema: schema,
+        };
+        self.add(
+            Box::new(TopN::new(spec)?),
+            vec![input],
+            format!(
+                "top-n: order by [{}] offset {offset} limit {limit}",
+                order_text.join(", ")
+            ),
+        )
+    }
+
+    fn values(&mut self, v: &Values) -> Result<Input, PlanError> {
+        let schema: SchemaRef = Arc::new(v.schema.as_arrow().clone());
+        let empty = DFSchema::empty();
+        let one_row = RecordBatch::try_new_with_options(
+            Arc::new(Schema::empty()),
+            vec![],
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(1)),
+        )?;
+        let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::new(); schema.fields().len()];
+        for row in &v.values {
+            for (i, expr) in row.iter().enumerate() {
+                let value = self.physical(expr, &empty)?.evaluate(&one_row)?.into_array(1)?;
+                let value = arrow::compute::cast(&value, schema.field(i).data_type())?;
+                columns[i].push(value);
+            }
+        }
+        let arrays = columns
+            .iter()
+            .map(|parts| {
+                let refs: Vec<&dyn arrow::array::Array> = parts.iter().map(|a| a.as_ref()).collect();
+                arrow::compute::concat(&refs)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let rows = weir_engine::rows::batch_of(&schema, arrays, v.values.len())?;
+        self.add(
+            Box::new(Constant::new(ChangeBatch::inserts(rows))?),
+            vec![],
+            format!("values: {} rows", v.values.len()),
+        )
+    }
+
+    fn empty(&mut self, e: &EmptyRelation) -> Result<Input, PlanError> {
+        let schema: SchemaRef = Arc::new(e.schema.as_arrow().clone());
+        if e.produce_one_row && !schema.fields().is_empty() {
+            return Err(PlanError::unsupported("a one-row relation with columns"));
+        }
+        let rows = usize::from(e.produce_one_row);
+        let columns = Vec::new();
+        let batch = weir_engine::rows::batch_of(&schema, columns, rows)?;
+        self.add(
+            Box::new(Constant::new(ChangeBatch::inserts(batch))?),
+            vec![],
+            format!("constant: {rows} rows"),
+        )
+    }
+}
+
+fn arrow_schema(plan: &LogicalPlan) -> SchemaRef {
+    Arc::new(plan.schema().as_arrow().clone())
+}
+
+fn column(schema: &Schema, index: usize) -> Arc<dyn PhysicalExpr> {
+    Arc::new(datafusion::physical_expr::expressions::Column::new(
+        schema.field(index).name(),
+        index,
+    ))
+}
+
+/// Every column of `schema`, in order.
+fn identity(schema: &SchemaRef) -> Vec<Arc<dyn PhysicalExpr>> {
+    (0..schema.fields().len()).map(|i| column(schema, i)).collect()
+}
+
+fn swap(on: &[(Expr, Expr)]) -> Vec<(Expr, Expr)> {
+    on.iter().map(|(l, r)| (r.clone(), l.clone())).collect()
+}
+
+fn display_list(exprs: &[Expr]) -> String {
+    exprs
+        .iter()
+        .map(|e| e.human_display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
