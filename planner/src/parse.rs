@@ -2,9 +2,8 @@
 
 use std::sync::LazyLock;
 
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::ast::{FlushType, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
@@ -24,6 +23,17 @@ pub struct ParseError {
 /// Parses every statement of `sql`. Like PostgreSQL, a syntax error anywhere
 /// fails the whole string before any statement runs.
 pub fn parse_sql(sql: &str) -> Result<Vec<Statement>, ParseError> {
+    if let Some((head, tail)) = split_at_flush(sql) {
+        let mut statements = parse_sql(&head)?;
+        statements.push(flush_statement());
+        let offset = sql.chars().count() - tail.chars().count();
+        let rest = parse_sql(&tail).map_err(|mut e| {
+            e.position = e.position.map(|p| p + offset);
+            e
+        })?;
+        statements.extend(rest);
+        return Ok(statements);
+    }
     let Some((head, tail)) = split_after_copy_from_stdin(sql) else {
         return parse_statements(sql);
     };
@@ -35,6 +45,46 @@ pub fn parse_sql(sql: &str) -> Result<Vec<Statement>, ParseError> {
     })?;
     statements.extend(rest);
     Ok(statements)
+}
+
+/// Weir's `FLUSH` (wait until every acknowledged write is visible in every
+/// projection). sqlparser only knows MySQL's FLUSH, so the statement is
+/// built here and the session reads `FLUSH TABLES` with no table list as it.
+pub fn flush_statement() -> Statement {
+    Statement::Flush {
+        object_type: FlushType::Tables,
+        location: None,
+        channel: None,
+        read_lock: false,
+        export: false,
+        tables: Vec::new(),
+    }
+}
+
+/// Splits around the first statement that is exactly `FLUSH`: the text
+/// before it and the text after its `;`.
+fn split_at_flush(sql: &str) -> Option<(String, String)> {
+    if !sql.to_ascii_lowercase().contains("flush") {
+        return None;
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let text = |ts: &[Token]| ts.iter().map(ToString::to_string).collect::<String>();
+    let mut start = 0;
+    for end in (0..=tokens.len()).filter(|&i| i == tokens.len() || tokens[i] == Token::SemiColon) {
+        let words: Vec<&Token> = tokens[start..end]
+            .iter()
+            .filter(|t| !matches!(t, Token::Whitespace(_)))
+            .collect();
+        if let [Token::Word(w)] = words.as_slice()
+            && w.quote_style.is_none()
+            && w.value.eq_ignore_ascii_case("flush")
+        {
+            let tail_from = (end + 1).min(tokens.len());
+            return Some((text(&tokens[..start]), text(&tokens[tail_from..])));
+        }
+        start = end + 1;
+    }
+    None
 }
 
 /// sqlparser reads whatever follows `COPY ... FROM STDIN;` as inline data
@@ -75,7 +125,7 @@ fn split_after_copy_from_stdin(sql: &str) -> Option<(String, String)> {
 fn parse_statements(sql: &str) -> Result<Vec<Statement>, ParseError> {
     let moved = rewrite_move(sql);
     let sql = moved.as_deref().unwrap_or(sql);
-    let parsed = match create_user_as_create_role(sql) {
+    let parsed = match respell(sql) {
         Some(tokens) => Parser::new(&PostgreSqlDialect {})
             .with_tokens_with_locations(tokens)
             .parse_statements()
@@ -96,33 +146,89 @@ fn parse_statements(sql: &str) -> Result<Vec<Statement>, ParseError> {
     })
 }
 
+/// Statement openings read as another spelling sqlparser knows.
 /// PostgreSQL's `CREATE USER name [WITH] option...` is `CREATE ROLE` with
 /// LOGIN, but sqlparser reads `CREATE USER` with Snowflake's grammar, which
-/// rejects `PASSWORD 'x'`. Returns the tokens with `USER` read as `ROLE` when
-/// a statement starts with `CREATE USER`, so the role grammar parses it.
-fn create_user_as_create_role(sql: &str) -> Option<Vec<TokenWithSpan>> {
-    let mut tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+/// rejects `PASSWORD 'x'`. A projection is stored and served as what
+/// sqlparser calls a materialized view; `SHOW CREATE` has no materialized
+/// form there, so it reads `VIEW` (Weir has no plain views).
+const SPELLINGS: &[(&[&str], &[&str])] = &[
+    (&["CREATE", "USER"], &["CREATE", "ROLE"]),
+    (&["CREATE", "PROJECTION"], &["CREATE", "MATERIALIZED", "VIEW"]),
+    (&["DROP", "PROJECTION"], &["DROP", "MATERIALIZED", "VIEW"]),
+    (
+        &["EXPLAIN", "CREATE", "PROJECTION"],
+        &["EXPLAIN", "CREATE", "MATERIALIZED", "VIEW"],
+    ),
+    (&["SHOW", "CREATE", "PROJECTION"], &["SHOW", "CREATE", "VIEW"]),
+    (
+        &["SHOW", "CREATE", "MATERIALIZED", "VIEW"],
+        &["SHOW", "CREATE", "VIEW"],
+    ),
+    (&["SHOW", "PROJECTIONS"], &["SHOW", "MATERIALIZED", "VIEWS"]),
+];
+
+/// Returns the tokens with [`SPELLINGS`] applied at statement starts, or
+/// `None` when no statement needs it. Replacement words take the span of the
+/// first word they replace, so error positions stay in the user's text.
+fn respell(sql: &str) -> Option<Vec<TokenWithSpan>> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
         .tokenize_with_location()
         .ok()?;
-    let words: Vec<usize> = (0..tokens.len())
-        .filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_)))
-        .collect();
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len() + 4);
     let mut found = false;
-    for (n, &i) in words.iter().enumerate() {
-        let starts_statement = n == 0 || matches!(tokens[words[n - 1]].token, Token::SemiColon);
-        let is_keyword = |at: usize, keyword: Keyword| matches!(&tokens[at].token, Token::Word(w) if w.keyword == keyword);
-        if starts_statement
-            && is_keyword(i, Keyword::CREATE)
-            && words
-                .get(n + 1)
-                .is_some_and(|&j| is_keyword(j, Keyword::USER))
-        {
-            let user = words[n + 1];
-            tokens[user].token = Token::make_keyword("ROLE");
-            found = true;
+    let mut at_start = true;
+    let mut i = 0;
+    while i < tokens.len() {
+        let token = &tokens[i];
+        if matches!(token.token, Token::Whitespace(_)) {
+            out.push(token.clone());
+            i += 1;
+            continue;
         }
+        if at_start && let Some((end, words)) = match_spelling(&tokens, i) {
+            for (n, word) in words.iter().enumerate() {
+                if n > 0 {
+                    out.push(TokenWithSpan::new(
+                        Token::Whitespace(datafusion::sql::sqlparser::tokenizer::Whitespace::Space),
+                        token.span,
+                    ));
+                }
+                out.push(TokenWithSpan::new(Token::make_keyword(word), token.span));
+            }
+            found = true;
+            at_start = false;
+            i = end;
+            continue;
+        }
+        at_start = matches!(token.token, Token::SemiColon);
+        out.push(token.clone());
+        i += 1;
     }
-    found.then_some(tokens)
+    found.then_some(out)
+}
+
+/// The spelling whose words start at `tokens[i]`: the index after its last
+/// word and the replacement.
+fn match_spelling(tokens: &[TokenWithSpan], i: usize) -> Option<(usize, &'static [&'static str])> {
+    'patterns: for (pattern, replacement) in SPELLINGS {
+        let mut at = i;
+        for (n, word) in pattern.iter().enumerate() {
+            if n > 0 {
+                while matches!(tokens.get(at).map(|t| &t.token), Some(Token::Whitespace(_))) {
+                    at += 1;
+                }
+            }
+            match tokens.get(at).map(|t| &t.token) {
+                Some(Token::Word(w)) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word) => {
+                    at += 1;
+                }
+                _ => continue 'patterns,
+            }
+        }
+        return Some((at, replacement));
+    }
+    None
 }
 
 /// `FETCH ... INTO` this name is a `MOVE`: sqlparser has no MOVE statement,
@@ -290,6 +396,37 @@ fn position_of(message: &str, sql: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn projection_statements_read_as_materialized_views() {
+        let sql = "create projection p as select 1; DROP PROJECTION IF EXISTS p; \
+                   show create projection p; show projections; explain create projection q as select 2";
+        let texts: Vec<String> = parse_sql(sql).unwrap().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            texts,
+            vec![
+                "CREATE MATERIALIZED VIEW p AS SELECT 1",
+                "DROP MATERIALIZED VIEW IF EXISTS p",
+                "SHOW CREATE VIEW p",
+                "SHOW MATERIALIZED VIEWS",
+                "EXPLAIN CREATE MATERIALIZED VIEW q AS SELECT 2",
+            ]
+        );
+        // Only at the start of a statement: a column named projection stays.
+        let select = parse_sql("select projection from t").unwrap();
+        assert_eq!(select[0].to_string(), "SELECT projection FROM t");
+    }
+
+    #[test]
+    fn flush_is_a_statement_of_its_own() {
+        let statements = parse_sql("insert into t values (1); FLUSH; select 'flush'").unwrap();
+        assert_eq!(statements.len(), 3);
+        assert_eq!(statements[1], flush_statement());
+        assert_eq!(statements[2].to_string(), "SELECT 'flush'");
+        assert_eq!(parse_sql("flush;").unwrap(), vec![flush_statement()]);
+        let error = parse_sql("FLUSH; selec 1").unwrap_err();
+        assert_eq!(error.position, Some(8));
+    }
 
     #[test]
     fn move_becomes_a_marked_fetch() {
