@@ -10,11 +10,16 @@
 //!   once per epoch with the consolidated change of each input.
 //! - [`ops`]: the built-in operators.
 //! - [`graph::Graph`]: a DAG of operators for one projection.
+//! - [`coordinator::Coordinator`]: owns every deployed projection, steps
+//!   them all once per epoch and publishes an [`coordinator::EpochView`].
+//! - [`materialized::Materialized`]: a projection's current result.
 //! - [`rows`]: Arrow rows as comparable bytes, and consolidation.
 //! - [`multiset::Multiset`]: bags of rows, the state most operators keep.
 
+pub mod coordinator;
 pub mod error;
 pub mod graph;
+pub mod materialized;
 pub mod multiset;
 pub mod operator;
 pub mod ops;
@@ -24,6 +29,8 @@ pub mod table;
 pub(crate) mod testing;
 
 pub use error::EngineError;
+pub use coordinator::{Coordinator, EpochView, ProjectionView, SourceBinding};
 pub use graph::{Graph, Input};
+pub use materialized::Materialized;
 pub use operator::Operator;
 pub use table::TableState;
