@@ -23,7 +23,7 @@ use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Epoch, ObjectId};
 
 use crate::EngineError;
-use crate::graph::Graph;
+use crate::graph::{Graph, NodeStep};
 use crate::materialized::Materialized;
 use crate::rows::{concat_changes, consolidate, empty_change};
 
@@ -62,6 +62,8 @@ pub struct EpochReport {
     pub duration: Duration,
     /// Projections that failed in this epoch, with the error.
     pub failed: Vec<(ObjectId, String)>,
+    /// Per projection that stepped: each node's rows in and out.
+    pub operators: Vec<(ObjectId, Vec<NodeStep>)>,
 }
 
 struct Deployed {
@@ -189,6 +191,9 @@ impl Coordinator {
                     projection.rows_out += out.num_rows() as u64;
                     report.rows_in += rows_in;
                     report.rows_out += out.num_rows() as u64;
+                    report
+                        .operators
+                        .push((deployed.id, deployed.graph.last_step().to_vec()));
                     outputs.insert(deployed.id, out);
                 }
                 Err(e) => {
@@ -213,7 +218,7 @@ impl Coordinator {
         mut graph: Graph,
         sources: Vec<SourceBinding>,
         output_schema: SchemaRef,
-        table_contents: &dyn Fn(ObjectId) -> Option<ChangeBatch>,
+        table_contents: &dyn Fn(ObjectId) -> Result<Option<ChangeBatch>, EngineError>,
     ) -> Result<(), EngineError> {
         if self.pending_rows > 0 {
             return Err(EngineError::Invariant {
@@ -233,7 +238,7 @@ impl Coordinator {
                     }
                     None => upstream.result.as_inserts()?,
                 },
-                None => table_contents(source.object)
+                None => table_contents(source.object)?
                     .unwrap_or_else(|| empty_change(&source.schema)),
             };
             backfill.push(contents);

@@ -30,6 +30,15 @@ pub struct Graph {
     sources: usize,
     nodes: Vec<Node>,
     poisoned: bool,
+    last_step: Vec<NodeStep>,
+}
+
+/// Rows in and out of one node in the last step, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeStep {
+    pub operator: &'static str,
+    pub rows_in: u64,
+    pub rows_out: u64,
 }
 
 impl Graph {
@@ -38,6 +47,7 @@ impl Graph {
             sources,
             nodes: Vec::new(),
             poisoned: false,
+            last_step: Vec::new(),
         }
     }
 
@@ -75,6 +85,11 @@ impl Graph {
             .collect()
     }
 
+    /// Per node, in node order: the rows of the last successful step.
+    pub fn last_step(&self) -> &[NodeStep] {
+        &self.last_step
+    }
+
     /// Runs one epoch: `sources[i]` is the consolidated change of source `i`.
     /// Returns the change of the output node.
     pub fn step(&mut self, sources: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
@@ -91,6 +106,7 @@ impl Graph {
             });
         }
         let mut outputs: Vec<ChangeBatch> = Vec::with_capacity(self.nodes.len());
+        let mut stats = Vec::with_capacity(self.nodes.len());
         for node in &mut self.nodes {
             let inputs: Vec<ChangeBatch> = node
                 .inputs
@@ -101,13 +117,21 @@ impl Graph {
                 })
                 .collect();
             match node.operator.step(&inputs) {
-                Ok(out) => outputs.push(out),
+                Ok(out) => {
+                    stats.push(NodeStep {
+                        operator: node.operator.name(),
+                        rows_in: inputs.iter().map(|c| c.num_rows() as u64).sum(),
+                        rows_out: out.num_rows() as u64,
+                    });
+                    outputs.push(out);
+                }
                 Err(e) => {
                     self.poisoned = true;
                     return Err(e);
                 }
             }
         }
+        self.last_step = stats;
         Ok(outputs.pop().expect("the graph has nodes"))
     }
 

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering};
 
 use arrow::array::{Array, Int64Array};
 use bytes::Bytes;
@@ -16,7 +16,7 @@ use object_store::local::LocalFileSystem;
 use parking_lot::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 use weir_common::ObjectId;
-use weir_engine::TableState;
+use weir_engine::{EpochView, TableState};
 use weir_storage::{ControlLog, DataDirLock, TableLog};
 
 use datafusion::execution::SessionState;
@@ -29,6 +29,7 @@ use crate::catalog::{Catalog, CatalogChange, ControlEntry};
 use crate::config::{AuthMode, ServeConfig};
 use crate::error::ServerError;
 use crate::metrics::Metrics;
+use crate::projections::{Deployment, Projections, TableContents};
 use crate::session::AdvisoryLocks;
 use crate::wal::{TableWrite, WalRecord};
 
@@ -37,6 +38,8 @@ use crate::wal::{TableWrite, WalRecord};
 pub struct Snapshot {
     pub catalog: Arc<Catalog>,
     pub tables: Arc<HashMap<ObjectId, TableState>>,
+    /// Every projection's result at the latest completed epoch.
+    pub projections: Arc<EpochView>,
 }
 
 impl Snapshot {
@@ -159,7 +162,10 @@ pub struct Database {
     config: ServeConfig,
     query_env: QueryEnv,
     advisory_locks: AdvisoryLocks,
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
+    projections: Projections,
+    /// Numbers commits with table writes, in commit order.
+    commit_seq: AtomicU64,
     control_log: ControlLog,
     table_log: TableLog,
     current: RwLock<Arc<Snapshot>>,
@@ -198,6 +204,7 @@ impl Database {
         let mut snapshot = Snapshot {
             catalog: Arc::new(Catalog::bootstrap()),
             tables: Arc::default(),
+            projections: Arc::default(),
         };
         let mut committed = std::collections::HashSet::new();
         let entries = control_log.read_all().await?;
@@ -248,11 +255,15 @@ impl Database {
             replayed,
             "opened database"
         );
+        let metrics = Arc::new(Metrics::default());
+        let projections = Projections::start(config.barrier_interval, metrics.clone());
         Ok(Arc::new(Self {
             config,
             query_env: QueryEnv::new()?,
             advisory_locks: AdvisoryLocks::default(),
-            metrics: Metrics::default(),
+            metrics,
+            projections,
+            commit_seq: AtomicU64::new(0),
             control_log,
             table_log,
             current: RwLock::new(Arc::new(snapshot)),
@@ -285,9 +296,63 @@ impl Database {
         self.ready.load(Ordering::Acquire)
     }
 
-    /// The latest committed snapshot.
+    /// The latest committed snapshot, with projections at the latest
+    /// completed epoch.
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.current.read().clone()
+        let mut snapshot = (**self.current.read()).clone();
+        snapshot.projections = self.projections.view();
+        Arc::new(snapshot)
+    }
+
+    pub fn projections(&self) -> &Projections {
+        &self.projections
+    }
+
+    /// The sequence number of the latest commit with table writes.
+    pub fn commit_seq(&self) -> u64 {
+        self.commit_seq.load(Ordering::Acquire)
+    }
+
+    /// Waits until every write committed before the call is visible in
+    /// every projection.
+    pub async fn flush(&self) -> Result<(), ServerError> {
+        self.projections.barrier().await
+    }
+
+    /// Starts maintaining a committed projection, backfilled from the
+    /// tables as of now. Holds the commit lock so no commit slips between
+    /// the backfill and the changes that follow it.
+    pub async fn deploy_projection(
+        &self,
+        id: ObjectId,
+        graph: weir_engine::Graph,
+        sources: Vec<weir_engine::SourceBinding>,
+        schema: arrow::datatypes::SchemaRef,
+    ) -> Result<(), ServerError> {
+        let _guard = self.commit_lock.lock().await;
+        let current = self.current.read().clone();
+        let mut tables = HashMap::new();
+        for source in &sources {
+            if let (Some(def), Some(state)) = (
+                current.catalog.tables.get(&source.object),
+                current.tables.get(&source.object),
+            ) {
+                let contents = TableContents {
+                    state: state.clone(),
+                    user_columns: def.columns.len(),
+                };
+                tables.insert(source.object, contents);
+            }
+        }
+        self.projections
+            .deploy(Deployment {
+                id,
+                graph,
+                sources,
+                schema,
+                tables,
+            })
+            .await
     }
 
     /// Reserves `n` hidden row ids for inserts into tables without a key.
@@ -297,12 +362,15 @@ impl Database {
 
     /// Makes a transaction's writes durable and visible, or fails without
     /// effect. `base` is the snapshot the transaction started from.
-    pub async fn commit(&self, base: &Snapshot, writes: TxnWrites) -> Result<(), ServerError> {
+    /// Returns the commit's sequence number (the latest one when it wrote
+    /// no table), which read-your-writes waits for.
+    pub async fn commit(&self, base: &Snapshot, writes: TxnWrites) -> Result<u64, ServerError> {
         if writes.is_empty() {
-            return Ok(());
+            return Ok(self.commit_seq());
         }
         let _guard = self.commit_lock.lock().await;
-        let mut next = (*self.snapshot()).clone();
+        let previous = self.current.read().clone();
+        let mut next = (*previous).clone();
         if !writes.ddl.is_empty() && next.catalog.revision != base.catalog.revision {
             return Err(ServerError::SerializationFailure(
                 "the catalog changed since this transaction started".into(),
@@ -316,7 +384,7 @@ impl Database {
             let record = WalRecord {
                 txn,
                 has_ddl: !writes.ddl.is_empty(),
-                ops: writes.tables,
+                ops: writes.tables.clone(),
             };
             self.table_log.append(record.encode()?).await?;
             self.metrics.commit();
@@ -334,8 +402,20 @@ impl Database {
                 .await?;
             Arc::make_mut(&mut next.catalog).revision = revision;
         }
-        *self.current.write() = Arc::new(next);
-        Ok(())
+        let changes = if writes.tables.is_empty() {
+            Vec::new()
+        } else {
+            projection_changes(&previous, &next, &writes.tables)?
+        };
+        let next = Arc::new(next);
+        *self.current.write() = next;
+        if writes.tables.is_empty() {
+            return Ok(self.commit_seq());
+        }
+        let seq = self.commit_seq.fetch_add(1, Ordering::AcqRel) + 1;
+        // Still under the commit lock: the coordinator sees commits in order.
+        self.projections.changes(seq, changes).await;
+        Ok(seq)
     }
 
     /// SCRAM credentials of a user who may log in with a password.
@@ -409,6 +489,55 @@ impl Database {
 }
 
 /// SCRAM-SHA-256 credentials for a password (RFC 5802 SaltedPassword).
+/// A transaction's table writes as the changes projections read: user
+/// columns only; a truncated table retracts everything it held and inserts
+/// what it holds at commit.
+fn projection_changes(
+    previous: &Snapshot,
+    next: &Snapshot,
+    ops: &[(ObjectId, TableWrite)],
+) -> Result<Vec<(ObjectId, weir_common::ChangeBatch)>, ServerError> {
+    use weir_common::ChangeBatch;
+    let truncated: std::collections::HashSet<ObjectId> = ops
+        .iter()
+        .filter(|(_, op)| matches!(op, TableWrite::Truncate))
+        .map(|(id, _)| *id)
+        .collect();
+    let user_columns = |id: &ObjectId| -> Option<Vec<usize>> {
+        next.catalog
+            .tables
+            .get(id)
+            .map(|def| (0..def.columns.len()).collect())
+    };
+    let mut out = Vec::new();
+    for id in &truncated {
+        let Some(columns) = user_columns(id) else { continue };
+        for (snapshot, weight) in [(previous, -1), (next, 1)] {
+            if let Some(state) = snapshot.tables.get(id) {
+                for batch in state.scan()?.iter() {
+                    let rows = batch.project(&columns)?;
+                    let change = if weight < 0 {
+                        ChangeBatch::retractions(rows)
+                    } else {
+                        ChangeBatch::inserts(rows)
+                    };
+                    out.push((*id, change));
+                }
+            }
+        }
+    }
+    for (id, op) in ops {
+        if truncated.contains(id) {
+            continue;
+        }
+        if let (TableWrite::Changes(change), Some(columns)) = (op, user_columns(id)) {
+            let rows = change.rows().project(&columns)?;
+            out.push((*id, ChangeBatch::new(rows, change.weights().clone())?));
+        }
+    }
+    Ok(out)
+}
+
 pub fn scram_secret(password: &str, salt: Vec<u8>) -> ScramSecret {
     const ITERATIONS: usize = 4096;
     let salted_password =

@@ -281,3 +281,9 @@ impl From<weir_planner::PlanError> for ServerError {
         }
     }
 }
+
+impl From<weir_common::ChangeBatchError> for ServerError {
+    fn from(e: weir_common::ChangeBatchError) -> Self {
+        Self::internal(e.to_string())
+    }
+}

@@ -24,6 +24,7 @@ pub mod http;
 pub mod metrics;
 pub mod pgsem;
 pub mod pgwire;
+pub mod projections;
 pub mod server;
 pub mod session;
 pub mod system;

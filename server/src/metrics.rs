@@ -4,6 +4,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 type Labels = Vec<(&'static str, String)>;
@@ -16,6 +17,10 @@ pub struct Metrics {
     errors: Family<Labels, Counter>,
     rows_written: Counter,
     commits: Counter,
+    epochs: Counter,
+    epoch_seconds: Histogram,
+    operator_rows_in: Family<Labels, Counter>,
+    operator_rows_out: Family<Labels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -33,6 +38,26 @@ impl Default for Metrics {
         let errors = Family::<Labels, Counter>::default();
         let rows_written = Counter::default();
         let commits = Counter::default();
+        let epochs = Counter::default();
+        let epoch_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        let operator_rows_in = Family::<Labels, Counter>::default();
+        let operator_rows_out = Family::<Labels, Counter>::default();
+        registry.register("epochs", "Epochs completed", epochs.clone());
+        registry.register(
+            "epoch_duration_seconds",
+            "Time to step every projection through one epoch",
+            epoch_seconds.clone(),
+        );
+        registry.register(
+            "operator_rows_in",
+            "Rows into each projection operator (projection id, node, operator)",
+            operator_rows_in.clone(),
+        );
+        registry.register(
+            "operator_rows_out",
+            "Rows out of each projection operator (projection id, node, operator)",
+            operator_rows_out.clone(),
+        );
         registry.register(
             "connections",
             "Open client connections",
@@ -59,6 +84,10 @@ impl Default for Metrics {
             errors,
             rows_written,
             commits,
+            epochs,
+            epoch_seconds,
+            operator_rows_in,
+            operator_rows_out,
         }
     }
 }
@@ -92,6 +121,22 @@ impl Metrics {
 
     pub fn commit(&self) {
         self.commits.inc();
+    }
+
+    pub fn epoch(&self, report: &weir_engine::coordinator::EpochReport) {
+        self.epochs.inc();
+        self.epoch_seconds.observe(report.duration.as_secs_f64());
+        for (projection, nodes) in &report.operators {
+            for (i, node) in nodes.iter().enumerate() {
+                let labels = vec![
+                    ("projection", projection.0.to_string()),
+                    ("node", i.to_string()),
+                    ("operator", node.operator.to_string()),
+                ];
+                self.operator_rows_in.get_or_create(&labels).inc_by(node.rows_in);
+                self.operator_rows_out.get_or_create(&labels).inc_by(node.rows_out);
+            }
+        }
     }
 
     /// The Prometheus text exposition of every metric.

@@ -141,6 +141,49 @@ pub fn quote_ident(name: &str) -> String {
     }
 }
 
+/// A projection: a query Weir keeps up to date. Only the query text is
+/// stored; the operator graph is planned from it at creation and at every
+/// start, against the catalog of that moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProjectionDef {
+    pub id: ObjectId,
+    pub schema: String,
+    pub name: String,
+    /// The query, as sqlparser prints it.
+    pub query: String,
+    pub columns: Vec<ColumnDef>,
+    /// Tables and projections the query reads.
+    pub reads: Vec<ObjectId>,
+}
+
+impl ProjectionDef {
+    pub fn arrow_schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|c| c.sql_type.field(&c.name, c.nullable))
+                .collect::<Vec<Field>>(),
+        ))
+    }
+
+    pub fn qualified_name(&self) -> String {
+        if self.schema == DEFAULT_SCHEMA {
+            self.name.clone()
+        } else {
+            format!("{}.{}", self.schema, self.name)
+        }
+    }
+
+    pub fn create_statement(&self) -> String {
+        let name = if self.schema == DEFAULT_SCHEMA {
+            quote_ident(&self.name)
+        } else {
+            format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+        };
+        format!("CREATE PROJECTION {name} AS {}", self.query)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UserDef {
     pub name: String,
@@ -166,6 +209,8 @@ pub enum CatalogChange {
     DropTable { id: ObjectId },
     CreateUser(UserDef),
     DropUser { name: String },
+    CreateProjection(ProjectionDef),
+    DropProjection { id: ObjectId },
 }
 
 /// The control-log entry of one committed transaction.
@@ -183,6 +228,7 @@ pub struct Catalog {
     pub revision: u64,
     pub schemas: BTreeSet<String>,
     pub tables: BTreeMap<ObjectId, Arc<TableDef>>,
+    pub projections: BTreeMap<ObjectId, Arc<ProjectionDef>>,
     pub users: BTreeMap<String, UserDef>,
     next_id: u64,
 }
@@ -209,6 +255,25 @@ impl Catalog {
             .find(|t| t.schema == schema && t.name == name)
     }
 
+    pub fn projection(&self, schema: &str, name: &str) -> Option<&Arc<ProjectionDef>> {
+        self.projections
+            .values()
+            .find(|p| p.schema == schema && p.name == name)
+    }
+
+    /// Whether a table or projection already has this name.
+    pub fn relation_exists(&self, schema: &str, name: &str) -> bool {
+        self.table(schema, name).is_some() || self.projection(schema, name).is_some()
+    }
+
+    /// Projections that read `id` directly.
+    pub fn readers_of(&self, id: ObjectId) -> Vec<&Arc<ProjectionDef>> {
+        self.projections
+            .values()
+            .filter(|p| p.reads.contains(&id))
+            .collect()
+    }
+
     /// Applies one change, validating it. On error `self` is unchanged.
     pub fn apply(&mut self, change: &CatalogChange) -> Result<(), ServerError> {
         match change {
@@ -218,7 +283,9 @@ impl Catalog {
                 }
             }
             CatalogChange::DropSchema { name } => {
-                if self.tables.values().any(|t| &t.schema == name) {
+                if self.tables.values().any(|t| &t.schema == name)
+                    || self.projections.values().any(|p| &p.schema == name)
+                {
                     return Err(ServerError::DependentObjects {
                         object: format!("schema {name}"),
                         dependents: "tables".into(),
@@ -232,13 +299,37 @@ impl Catalog {
                 if !self.schemas.contains(&def.schema) {
                     return Err(ServerError::UndefinedSchema(def.schema.clone()));
                 }
-                if self.table(&def.schema, &def.name).is_some() {
+                if self.relation_exists(&def.schema, &def.name) {
                     return Err(ServerError::DuplicateTable(def.name.clone()));
                 }
                 self.next_id = self.next_id.max(def.id.0 + 1);
                 self.tables.insert(def.id, Arc::new(def.clone()));
             }
+            CatalogChange::CreateProjection(def) => {
+                if !self.schemas.contains(&def.schema) {
+                    return Err(ServerError::UndefinedSchema(def.schema.clone()));
+                }
+                if self.relation_exists(&def.schema, &def.name) {
+                    return Err(ServerError::DuplicateTable(def.name.clone()));
+                }
+                if let Some(missing) = def
+                    .reads
+                    .iter()
+                    .find(|id| !self.tables.contains_key(id) && !self.projections.contains_key(id))
+                {
+                    return Err(ServerError::UndefinedTable(format!("object {missing}")));
+                }
+                self.next_id = self.next_id.max(def.id.0 + 1);
+                self.projections.insert(def.id, Arc::new(def.clone()));
+            }
+            CatalogChange::DropProjection { id } => {
+                self.refuse_if_read(*id)?;
+                if self.projections.remove(id).is_none() {
+                    return Err(ServerError::UndefinedTable(format!("object {id}")));
+                }
+            }
             CatalogChange::DropTable { id } => {
+                self.refuse_if_read(*id)?;
                 if self.tables.remove(id).is_none() {
                     return Err(ServerError::UndefinedTable(format!("object {id}")));
                 }
@@ -258,6 +349,33 @@ impl Catalog {
             }
         }
         Ok(())
+    }
+}
+
+impl Catalog {
+    fn refuse_if_read(&self, id: ObjectId) -> Result<(), ServerError> {
+        let readers = self.readers_of(id);
+        if readers.is_empty() {
+            return Ok(());
+        }
+        let name = self
+            .tables
+            .get(&id)
+            .map(|t| format!("table {}", t.qualified_name()))
+            .or_else(|| {
+                self.projections
+                    .get(&id)
+                    .map(|p| format!("projection {}", p.qualified_name()))
+            })
+            .unwrap_or_else(|| format!("object {id}"));
+        Err(ServerError::DependentObjects {
+            object: name,
+            dependents: readers
+                .iter()
+                .map(|p| format!("projection {}", p.qualified_name()))
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
     }
 }
 

@@ -1,0 +1,222 @@
+//! Keeps projections current: one task owns the engine's [`Coordinator`]
+//! and is fed, in commit order, by [`Database::commit`](crate::db::Database).
+//!
+//! - Commits send their table changes ([`Command::Changes`]) while holding
+//!   the commit lock, so the task sees changes in commit order; the channel
+//!   is bounded, so a coordinator that falls behind slows writers down
+//!   instead of growing memory.
+//! - An epoch closes every `barrier_interval`, when pending changes pass
+//!   [`EPOCH_ROW_BUDGET`] rows (bounded memory under a burst), and on demand
+//!   ([`Projections::barrier`]: FLUSH, read-your-writes, DDL).
+//! - Each epoch publishes an [`EpochView`]; a statement reads all
+//!   projections from one view, so they agree on the epoch.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arrow::datatypes::SchemaRef;
+use parking_lot::RwLock;
+use tokio::sync::{mpsc, oneshot};
+use weir_common::{ChangeBatch, ObjectId};
+use weir_engine::{Coordinator, EngineError, EpochView, Graph, SourceBinding, TableState};
+
+use crate::error::ServerError;
+use crate::metrics::Metrics;
+
+/// Pending rows after which an epoch closes without waiting for the timer.
+pub const EPOCH_ROW_BUDGET: usize = 65_536;
+/// Commands in flight before committers wait.
+const CHANNEL_CAPACITY: usize = 256;
+
+/// A projection ready to deploy: its graph, bound to catalog objects.
+pub struct Deployment {
+    pub id: ObjectId,
+    pub graph: Graph,
+    pub sources: Vec<SourceBinding>,
+    pub schema: SchemaRef,
+    /// Table contents to backfill from, in the columns projections read,
+    /// as of the commit that created the projection.
+    pub tables: HashMap<ObjectId, TableContents>,
+}
+
+/// A table's state and how to turn it into the columns projections read.
+pub struct TableContents {
+    pub state: TableState,
+    /// Columns of the stored rows that users see (drops the hidden row id).
+    pub user_columns: usize,
+}
+
+enum Command {
+    Changes(u64, Vec<(ObjectId, ChangeBatch)>),
+    Deploy(Box<Deployment>, oneshot::Sender<Result<(), String>>),
+    Drop(ObjectId),
+    Barrier(oneshot::Sender<()>),
+}
+
+/// The handle sessions and commits use.
+pub struct Projections {
+    commands: mpsc::Sender<Command>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    view: RwLock<Arc<EpochView>>,
+    /// The highest commit sequence number whose changes the view includes.
+    covered: AtomicU64,
+    barrier_interval_ms: AtomicU64,
+}
+
+impl Projections {
+    /// Starts the coordinator task.
+    pub fn start(barrier_interval: Duration, metrics: Arc<Metrics>) -> Self {
+        let (commands, receiver) = mpsc::channel(CHANNEL_CAPACITY);
+        let shared = Arc::new(Shared {
+            view: RwLock::new(Arc::new(EpochView::default())),
+            covered: AtomicU64::new(0),
+            barrier_interval_ms: AtomicU64::new(barrier_interval.as_millis().max(1) as u64),
+        });
+        tokio::spawn(run(receiver, shared.clone(), metrics));
+        Self { commands, shared }
+    }
+
+    /// The latest completed epoch.
+    pub fn view(&self) -> Arc<EpochView> {
+        self.shared.view.read().clone()
+    }
+
+    pub fn covered(&self) -> u64 {
+        self.shared.covered.load(Ordering::Acquire)
+    }
+
+    pub fn barrier_interval(&self) -> Duration {
+        Duration::from_millis(self.shared.barrier_interval_ms.load(Ordering::Relaxed))
+    }
+
+    pub fn set_barrier_interval(&self, interval: Duration) {
+        let ms = interval.as_millis().clamp(1, u64::MAX as u128) as u64;
+        self.shared.barrier_interval_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Hands a commit's table changes to the coordinator (call in commit order).
+    pub async fn changes(&self, seq: u64, changes: Vec<(ObjectId, ChangeBatch)>) {
+        self.send(Command::Changes(seq, changes)).await;
+    }
+
+    /// Deploys a projection after closing the epoch of everything sent
+    /// before; returns once its backfilled result is visible.
+    pub async fn deploy(&self, deployment: Deployment) -> Result<(), ServerError> {
+        let (reply, done) = oneshot::channel();
+        self.send(Command::Deploy(Box::new(deployment), reply)).await;
+        done.await
+            .map_err(|_| ServerError::internal("the projection coordinator stopped"))?
+            .map_err(ServerError::DataException)
+    }
+
+    pub async fn drop_projection(&self, id: ObjectId) {
+        self.send(Command::Drop(id)).await;
+    }
+
+    /// Closes an epoch now; returns when everything sent before is visible.
+    pub async fn barrier(&self) -> Result<(), ServerError> {
+        let (reply, done) = oneshot::channel();
+        self.send(Command::Barrier(reply)).await;
+        done.await
+            .map_err(|_| ServerError::internal("the projection coordinator stopped"))
+    }
+
+    async fn send(&self, command: Command) {
+        if self.commands.send(command).await.is_err() {
+            tracing::error!("the projection coordinator task has stopped");
+        }
+    }
+}
+
+async fn run(mut commands: mpsc::Receiver<Command>, shared: Arc<Shared>, metrics: Arc<Metrics>) {
+    let mut coordinator = Coordinator::new();
+    let mut received: u64 = 0;
+    loop {
+        let interval = Duration::from_millis(shared.barrier_interval_ms.load(Ordering::Relaxed));
+        let command = tokio::select! {
+            command = commands.recv() => match command {
+                Some(c) => Some(c),
+                None => return,
+            },
+            _ = tokio::time::sleep(interval) => None,
+        };
+        match command {
+            None => {
+                if coordinator.pending_rows() > 0 {
+                    close_epoch(&mut coordinator, &shared, received, &metrics);
+                } else {
+                    shared.covered.store(received, Ordering::Release);
+                }
+            }
+            Some(Command::Changes(seq, changes)) => {
+                for (table, change) in changes {
+                    coordinator.push(table, change);
+                }
+                received = seq;
+                if coordinator.pending_rows() >= EPOCH_ROW_BUDGET {
+                    close_epoch(&mut coordinator, &shared, received, &metrics);
+                }
+            }
+            Some(Command::Barrier(reply)) => {
+                close_epoch(&mut coordinator, &shared, received, &metrics);
+                let _ = reply.send(());
+            }
+            Some(Command::Deploy(deployment, reply)) => {
+                close_epoch(&mut coordinator, &shared, received, &metrics);
+                let result = deploy(&mut coordinator, *deployment);
+                *shared.view.write() = coordinator.view();
+                let _ = reply.send(result);
+            }
+            Some(Command::Drop(id)) => {
+                coordinator.drop_projection(id);
+                *shared.view.write() = coordinator.view();
+            }
+        }
+    }
+}
+
+fn close_epoch(coordinator: &mut Coordinator, shared: &Shared, received: u64, metrics: &Metrics) {
+    match coordinator.run_epoch() {
+        Ok(report) => {
+            for (id, error) in &report.failed {
+                tracing::error!(projection = %id, epoch = report.epoch.0, %error, "projection failed");
+            }
+            metrics.epoch(&report);
+        }
+        Err(e) => tracing::error!(error = %e, "epoch failed"),
+    }
+    *shared.view.write() = coordinator.view();
+    shared.covered.store(received, Ordering::Release);
+}
+
+fn deploy(coordinator: &mut Coordinator, deployment: Deployment) -> Result<(), String> {
+    let Deployment {
+        id,
+        graph,
+        sources,
+        schema,
+        tables,
+    } = deployment;
+    let contents = |object: ObjectId| -> Result<Option<ChangeBatch>, EngineError> {
+        let Some(table) = tables.get(&object) else {
+            return Ok(None);
+        };
+        let columns: Vec<usize> = (0..table.user_columns).collect();
+        let parts = table
+            .state
+            .scan()?
+            .iter()
+            .map(|b| Ok(ChangeBatch::inserts(b.project(&columns)?)))
+            .collect::<Result<Vec<_>, EngineError>>()?;
+        let schema = Arc::new(table.state.schema().project(&columns)?);
+        Ok(Some(weir_engine::rows::concat_changes(&schema, &parts)?))
+    };
+    coordinator
+        .deploy(id, graph, sources, schema, &contents)
+        .map_err(|e| e.to_string())
+}
