@@ -5,11 +5,14 @@
 //!   syntax errors carrying the 1-based character position.
 //! - [`types`]: the SQL type names users write in DDL, mapped to Arrow
 //!   fields; the one mapping every front end shares.
+//! - [`interval`]: PostgreSQL interval text (`1 day 2 hours`) to months,
+//!   days and microseconds, as PostgreSQL stores it.
 //!
 //! Planning proper (binding with DataFusion and, for projections, the
 //! `LogicalPlan -> StreamPlan -> GraphSpec` lowering) builds on these.
 
 pub mod error;
+pub mod interval;
 pub mod parse;
 pub mod types;
 
