@@ -6,7 +6,10 @@
 //! - [`types`]: the SQL type names users write in DDL, mapped to Arrow
 //!   fields; the one mapping every front end shares.
 //! - [`interval`]: PostgreSQL interval text (`1 day 2 hours`) to months,
-//!   days and microseconds, as PostgreSQL stores it.
+//!   days and microseconds; used for casts and window sizes.
+//! - [`window_tvf`]: the `TUMBLE`/`HOP` window table functions, rewritten in
+//!   the statement's AST into derived tables with `window_start` and
+//!   `window_end`; ad-hoc queries and projections both plan through it.
 //!
 //! Planning proper (binding with DataFusion and, for projections, the
 //! `LogicalPlan -> StreamPlan -> GraphSpec` lowering) builds on these.
@@ -15,8 +18,10 @@ pub mod error;
 pub mod interval;
 pub mod parse;
 pub mod types;
+pub mod window_tvf;
 
 pub use datafusion::sql::sqlparser;
 pub use error::PlanError;
 pub use parse::{ParseError, parse_sql};
 pub use types::{PG_TYPE_METADATA_KEY, SqlType};
+pub use window_tvf::rewrite_window_tvfs;
