@@ -5,18 +5,25 @@
 //!   syntax errors carrying the 1-based character position.
 //! - [`types`]: the SQL type names users write in DDL, mapped to Arrow
 //!   fields; the one mapping every front end shares.
-//!
+//! - [`interval`]: PostgreSQL interval text (`1 day 2 hours`) to months,
+//!   days and microseconds; used for casts and window sizes.
+//! - [`window_tvf`]: the `TUMBLE`/`HOP` window table functions, rewritten in
+//!   the statement's AST into derived tables with `window_start` and
+//!   `window_end`; ad-hoc queries and projections both plan through it.
 //! - [`lower`]: a projection's bound `LogicalPlan` to its incremental
 //!   operator graph ([`StreamPlan`]), rejecting what cannot be maintained.
 //! - [`error`]: [`PlanError`].
 
 pub mod error;
+pub mod interval;
 pub mod lower;
 pub mod parse;
 pub mod types;
+pub mod window_tvf;
 
 pub use datafusion::sql::sqlparser;
 pub use error::PlanError;
 pub use lower::{SourceRef, StreamPlan, lower};
 pub use parse::{ParseError, parse_sql};
 pub use types::{PG_TYPE_METADATA_KEY, SqlType};
+pub use window_tvf::rewrite_window_tvfs;

@@ -13,7 +13,6 @@
 //!   a cast to unconstrained `numeric` keeps the value's own scale.
 //! - `pg_typeof`.
 
-mod interval;
 pub mod json;
 mod udfs;
 
@@ -31,8 +30,8 @@ use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, Ope
 use datafusion::optimizer::AnalyzerRule;
 use weir_planner::{PG_TYPE_METADATA_KEY, SqlType};
 
-pub use interval::parse_interval;
 pub use udfs::{regtype_name, value_error};
+pub use weir_planner::interval::parse_interval;
 
 /// Field metadata key for the declared length of a `varchar(n)` cast.
 pub const VARCHAR_LEN_KEY: &str = "weir.varchar_len";

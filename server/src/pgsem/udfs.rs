@@ -14,8 +14,8 @@ use datafusion::logical_expr::{
 };
 use weir_planner::SqlType;
 
-use super::interval::parse_interval;
 use crate::error::ServerError;
+use weir_planner::interval::parse_interval;
 
 /// A PostgreSQL error raised while evaluating an expression; the SQLSTATE
 /// survives DataFusion's error wrapping (see `crate::error`).

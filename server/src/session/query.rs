@@ -19,6 +19,7 @@ impl Session {
         &self,
         mut statement: Statement,
     ) -> Result<LogicalPlan, ServerError> {
+        weir_planner::rewrite_window_tvfs(&mut statement)?;
         crate::pgsem::name_constant_casts(&mut statement);
         crate::pgsem::at_time_zone_as_function(&mut statement);
         let state = self.ctx.state();
