@@ -22,6 +22,8 @@ pub enum ServerError {
     DuplicateTable(String),
     #[error("schema \"{0}\" already exists")]
     DuplicateSchema(String),
+    #[error("column \"{0}\" specified more than once; name the columns apart with AS")]
+    DuplicateColumn(String),
     #[error("role \"{0}\" already exists")]
     DuplicateRole(String),
     #[error("unrecognized configuration parameter \"{0}\"")]
@@ -116,6 +118,7 @@ impl ServerError {
             Self::UndefinedSchema(_) => "3F000",
             Self::DuplicateTable(_) => "42P07",
             Self::DuplicateSchema(_) => "42P06",
+            Self::DuplicateColumn(_) => "42701",
             Self::DuplicateRole(_) => "42710",
             Self::UndefinedParameter(_) => "42704",
             Self::UniqueViolation { .. } => "23505",

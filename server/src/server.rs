@@ -22,6 +22,7 @@ pub async fn run(config: ServeConfig, shutdown: CancellationToken) -> Result<(),
     let flight = bind(config.flight_addr).await?;
     let http = bind(config.http_addr).await?;
     let db: Arc<Database> = Database::open(config.clone()).await?;
+    crate::session::redeploy_projections(&db).await;
     tracing::info!(
         pg = %config.pg_addr,
         flight = %config.flight_addr,

@@ -32,7 +32,7 @@ use weir_engine::TableState;
 
 use super::TableDef;
 use super::info_schema::InformationSchema;
-use super::model::DATABASE_NAME;
+use super::model::{DATABASE_NAME, ProjectionDef};
 use super::pg::PgCatalog;
 use crate::db::Snapshot;
 use crate::system::SystemSchema;
@@ -105,6 +105,12 @@ impl SessionView {
 
     fn table(&self, schema: &str, name: &str) -> Option<Arc<dyn TableProvider>> {
         let snapshot = self.snapshot();
+        if let Some(def) = snapshot.catalog.projection(schema, name) {
+            return Some(Arc::new(ProjectionTable {
+                def: def.clone(),
+                view: snapshot.projections.projections.get(&def.id).cloned(),
+            }));
+        }
         let def = snapshot.catalog.table(schema, name)?.clone();
         let state = snapshot.tables.get(&def.id)?.clone();
         let defaults = self
@@ -224,6 +230,7 @@ impl SchemaProvider for UserSchema {
             .values()
             .filter(|t| t.schema == self.name)
             .map(|t| t.name.clone())
+            .chain(self.view.snapshot().catalog.projections.values().filter(|p| p.schema == self.name).map(|p| p.name.clone()))
             .collect()
     }
 
@@ -235,8 +242,7 @@ impl SchemaProvider for UserSchema {
         self.view
             .snapshot()
             .catalog
-            .table(&self.name, name)
-            .is_some()
+            .relation_exists(&self.name, name)
     }
 }
 
@@ -335,6 +341,59 @@ impl TableProvider for WeirTable {
     }
 }
 
+/// A projection's rows at the epoch of the statement's snapshot.
+#[derive(Debug)]
+pub struct ProjectionTable {
+    def: Arc<ProjectionDef>,
+    /// `None` while the projection is committed but not yet deployed.
+    view: Option<weir_engine::ProjectionView>,
+}
+
+#[async_trait]
+impl TableProvider for ProjectionTable {
+    fn schema(&self) -> SchemaRef {
+        self.def.arrow_schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let name = self.def.qualified_name();
+        let view = self.view.as_ref().ok_or_else(|| {
+            DataFusionError::Execution(format!(
+                "projection {name} is still being created; retry in a moment"
+            ))
+        })?;
+        if let Some(e) = &view.failure {
+            return Err(DataFusionError::Execution(format!(
+                "projection {name} stopped at epoch {}: {e}; drop and recreate it",
+                view.last_epoch.0
+            )));
+        }
+        let schema = self.schema();
+        let batches = view
+            .result
+            .batches()
+            .map_err(|e| DataFusionError::External(Box::new(e)))?
+            .iter()
+            .map(|b| b.clone().with_schema(schema.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(MemorySourceConfig::try_new_exec(
+            &[batches],
+            schema,
+            projection.cloned(),
+        )?)
+    }
+}
+
 /// Feeds the tables datafusion-pg-catalog still computes (`pg_tables`, ...)
 /// from the view.
 #[derive(Debug, Clone)]
@@ -386,6 +445,14 @@ impl CatalogInfo for ViewCatalogInfo {
                 .values()
                 .filter(|t| t.schema == schema_name)
                 .map(|t| t.name.clone())
+                .chain(
+                    snapshot
+                        .catalog
+                        .projections
+                        .values()
+                        .filter(|p| p.schema == schema_name)
+                        .map(|p| p.name.clone()),
+                )
                 .collect(),
         ))
     }
@@ -402,12 +469,16 @@ impl CatalogInfo for ViewCatalogInfo {
         if schema_name == WEIR_CATALOG {
             return Ok(self.view.system.table_schema(table_name));
         }
-        Ok(self
-            .view
-            .snapshot()
-            .catalog
+        let snapshot = self.view.snapshot();
+        let catalog = &snapshot.catalog;
+        Ok(catalog
             .table(schema_name, table_name)
-            .map(|t| t.user_schema()))
+            .map(|t| t.user_schema())
+            .or_else(|| {
+                catalog
+                    .projection(schema_name, table_name)
+                    .map(|p| p.arrow_schema())
+            }))
     }
 
     async fn table_type(
@@ -420,7 +491,14 @@ impl CatalogInfo for ViewCatalogInfo {
             .table_schema(catalog_name, schema_name, table_name)
             .await?
             .map(|_| {
-                if schema_name == WEIR_CATALOG {
+                let is_projection = || {
+                    self.view
+                        .snapshot()
+                        .catalog
+                        .projection(schema_name, table_name)
+                        .is_some()
+                };
+                if schema_name == WEIR_CATALOG || is_projection() {
                     TableType::View
                 } else {
                     TableType::Base

@@ -12,11 +12,12 @@ use super::dml::normalize_ident;
 use super::{Session, StatementResult, command};
 use crate::catalog::CatalogChange;
 use crate::catalog::model::{ColumnDef, DEFAULT_SCHEMA, ROW_ID_COLUMN, TableDef, UserDef};
+use super::projection::drop_readers;
 use crate::db::{TxnWrites, scram_secret};
 use crate::error::ServerError;
 
 impl Session {
-    fn split_name(&self, name: &ObjectName) -> Result<(String, String), ServerError> {
+    pub(super) fn split_name(&self, name: &ObjectName) -> Result<(String, String), ServerError> {
         let parts: Vec<String> = name
             .0
             .iter()
@@ -269,21 +270,41 @@ impl Session {
         names: Vec<ObjectName>,
         cascade: bool,
     ) -> Result<StatementResult, ServerError> {
-        let _ = cascade; // Nothing depends on tables or schemas yet beyond their tables.
         let mut changes = Vec::new();
+        let catalog = self.snapshot().catalog.clone();
         let tag = match object_type {
             ObjectType::Table => {
                 for name in &names {
                     match self.resolve_table(name) {
-                        Ok(def) => changes.push(CatalogChange::DropTable { id: def.id }),
+                        Ok(def) => {
+                            let what = format!("table {}", def.qualified_name());
+                            drop_readers(&catalog, def.id, &what, cascade, &mut changes)?;
+                            changes.push(CatalogChange::DropTable { id: def.id });
+                        }
                         Err(_) if if_exists => {}
                         Err(e) => return Err(e),
                     }
                 }
                 "DROP TABLE"
             }
+            ObjectType::MaterializedView => {
+                for name in &names {
+                    match self.resolve_projection(name) {
+                        Ok(def) => {
+                            let what = format!("projection {}", def.qualified_name());
+                            drop_readers(&catalog, def.id, &what, cascade, &mut changes)?;
+                            let change = CatalogChange::DropProjection { id: def.id };
+                            if !changes.contains(&change) {
+                                changes.push(change);
+                            }
+                        }
+                        Err(_) if if_exists => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                "DROP MATERIALIZED VIEW"
+            }
             ObjectType::Schema => {
-                let catalog = self.snapshot().catalog.clone();
                 for name in &names {
                     let (_, schema) = self.split_name(name)?;
                     if !catalog.schemas.contains(&schema) {
@@ -300,23 +321,37 @@ impl Session {
                         .values()
                         .filter(|t| t.schema == schema)
                         .collect();
-                    if !tables.is_empty() && !cascade {
+                    let projections: Vec<_> = catalog
+                        .projections
+                        .values()
+                        .filter(|p| p.schema == schema)
+                        .collect();
+                    if (!tables.is_empty() || !projections.is_empty()) && !cascade {
+                        let names = tables
+                            .iter()
+                            .map(|t| format!("table {}", t.name))
+                            .chain(projections.iter().map(|p| format!("projection {}", p.name)));
                         return Err(ServerError::DependentObjects {
                             object: format!("schema {schema}"),
-                            dependents: tables
-                                .iter()
-                                .map(|t| format!("table {}", t.name))
-                                .collect::<Vec<_>>()
-                                .join(", "),
+                            dependents: names.collect::<Vec<_>>().join(", "),
                         });
                     }
-                    changes.extend(tables.iter().map(|t| CatalogChange::DropTable { id: t.id }));
+                    for p in &projections {
+                        drop_readers(&catalog, p.id, "", true, &mut changes)?;
+                        let change = CatalogChange::DropProjection { id: p.id };
+                        if !changes.contains(&change) {
+                            changes.push(change);
+                        }
+                    }
+                    for t in &tables {
+                        drop_readers(&catalog, t.id, "", true, &mut changes)?;
+                        changes.push(CatalogChange::DropTable { id: t.id });
+                    }
                     changes.push(CatalogChange::DropSchema { name: schema });
                 }
                 "DROP SCHEMA"
             }
             ObjectType::User | ObjectType::Role => {
-                let catalog = self.snapshot().catalog.clone();
                 for name in &names {
                     let (_, user) = self.split_name(name)?;
                     if catalog.users.contains_key(&user) {

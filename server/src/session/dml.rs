@@ -47,18 +47,22 @@ pub(crate) fn normalize_ident(ident: &Ident) -> String {
     }
 }
 
+/// The parts of a possibly qualified name, case-folded like PostgreSQL.
+pub(crate) fn name_parts(name: &ObjectName) -> Vec<String> {
+    name.0
+        .iter()
+        .map(|p| {
+            p.as_ident()
+                .map(normalize_ident)
+                .unwrap_or_else(|| p.to_string())
+        })
+        .collect()
+}
+
 impl Session {
     /// Resolves a possibly schema-qualified table name in this statement's snapshot.
     pub(crate) fn resolve_table(&self, name: &ObjectName) -> Result<Arc<TableDef>, ServerError> {
-        let parts: Vec<String> = name
-            .0
-            .iter()
-            .map(|p| {
-                p.as_ident()
-                    .map(normalize_ident)
-                    .unwrap_or_else(|| p.to_string())
-            })
-            .collect();
+        let parts = name_parts(name);
         let snapshot = self.snapshot();
         let catalog = &snapshot.catalog;
         let found = match parts.as_slice() {
@@ -67,6 +71,33 @@ impl Session {
                 .or_else(|| catalog.table("public", table)),
             [schema, table] => catalog.table(schema, table),
             [_db, schema, table] => catalog.table(schema, table),
+            _ => None,
+        };
+        found.cloned().ok_or_else(|| {
+            if self.resolve_projection(name).is_ok() {
+                ServerError::feature_not_supported(format!(
+                    "this on projection {}: it is not a table; its rows come from its query",
+                    parts.join(".")
+                ))
+            } else {
+                ServerError::UndefinedTable(parts.join("."))
+            }
+        })
+    }
+
+    /// Resolves a possibly schema-qualified projection name.
+    pub(crate) fn resolve_projection(
+        &self,
+        name: &ObjectName,
+    ) -> Result<Arc<crate::catalog::model::ProjectionDef>, ServerError> {
+        let parts = name_parts(name);
+        let snapshot = self.snapshot();
+        let catalog = &snapshot.catalog;
+        let found = match parts.as_slice() {
+            [name] => catalog
+                .projection(&self.vars.default_schema(), name)
+                .or_else(|| catalog.projection("public", name)),
+            [schema, name] | [_, schema, name] => catalog.projection(schema, name),
             _ => None,
         };
         found

@@ -21,6 +21,8 @@ mod dml;
 mod eval;
 mod functions;
 pub(crate) mod prepared;
+mod projection;
+pub use projection::redeploy_projections;
 mod query;
 mod show;
 mod vars;
@@ -119,6 +121,9 @@ pub struct Session {
     txn: Option<Txn>,
     cursors: cursor::Cursors,
     after_copy: Option<copy::AfterCopy>,
+    /// The commit sequence number of this session's latest table write,
+    /// which read-your-writes waits for.
+    last_write_seq: u64,
 }
 
 impl Drop for Session {
@@ -155,6 +160,7 @@ impl Session {
             txn: None,
             cursors: cursor::Cursors::new(),
             after_copy: None,
+            last_write_seq: 0,
         };
         session.apply_vars_to_planner();
         session
@@ -269,7 +275,7 @@ impl Session {
         if grouped && self.txn.as_ref().is_some_and(|t| !t.explicit) {
             let txn = self.txn.take().expect("checked above");
             if results.iter().all(Result::is_ok)
-                && let Err(e) = self.db.commit(&txn.base, txn.writes).await
+                && let Err(e) = self.commit_txn(txn).await
             {
                 self.note_error(&e);
                 results.pop();
@@ -316,7 +322,12 @@ impl Session {
         params: Option<&ParamValues>,
     ) -> Result<StatementResult, ServerError> {
         match &statement {
-            Statement::StartTransaction { .. } => return Ok(self.begin()),
+            Statement::StartTransaction { .. } => {
+                if self.txn.is_none() {
+                    self.read_your_writes().await?;
+                }
+                return Ok(self.begin());
+            }
             Statement::Commit { .. } => return self.commit().await,
             Statement::Rollback {
                 savepoint: None, ..
@@ -335,6 +346,9 @@ impl Session {
         }
         if !self.db.is_ready() {
             return Err(ServerError::NotReady("recovery is in progress".into()));
+        }
+        if self.txn.is_none() {
+            self.read_your_writes().await?;
         }
         let implicit = self.open_implicit()?;
         let token = self.db.statement_started(self.pid);
@@ -376,7 +390,7 @@ impl Session {
             }
             Ok(result) if implicit => {
                 let txn = self.txn.take().expect("implicit transaction is open");
-                if let Err(e) = self.db.commit(&txn.base, txn.writes).await {
+                if let Err(e) = self.commit_txn(txn).await {
                     self.note_error(&e);
                     return Err(e);
                 }
@@ -403,10 +417,26 @@ impl Session {
             None => Ok(command("COMMIT")),
             Some(t) if t.failed => Ok(command("ROLLBACK")),
             Some(t) => {
-                self.db.commit(&t.base, t.writes).await?;
+                self.commit_txn(t).await?;
                 Ok(command("COMMIT"))
             }
         }
+    }
+
+    /// Commits a transaction's writes, then deploys or stops the
+    /// projections its DDL created or dropped.
+    async fn commit_txn(&mut self, txn: Txn) -> Result<(), ServerError> {
+        let wrote_tables = !txn.writes.tables.is_empty();
+        let ddl = txn.writes.ddl.clone();
+        let seq = self.db.commit(&txn.base, txn.writes).await?;
+        if wrote_tables {
+            self.last_write_seq = self.last_write_seq.max(seq);
+        }
+        if ddl.is_empty() {
+            return Ok(());
+        }
+        self.refresh_view();
+        self.after_commit(&ddl).await
     }
 
     /// The open transaction block, for statements that only make sense in
@@ -504,7 +534,26 @@ impl Session {
         use Statement as S;
         match statement {
             S::Query(_) => self.query(statement, params).await,
+            S::Explain {
+                statement: inner, ..
+            } if matches!(inner.as_ref(), S::CreateView(v) if v.materialized) => {
+                let S::CreateView(create) = *inner else {
+                    unreachable!("matched above")
+                };
+                self.explain_projection(&create).await
+            }
             S::Explain { .. } => self.explain(statement, params).await,
+            S::CreateView(create) if create.materialized => self.create_projection(create).await,
+            S::CreateView(_) => Err(ServerError::feature_not_supported(
+                "CREATE VIEW (CREATE PROJECTION or CREATE MATERIALIZED VIEW keeps a query's result up to date)",
+            )),
+            S::Flush { .. } if statement == weir_planner::parse::flush_statement() => {
+                self.flush().await
+            }
+            S::ShowViews {
+                materialized: true,
+                ..
+            } => self.show_projections(),
             S::Insert(insert) => self.insert(insert, params).await,
             S::Update(update) => self.update(update, params).await,
             S::Delete(delete) => self.delete(delete, params).await,

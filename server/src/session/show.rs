@@ -9,7 +9,7 @@ use datafusion::sql::sqlparser::ast::{ObjectName, ShowCreateObject};
 use super::{Session, StatementResult};
 use crate::error::ServerError;
 
-fn text_rows(names: &[&str], rows: Vec<Vec<String>>) -> Result<StatementResult, ServerError> {
+pub(super) fn text_rows(names: &[&str], rows: Vec<Vec<String>>) -> Result<StatementResult, ServerError> {
     let schema = Arc::new(Schema::new(
         names
             .iter()
@@ -43,6 +43,22 @@ impl Session {
         text_rows(&["schema", "name"], rows)
     }
 
+    /// SHOW PROJECTIONS / SHOW MATERIALIZED VIEWS.
+    pub(super) fn show_projections(&mut self) -> Result<StatementResult, ServerError> {
+        let snapshot = self.snapshot();
+        let mut rows: Vec<Vec<String>> = snapshot
+            .catalog
+            .projections
+            .values()
+            .map(|p| {
+                let status = projection_status(&snapshot, p.id);
+                vec![p.schema.clone(), p.name.clone(), status]
+            })
+            .collect();
+        rows.sort();
+        text_rows(&["schema", "name", "status"], rows)
+    }
+
     pub(super) fn show_create(
         &mut self,
         kind: ShowCreateObject,
@@ -51,6 +67,13 @@ impl Session {
         match kind {
             ShowCreateObject::Table => {
                 let def = self.resolve_table(name)?;
+                text_rows(
+                    &["name", "create_sql"],
+                    vec![vec![def.qualified_name(), def.create_statement()]],
+                )
+            }
+            ShowCreateObject::View => {
+                let def = self.resolve_projection(name)?;
                 text_rows(
                     &["name", "create_sql"],
                     vec![vec![def.qualified_name(), def.create_statement()]],
@@ -66,6 +89,20 @@ impl Session {
         &mut self,
         name: &ObjectName,
     ) -> Result<StatementResult, ServerError> {
+        if let Ok(projection) = self.resolve_projection(name) {
+            let rows = projection
+                .columns
+                .iter()
+                .map(|c| {
+                    vec![
+                        c.name.clone(),
+                        c.sql_type.display_name(),
+                        c.nullable.to_string(),
+                    ]
+                })
+                .collect();
+            return text_rows(&["name", "type", "nullable"], rows);
+        }
         let def = self.resolve_table(name)?;
         let schema = Arc::new(Schema::new(vec![
             Field::new("name", DataType::Utf8, false),
@@ -101,5 +138,16 @@ impl Session {
             schema,
             batches: vec![batch],
         })
+    }
+}
+
+/// `running`, `starting` (committed, not yet deployed) or `failed: <why>`.
+pub(crate) fn projection_status(snapshot: &crate::db::Snapshot, id: weir_common::ObjectId) -> String {
+    match snapshot.projections.projections.get(&id) {
+        None => "starting".into(),
+        Some(view) => match &view.failure {
+            Some(e) => format!("failed: {e}"),
+            None => "running".into(),
+        },
     }
 }

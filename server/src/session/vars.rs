@@ -314,6 +314,14 @@ impl Session {
                 } else {
                     self.vars.set(&name, &value)?;
                 }
+                if name.eq_ignore_ascii_case("barrier_interval") {
+                    // One coordinator serves every session: the interval is
+                    // server-wide, like RisingWave's barrier_interval_ms.
+                    let value = self.vars.get("barrier_interval").unwrap_or_default();
+                    let interval =
+                        crate::config::parse_duration(&value).map_err(ServerError::invalid_param)?;
+                    self.db.projections().set_barrier_interval(interval);
+                }
             }
             Set::SetTimeZone { value, .. } => {
                 self.vars.set("TimeZone", &value_text(&value))?;

@@ -1,0 +1,328 @@
+//! CREATE / DROP / EXPLAIN CREATE PROJECTION (also spelled MATERIALIZED
+//! VIEW), FLUSH and read-your-writes.
+//!
+//! A projection is planned twice: when created (so an unsupported query
+//! fails before anything is written) and when deployed, after its catalog
+//! entry commits (and again at every start), against the catalog of that
+//! moment. Deployment backfills it from its inputs; if that fails, the
+//! creation is undone and the error returned, as PostgreSQL fails a
+//! `CREATE MATERIALIZED VIEW` whose query fails.
+
+use datafusion::common::TableReference;
+use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder, col};
+use datafusion::sql::sqlparser::ast::{CreateTableOptions, CreateView, Query, Statement};
+use weir_common::ObjectId;
+use weir_engine::SourceBinding;
+use weir_planner::{SqlType, StreamPlan};
+
+use super::{Session, StatementResult, command, show::text_rows};
+use crate::catalog::model::{ColumnDef, ProjectionDef};
+use crate::catalog::{Catalog, CatalogChange};
+use crate::db::TxnWrites;
+use crate::error::ServerError;
+
+/// A projection's graph with its sources bound to catalog objects.
+pub(crate) struct PlannedProjection {
+    pub stream: StreamPlan,
+    pub bindings: Vec<SourceBinding>,
+}
+
+impl Session {
+    /// Binds and lowers a projection query against the session's catalog.
+    pub(crate) async fn plan_projection(
+        &self,
+        query: &Query,
+        column_names: &[String],
+    ) -> Result<PlannedProjection, ServerError> {
+        let plan = self
+            .plan_statement(Statement::Query(Box::new(query.clone())))
+            .await?;
+        let plan = rename_columns(plan, column_names)?;
+        let stream = weir_planner::lower(&plan, &self.ctx.state())?;
+        let catalog = self.snapshot().catalog.clone();
+        let default_schema = self.vars.default_schema();
+        let bindings = stream
+            .sources
+            .iter()
+            .map(|source| {
+                let object = resolve_source(&catalog, &source.name, &default_schema)?;
+                Ok(SourceBinding {
+                    object,
+                    schema: source.schema.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>, ServerError>>()?;
+        Ok(PlannedProjection { stream, bindings })
+    }
+
+    pub(super) async fn create_projection(
+        &mut self,
+        create: CreateView,
+    ) -> Result<StatementResult, ServerError> {
+        if create.or_replace || create.or_alter || create.temporary {
+            return Err(ServerError::feature_not_supported(
+                "CREATE OR REPLACE and TEMPORARY projections",
+            ));
+        }
+        if !matches!(create.options, CreateTableOptions::None) {
+            return Err(ServerError::feature_not_supported(format!(
+                "projection options {} (none are supported yet)",
+                create.options
+            )));
+        }
+        let (schema, name) = self.split_name(&create.name)?;
+        let catalog = self.snapshot().catalog.clone();
+        if !catalog.schemas.contains(&schema) {
+            return Err(ServerError::UndefinedSchema(schema));
+        }
+        if catalog.relation_exists(&schema, &name) {
+            if create.if_not_exists {
+                return Ok(command("CREATE MATERIALIZED VIEW"));
+            }
+            return Err(ServerError::DuplicateTable(name));
+        }
+        let column_names: Vec<String> = create
+            .columns
+            .iter()
+            .map(|c| super::dml::normalize_ident(&c.name))
+            .collect();
+        let planned = self.plan_projection(&create.query, &column_names).await?;
+        let columns = column_defs(&planned.stream)?;
+        let mut reads: Vec<ObjectId> = planned.bindings.iter().map(|b| b.object).collect();
+        reads.dedup();
+        let id = (*catalog).clone().allocate_id();
+        let def = ProjectionDef {
+            id,
+            schema,
+            name,
+            query: create.query.to_string(),
+            columns,
+            reads,
+        };
+        self.write(TxnWrites {
+            ddl: vec![CatalogChange::CreateProjection(def)],
+            tables: vec![],
+        })?;
+        Ok(command("CREATE MATERIALIZED VIEW"))
+    }
+
+    /// `EXPLAIN CREATE PROJECTION`: the operator graph, one node per row.
+    pub(super) async fn explain_projection(
+        &mut self,
+        create: &CreateView,
+    ) -> Result<StatementResult, ServerError> {
+        let column_names: Vec<String> = create
+            .columns
+            .iter()
+            .map(|c| super::dml::normalize_ident(&c.name))
+            .collect();
+        let planned = self.plan_projection(&create.query, &column_names).await?;
+        let mut lines: Vec<Vec<String>> = planned
+            .stream
+            .sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| vec![format!("source {i}: {}", s.name)])
+            .collect();
+        lines.extend(planned.stream.explain.iter().map(|l| vec![l.clone()]));
+        text_rows(&["QUERY PLAN"], lines)
+    }
+
+    /// Runs after a transaction commits: deploys the projections it
+    /// created and stops the ones it dropped.
+    pub(super) async fn after_commit(&mut self, ddl: &[CatalogChange]) -> Result<(), ServerError> {
+        for change in ddl {
+            match change {
+                CatalogChange::CreateProjection(def) => {
+                    if let Err(e) = self.deploy(def).await {
+                        // Undo the creation, as a failed CREATE leaves nothing.
+                        let base = self.db.snapshot();
+                        let undo = TxnWrites {
+                            ddl: vec![CatalogChange::DropProjection { id: def.id }],
+                            tables: vec![],
+                        };
+                        if let Err(undo_error) = self.db.commit(&base, undo).await {
+                            tracing::error!(projection = %def.name, error = %undo_error, "could not undo a failed projection");
+                        }
+                        return Err(e);
+                    }
+                }
+                CatalogChange::DropProjection { id } => {
+                    self.db.projections().drop_projection(*id).await;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Plans a committed projection and starts maintaining it.
+    pub(crate) async fn deploy(&self, def: &ProjectionDef) -> Result<(), ServerError> {
+        let query = parse_query(&def.query)?;
+        let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
+        let planned = self.plan_projection(&query, &names).await?;
+        let PlannedProjection { stream, bindings } = planned;
+        self.db
+            .deploy_projection(def.id, stream.graph, bindings, def.arrow_schema())
+            .await
+            .map_err(|e| match e {
+                ServerError::DataException(message) => ServerError::DataException(format!(
+                    "projection \"{}\" could not be computed: {message}",
+                    def.name
+                )),
+                other => other,
+            })
+    }
+
+    pub(super) async fn flush(&mut self) -> Result<StatementResult, ServerError> {
+        self.db.flush().await?;
+        Ok(command("FLUSH"))
+    }
+
+    /// With `read_your_writes` on, waits (by an on-demand barrier) until
+    /// this session's committed writes are visible in every projection.
+    pub(super) async fn read_your_writes(&mut self) -> Result<(), ServerError> {
+        if self.last_write_seq <= self.db.projections().covered()
+            || self.db.snapshot().catalog.projections.is_empty()
+            || !self.vars.get("read_your_writes").is_none_or(|v| v == "on")
+        {
+            return Ok(());
+        }
+        self.db.flush().await
+    }
+}
+
+/// The catalog object a scanned relation of a projection is.
+fn resolve_source(
+    catalog: &Catalog,
+    name: &TableReference,
+    default_schema: &str,
+) -> Result<ObjectId, ServerError> {
+    let schema = name.schema().unwrap_or(default_schema);
+    let table = name.table();
+    if let Some(t) = catalog.table(schema, table) {
+        return Ok(t.id);
+    }
+    if let Some(p) = catalog.projection(schema, table) {
+        return Ok(p.id);
+    }
+    Err(ServerError::feature_not_supported(format!(
+        "reading {name} in a projection: only tables and projections can be maintained incrementally"
+    )))
+}
+
+fn parse_query(text: &str) -> Result<Query, ServerError> {
+    let mut statements = weir_planner::parse_sql(text)
+        .map_err(|e| ServerError::internal(format!("stored projection query: {e}")))?;
+    match statements.pop() {
+        Some(Statement::Query(q)) if statements.is_empty() => Ok(*q),
+        _ => Err(ServerError::internal(format!(
+            "stored projection query is not one query: {text}"
+        ))),
+    }
+}
+
+/// `CREATE PROJECTION p (a, b) AS ...` names the columns.
+fn rename_columns(plan: LogicalPlan, names: &[String]) -> Result<LogicalPlan, ServerError> {
+    if names.is_empty() {
+        return Ok(plan);
+    }
+    let fields = plan.schema().columns();
+    if names.len() > fields.len() {
+        return Err(ServerError::invalid_param(format!(
+            "CREATE PROJECTION names {} columns but the query has {}",
+            names.len(),
+            fields.len()
+        )));
+    }
+    let exprs = fields.into_iter().enumerate().map(|(i, c)| match names.get(i) {
+        Some(n) => col(c).alias(n),
+        None => col(c),
+    });
+    Ok(LogicalPlanBuilder::from(plan).project(exprs)?.build()?)
+}
+
+fn column_defs(stream: &StreamPlan) -> Result<Vec<ColumnDef>, ServerError> {
+    let mut seen = std::collections::HashSet::new();
+    stream
+        .schema
+        .fields()
+        .iter()
+        .map(|f| {
+            if !seen.insert(f.name().clone()) {
+                return Err(ServerError::DuplicateColumn(f.name().clone()));
+            }
+            let sql_type = SqlType::from_field(f).ok_or_else(|| {
+                ServerError::feature_not_supported(format!(
+                    "projection column \"{}\" of type {}",
+                    f.name(),
+                    f.data_type()
+                ))
+            })?;
+            Ok(ColumnDef {
+                name: f.name().clone(),
+                sql_type,
+                nullable: f.is_nullable(),
+                default: None,
+            })
+        })
+        .collect()
+}
+
+/// The DROP changes for the projections reading `id`, readers of readers
+/// first, appended to `changes` (each once). Without CASCADE, any reader is
+/// an error naming them.
+pub(super) fn drop_readers(
+    catalog: &Catalog,
+    id: ObjectId,
+    what: &str,
+    cascade: bool,
+    changes: &mut Vec<CatalogChange>,
+) -> Result<(), ServerError> {
+    let readers = catalog.readers_of(id);
+    if readers.is_empty() {
+        return Ok(());
+    }
+    if !cascade {
+        return Err(ServerError::DependentObjects {
+            object: what.to_string(),
+            dependents: readers
+                .iter()
+                .map(|p| format!("projection {}", p.qualified_name()))
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    for reader in readers {
+        drop_readers(catalog, reader.id, "", true, changes)?;
+        let change = CatalogChange::DropProjection { id: reader.id };
+        if !changes.contains(&change) {
+            changes.push(change);
+        }
+    }
+    Ok(())
+}
+
+/// Deploys every projection of the catalog (at start: their state is not
+/// durable yet, so each is rebuilt from its inputs). Catalog ids grow with
+/// creation, so id order deploys a projection after the ones it reads.
+pub async fn redeploy_projections(db: &std::sync::Arc<crate::db::Database>) {
+    let catalog = db.snapshot().catalog.clone();
+    if catalog.projections.is_empty() {
+        return;
+    }
+    let session = Session::new(
+        db.clone(),
+        crate::catalog::model::SUPERUSER,
+        crate::catalog::model::DATABASE_NAME,
+    );
+    for def in catalog.projections.values() {
+        session.refresh_view();
+        match session.deploy(def).await {
+            Ok(()) => tracing::info!(projection = %def.qualified_name(), "projection rebuilt"),
+            Err(e) => {
+                tracing::error!(projection = %def.qualified_name(), error = %e, "projection could not be rebuilt")
+            }
+        }
+    }
+}
