@@ -157,7 +157,7 @@ impl ServerError {
                 Some("another session changed the catalog first; retry the statement".into())
             }
             Self::DependentObjects { dependents, .. } => Some(format!(
-                "{dependents} depend on it; use DROP ... CASCADE to drop them too"
+                "depending on it: {dependents}; use DROP ... CASCADE to drop them too"
             )),
             Self::UndefinedTable(_) => {
                 Some("check the name and search_path; SHOW TABLES lists the tables".into())

@@ -32,12 +32,12 @@ fn expression_problem(expr: &Expr) -> Option<PlanError> {
     match expr {
         Expr::ScalarFunction(f) if f.func.signature().volatility != Volatility::Immutable => {
             Some(PlanError::unsupported(format!(
-                "the function {}() in a projection: its result changes from one evaluation to the next, so the projection could not stay equal to its query",
+                "{}() in a projection (its result changes from one evaluation to the next, so the projection could not stay equal to its query)",
                 f.func.name()
             )))
         }
         Expr::Placeholder(p) => Some(PlanError::unsupported(format!(
-            "the parameter {} in a projection",
+            "parameter {} in a projection",
             p.id
         ))),
         _ => None,

@@ -101,6 +101,49 @@ pub fn lower(plan: &LogicalPlan, state: &SessionState) -> Result<StreamPlan, Pla
     })
 }
 
+impl StreamPlan {
+    /// Makes the graph output `schema` (same column count), casting columns
+    /// whose stored type differs from the planned one (the catalog keeps
+    /// SQL types, and not every Arrow type has its own SQL type).
+    pub fn conform_to(&mut self, schema: SchemaRef) -> Result<(), PlanError> {
+        if self.schema.fields().len() != schema.fields().len() {
+            return Err(PlanError::InvalidArgument(format!(
+                "the query now has {} columns, the projection {}",
+                self.schema.fields().len(),
+                schema.fields().len()
+            )));
+        }
+        let same = self
+            .schema
+            .fields()
+            .iter()
+            .zip(schema.fields())
+            .all(|(a, b)| a.data_type() == b.data_type());
+        if !same {
+            let columns = schema
+                .fields()
+                .iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    Arc::new(datafusion::physical_expr::expressions::CastExpr::new(
+                        column(&self.schema, i),
+                        f.data_type().clone(),
+                        None,
+                    )) as Arc<dyn PhysicalExpr>
+                })
+                .collect();
+            let last = self.graph.describe().len() - 1;
+            let index = self.graph.add(
+                Box::new(Map::new(None, columns, schema.clone())),
+                vec![Input::Node(last)],
+            )?;
+            self.explain.push(format!("#{index} map: cast to stored column types <- #{last}"));
+        }
+        self.schema = schema;
+        Ok(())
+    }
+}
+
 struct Lowering {
     graph: Graph,
     sources: Vec<SourceRef>,
@@ -270,11 +313,15 @@ impl Lowering {
             .iter()
             .map(|&i| column(&self.sources[index].schema, i))
             .collect();
-        let filters: Vec<String> = scan.filters.iter().map(|f| f.human_display().to_string()).collect();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        let mut description = format!("scan {} [{}]", scan.table_name, names.join(", "));
+        if !scan.filters.is_empty() {
+            description.push_str(&format!(" where {}", display_list(&scan.filters)));
+        }
         self.add(
             Box::new(Map::new(predicate, columns, schema)),
             vec![source],
-            format!("scan {}: {}", scan.table_name, filters.join(" AND ")),
+            description,
         )
     }
 

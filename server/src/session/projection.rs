@@ -161,7 +161,8 @@ impl Session {
         let query = parse_query(&def.query)?;
         let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
         let planned = self.plan_projection(&query, &names).await?;
-        let PlannedProjection { stream, bindings } = planned;
+        let PlannedProjection { mut stream, bindings } = planned;
+        stream.conform_to(def.arrow_schema())?;
         self.db
             .deploy_projection(def.id, stream.graph, bindings, def.arrow_schema())
             .await
