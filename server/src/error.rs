@@ -197,6 +197,7 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
             | datafusion::common::SchemaError::DuplicateUnqualifiedField { .. } => "42701",
         },
         DataFusionError::Plan(msg) if msg.starts_with("Invalid function") => "42883",
+        DataFusionError::Plan(msg) if msg.contains("require unique expression names") => "42701",
         DataFusionError::Plan(_) => "42000",
         DataFusionError::NotImplemented(_) => "0A000",
         DataFusionError::External(e) => match e.downcast_ref::<ServerError>() {
@@ -261,6 +262,8 @@ impl From<EngineError> for ServerError {
                 columns: String::new(),
                 values: key,
             },
+            EngineError::Evaluation(e) => Self::DataFusion(e),
+            EngineError::Arrow(e) => e.into(),
             other => Self::Internal(other.to_string()),
         }
     }

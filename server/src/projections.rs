@@ -50,7 +50,7 @@ pub struct TableContents {
 
 enum Command {
     Changes(u64, Vec<(ObjectId, ChangeBatch)>),
-    Deploy(Box<Deployment>, oneshot::Sender<Result<(), String>>),
+    Deploy(Box<Deployment>, oneshot::Sender<Result<(), EngineError>>),
     Drop(ObjectId),
     Barrier(oneshot::Sender<()>),
 }
@@ -111,7 +111,7 @@ impl Projections {
         self.send(Command::Deploy(Box::new(deployment), reply)).await;
         done.await
             .map_err(|_| ServerError::internal("the projection coordinator stopped"))?
-            .map_err(ServerError::DataException)
+            .map_err(ServerError::from)
     }
 
     pub async fn drop_projection(&self, id: ObjectId) {
@@ -194,7 +194,7 @@ fn close_epoch(coordinator: &mut Coordinator, shared: &Shared, received: u64, me
     shared.covered.store(received, Ordering::Release);
 }
 
-fn deploy(coordinator: &mut Coordinator, deployment: Deployment) -> Result<(), String> {
+fn deploy(coordinator: &mut Coordinator, deployment: Deployment) -> Result<(), EngineError> {
     let Deployment {
         id,
         graph,
@@ -216,7 +216,5 @@ fn deploy(coordinator: &mut Coordinator, deployment: Deployment) -> Result<(), S
         let schema = Arc::new(table.state.schema().project(&columns)?);
         Ok(Some(weir_engine::rows::concat_changes(&schema, &parts)?))
     };
-    coordinator
-        .deploy(id, graph, sources, schema, &contents)
-        .map_err(|e| e.to_string())
+    coordinator.deploy(id, graph, sources, schema, &contents)
 }

@@ -5,6 +5,8 @@
 //! - `backends`: each backend with resource, generation, capabilities and
 //!   readiness (ARCHITECTURE.md §7, "Readiness").
 //! - `sessions`: the open connections.
+//! - `projections`: every projection with its query, status, the last epoch
+//!   it applied and its row count at the latest epoch.
 
 use std::sync::Arc;
 
@@ -17,7 +19,7 @@ use datafusion::error::Result as DfResult;
 
 use crate::db::Database;
 
-const TABLES: &[&str] = &["backends", "sessions", "tables"];
+const TABLES: &[&str] = &["backends", "projections", "sessions", "tables"];
 
 #[derive(Debug)]
 pub struct SystemSchema {
@@ -53,6 +55,17 @@ impl SystemSchema {
                 utf8("readiness"),
             ],
             "sessions" => vec![int8("backends")],
+            "projections" => vec![
+                utf8("schema"),
+                utf8("name"),
+                int8("id"),
+                utf8("definition"),
+                utf8("status"),
+                int8("last_epoch"),
+                int8("rows"),
+                int8("rows_in"),
+                int8("rows_out"),
+            ],
             _ => return None,
         };
         Some(Arc::new(Schema::new(fields)))
@@ -100,6 +113,31 @@ impl SystemSchema {
                 ]
             }
             "sessions" => vec![int(vec![self.db.backend_count() as i64])],
+            "projections" => {
+                let snapshot = self.db.snapshot();
+                let defs: Vec<_> = snapshot.catalog.projections.values().collect();
+                let view = |id| snapshot.projections.projections.get(id);
+                let stat = |f: &dyn Fn(&weir_engine::ProjectionView) -> u64| {
+                    int(defs
+                        .iter()
+                        .map(|d| view(&d.id).map_or(0, |v| f(v) as i64))
+                        .collect())
+                };
+                vec![
+                    text(defs.iter().map(|d| d.schema.clone()).collect()),
+                    text(defs.iter().map(|d| d.name.clone()).collect()),
+                    int(defs.iter().map(|d| d.id.0 as i64).collect()),
+                    text(defs.iter().map(|d| d.create_statement()).collect()),
+                    text(defs
+                        .iter()
+                        .map(|d| crate::session::projection_status(&snapshot, d.id))
+                        .collect()),
+                    stat(&|v| v.last_epoch.0),
+                    stat(&|v| v.result.row_count()),
+                    stat(&|v| v.rows_in),
+                    stat(&|v| v.rows_out),
+                ]
+            }
             _ => return None,
         };
         RecordBatch::try_new(schema, columns).ok()

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
-use arrow::compute::{cast, filter};
+use arrow::compute::{SortColumn, cast, filter, lexsort_to_indices, take_record_batch};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
@@ -119,14 +119,36 @@ impl Aggregate {
         self.calls
             .iter()
             .map(|call| {
+                // An ordered aggregate (`string_agg(x, ',' ORDER BY x)`) sees
+                // its rows sorted, and its ordering values after its
+                // arguments, as DataFusion's order-sensitive accumulators expect.
+                let order_bys = call.function.order_bys();
+                let sorted;
+                let batch = if order_bys.is_empty() {
+                    &batch
+                } else {
+                    let keys = order_bys
+                        .iter()
+                        .map(|s| {
+                            Ok(SortColumn {
+                                values: s.expr.evaluate(&batch)?.into_array(batch.num_rows())?,
+                                options: Some(s.options),
+                            })
+                        })
+                        .collect::<Result<Vec<_>, EngineError>>()?;
+                    let indices = lexsort_to_indices(&keys, None)?;
+                    sorted = take_record_batch(&batch, &indices)?;
+                    &sorted
+                };
                 let mut args = call
                     .function
                     .expressions()
                     .iter()
-                    .map(|e| e.evaluate(&batch)?.into_array(batch.num_rows()))
+                    .chain(order_bys.iter().map(|s| &s.expr))
+                    .map(|e| e.evaluate(batch)?.into_array(batch.num_rows()))
                     .collect::<Result<Vec<_>, _>>()?;
                 if let Some(predicate) = &call.filter {
-                    let mask = predicate.evaluate(&batch)?.into_array(batch.num_rows())?;
+                    let mask = predicate.evaluate(batch)?.into_array(batch.num_rows())?;
                     let mask = where_true(&mask)?;
                     args = args
                         .iter()

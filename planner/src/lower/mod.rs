@@ -348,12 +348,6 @@ impl Lowering {
                 &self.planning,
             )
             .build()?;
-            if !lowered.order_bys.is_empty() {
-                return Err(PlanError::unsupported(format!(
-                    "ORDER BY inside the aggregate {} in a projection",
-                    e.human_display()
-                )));
-            }
             calls.push(AggregateCall {
                 function: lowered.aggregate,
                 filter: lowered.filter,

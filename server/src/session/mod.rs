@@ -23,6 +23,7 @@ mod functions;
 pub(crate) mod prepared;
 mod projection;
 pub use projection::redeploy_projections;
+pub(crate) use show::projection_status;
 mod query;
 mod show;
 mod vars;

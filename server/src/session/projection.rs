@@ -166,13 +166,6 @@ impl Session {
         self.db
             .deploy_projection(def.id, stream.graph, bindings, def.arrow_schema())
             .await
-            .map_err(|e| match e {
-                ServerError::DataException(message) => ServerError::DataException(format!(
-                    "projection \"{}\" could not be computed: {message}",
-                    def.name
-                )),
-                other => other,
-            })
     }
 
     pub(super) async fn flush(&mut self) -> Result<StatementResult, ServerError> {
