@@ -7,6 +7,9 @@
 //! - batched INSERT throughput (1000 rows per statement),
 //! - point SELECT by primary key with a prepared statement.
 //!
+//! `weir-bench projections --rows 100000` measures how fast projections keep
+//! up with updates and the epoch latency (see [`projections`]).
+//!
 //! Results are printed as rates per second and per client. Run the server
 //! with `--release` for meaningful numbers.
 
@@ -15,6 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+
+mod projections;
 use tokio_postgres::{Client, NoTls};
 
 #[derive(Parser)]
@@ -35,6 +40,27 @@ enum Bench {
         clients: usize,
         #[arg(long, default_value_t = 5)]
         seconds: u64,
+    },
+    /// Update throughput under a group-by and a join projection, and epoch latency.
+    Projections {
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        #[arg(long, default_value_t = 5488)]
+        port: u16,
+        #[arg(long, default_value_t = 100_000)]
+        rows: u64,
+        #[arg(long, default_value_t = 1000)]
+        groups: u64,
+        /// Rows changed by each UPDATE.
+        #[arg(long, default_value_t = 1000)]
+        batch: u64,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        #[arg(long, default_value_t = 200)]
+        latency_samples: usize,
+        /// The server's process id, to report rows per server core-second.
+        #[arg(long)]
+        server_pid: Option<u32>,
     },
 }
 
@@ -87,12 +113,35 @@ async fn measure(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let Bench::Serving {
-        host,
-        port,
-        clients,
-        seconds,
-    } = Cli::parse().command;
+    let (host, port, clients, seconds) = match Cli::parse().command {
+        Bench::Serving {
+            host,
+            port,
+            clients,
+            seconds,
+        } => (host, port, clients, seconds),
+        Bench::Projections {
+            host,
+            port,
+            rows,
+            groups,
+            batch,
+            seconds,
+            latency_samples,
+            server_pid,
+        } => {
+            let client = connect(&host, port).await?;
+            let options = projections::Options {
+                rows,
+                groups,
+                batch,
+                seconds,
+                latency_samples,
+                server_pid,
+            };
+            return projections::run(&client, &options).await;
+        }
+    };
     let admin = connect(&host, port).await?;
     admin
         .batch_execute(
