@@ -13,6 +13,7 @@
 //! - `psql`, `python`, `jdbc`: real clients (psql; psycopg, asyncpg,
 //!   SQLAlchemy and the Flight SQL scripts in `tests/clients/`; pgjdbc).
 //! - `crash`: `kill -9` during ingestion loses no acknowledged row.
+//! - `projections`: projections across `kill -9`, read-your-writes, epochs.
 //! - `http`, `auth`, `tls`: health/metrics, SCRAM, TLS.
 //!
 //! External tools (psql, java with pgjdbc, the Python venv) are installed by
@@ -27,6 +28,7 @@ mod crash;
 mod http;
 mod jdbc;
 mod pg_cursors_copy;
+mod projections;
 mod psql;
 mod python;
 mod slt;
