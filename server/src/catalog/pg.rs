@@ -271,6 +271,17 @@ impl PgCatalog {
                 ));
             }
         }
+        for def in snapshot.catalog.projections.values() {
+            rows.push(class_row(
+                table_oid(def.id),
+                &def.name,
+                schema_oid(&def.schema),
+                "m",
+                HEAP_AM,
+                def.columns.len(),
+                false,
+            ));
+        }
         for (i, name) in self.view.system.table_names_sorted().iter().enumerate() {
             let natts = self
                 .view
@@ -303,6 +314,19 @@ impl PgCatalog {
                     .filter_map(|k| columns.iter().find(|c| &c.name == k));
                 attribute_rows(&mut rows, pkey_index_oid(def.id), keys);
             }
+        }
+        for def in snapshot.catalog.projections.values() {
+            let columns: Vec<Column> = def
+                .columns
+                .iter()
+                .map(|c| Column {
+                    name: c.name.clone(),
+                    sql_type: c.sql_type.clone(),
+                    nullable: c.nullable,
+                    default: None,
+                })
+                .collect();
+            attribute_rows(&mut rows, table_oid(def.id), columns.iter());
         }
         for (i, name) in self.view.system.table_names_sorted().iter().enumerate() {
             if let Some(schema) = self.view.system.table_schema(name) {

@@ -28,7 +28,7 @@ use super::service::WeirFlightSql;
 use super::status::with_sqlstate;
 
 /// Table types `list_tables` reports.
-pub(crate) const TABLE_TYPES: [&str; 3] = ["SYSTEM TABLE", "TABLE", "VIEW"];
+pub(crate) const TABLE_TYPES: [&str; 4] = ["MATERIALIZED VIEW", "SYSTEM TABLE", "TABLE", "VIEW"];
 
 /// The server's answers to `GetSqlInfo`, built once.
 static SQL_INFO: LazyLock<Result<SqlInfoData, String>> = LazyLock::new(|| {

@@ -622,6 +622,14 @@ impl Session {
                 primary_key: t.primary_key.clone(),
             })
             .collect();
+        out.extend(snapshot.catalog.projections.values().map(|p| TableInfo {
+            catalog: crate::catalog::model::DATABASE_NAME.into(),
+            schema: p.schema.clone(),
+            name: p.name.clone(),
+            kind: "MATERIALIZED VIEW",
+            arrow_schema: p.arrow_schema(),
+            primary_key: vec![],
+        }));
         for name in self.view.system.table_names_sorted() {
             if let Some(schema) = self.view.system.table_schema(&name) {
                 out.push(TableInfo {
