@@ -145,21 +145,20 @@ impl Coordinator {
         };
         let mut outputs: HashMap<ObjectId, ChangeBatch> = HashMap::new();
         for deployed in &mut self.deployed {
-            let projection = view
-                .projections
-                .get_mut(&deployed.id)
-                .expect("every deployed projection has a view");
-            if projection.failure.is_some() {
+            if view.projections[&deployed.id].failure.is_some() {
                 continue;
             }
-            let mut upstream_failure = None;
+            // A projection whose input failed (in this epoch or before)
+            // cannot be kept equal to its query either.
+            let upstream_failure = deployed.sources.iter().find_map(|s| {
+                view.projections
+                    .get(&s.object)
+                    .and_then(|upstream| upstream.failure.clone())
+            });
             let inputs: Vec<ChangeBatch> = deployed
                 .sources
                 .iter()
                 .map(|s| {
-                    if let Some(failed) = report.failed.iter().find(|(id, _)| *id == s.object) {
-                        upstream_failure = Some(failed.1.clone());
-                    }
                     tables
                         .get(&s.object)
                         .or_else(|| outputs.get(&s.object))
@@ -167,6 +166,10 @@ impl Coordinator {
                         .unwrap_or_else(|| empty_change(&s.schema))
                 })
                 .collect();
+            let projection = view
+                .projections
+                .get_mut(&deployed.id)
+                .expect("every deployed projection has a view");
             let rows_in: u64 = inputs.iter().map(|c| c.num_rows() as u64).sum();
             let stepped = match upstream_failure {
                 Some(e) => Err(format!("a projection it reads failed: {e}")),
@@ -277,5 +280,104 @@ impl Coordinator {
                 self.pending_rows -= dropped.iter().map(ChangeBatch::num_rows).sum::<usize>();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Input;
+    use crate::ops::union::Union;
+    use crate::testing::{change, render, schema};
+
+    /// Fails on any row whose first column is `boom`; passes the rest on.
+    struct FailOnBoom(SchemaRef);
+
+    impl crate::Operator for FailOnBoom {
+        fn name(&self) -> &'static str {
+            "fail_on_boom"
+        }
+        fn output_schema(&self) -> SchemaRef {
+            self.0.clone()
+        }
+        fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
+            if render(&inputs[0]).iter().any(|l| l.starts_with("boom")) {
+                return Err(EngineError::Invariant {
+                    operator: "fail_on_boom",
+                    message: "boom".into(),
+                });
+            }
+            Ok(inputs[0].clone())
+        }
+        fn snapshot(&self) -> Result<Vec<u8>, EngineError> {
+            Ok(Vec::new())
+        }
+        fn restore(&mut self, _: &[u8]) -> Result<(), EngineError> {
+            Ok(())
+        }
+    }
+
+    fn passthrough(source: usize) -> Graph {
+        let mut graph = Graph::new(1);
+        graph
+            .add(Box::new(FailOnBoom(schema("k text"))), vec![Input::Source(source)])
+            .unwrap();
+        graph
+    }
+
+    fn rows(view: &EpochView, id: u64) -> Vec<String> {
+        let result = &view.projections[&ObjectId(id)].result;
+        render(&result.as_inserts().unwrap())
+    }
+
+    #[test]
+    fn epochs_feed_tables_then_projections_in_order_and_failures_spread() {
+        let table = ObjectId(1);
+        let k = schema("k text");
+        let mut coordinator = Coordinator::new();
+        let backfill = |_: ObjectId| Ok(Some(change("k text", "a +1")));
+        let bind = |object| vec![SourceBinding { object, schema: k.clone() }];
+        coordinator
+            .deploy(ObjectId(2), passthrough(0), bind(table), k.clone(), &backfill)
+            .unwrap();
+        // Projection 3 reads projection 2 (and unions it with itself).
+        let mut doubled = Graph::new(1);
+        doubled
+            .add(Box::new(Union::new(2, k.clone())), vec![Input::Source(0), Input::Source(0)])
+            .unwrap();
+        coordinator
+            .deploy(ObjectId(3), doubled, bind(ObjectId(2)), k.clone(), &backfill)
+            .unwrap();
+        assert_eq!(rows(&coordinator.view(), 3), vec!["a +2"]);
+
+        // Changes wait for the barrier; an update undone within the epoch
+        // changes nothing.
+        coordinator.push(table, change("k text", "b +1; a -1"));
+        coordinator.push(table, change("k text", "a +1"));
+        coordinator.push(ObjectId(99), change("k text", "ignored +1"));
+        assert_eq!(rows(&coordinator.view(), 2), vec!["a +1"]);
+        let report = coordinator.run_epoch().unwrap();
+        assert_eq!(report.epoch, Epoch(1));
+        let view = coordinator.view();
+        assert_eq!(rows(&view, 2), vec!["a +1", "b +1"]);
+        assert_eq!(rows(&view, 3), vec!["a +2", "b +2"]);
+
+        // A failing step keeps the last result, marks the projection and
+        // everything reading it failed, and later epochs skip them.
+        coordinator.push(table, change("k text", "boom +1"));
+        let report = coordinator.run_epoch().unwrap();
+        assert_eq!(report.failed.len(), 2);
+        let view = coordinator.view();
+        assert!(view.projections[&ObjectId(2)].failure.is_some());
+        assert!(view.projections[&ObjectId(3)].failure.is_some());
+        assert_eq!(rows(&view, 3), vec!["a +2", "b +2"]);
+        coordinator.push(table, change("k text", "c +1"));
+        assert!(coordinator.run_epoch().unwrap().failed.is_empty());
+
+        coordinator.drop_projection(ObjectId(3));
+        coordinator.drop_projection(ObjectId(2));
+        assert!(coordinator.view().projections.is_empty());
+        coordinator.push(table, change("k text", "d +1"));
+        assert_eq!(coordinator.pending_rows(), 0, "nothing reads the table any more");
     }
 }

@@ -139,6 +139,23 @@ fn psql_meta_commands_describe_the_catalog() {
         &["code", "character varying(4)", "name"],
     );
 
+    // A projection is a materialized view to psql.
+    psql(
+        &server,
+        &[
+            "-c",
+            "CREATE PROJECTION psql_spend AS SELECT customer, sum(amount) AS total FROM psql_orders GROUP BY customer",
+        ],
+    );
+    let out = psql(&server, &["-c", "\\dm"]);
+    assert_contains_all(&out, "\\dm lists projections", &["psql_spend", "materialized view"]);
+    let out = psql(&server, &["-c", "\\d psql_spend"]);
+    assert_contains_all(
+        &out,
+        "\\d psql_spend describes a projection",
+        &["Materialized view \"public.psql_spend\"", "customer", "total", "numeric"],
+    );
+
     // \df runs its pg_proc query without error; it names its columns.
     let out = psql(&server, &["-c", "\\df"]);
     assert_contains_all(
