@@ -266,6 +266,18 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Marks every projection failed (after a step panicked, when no graph
+    /// can be trusted to be consistent with its result any more).
+    pub fn fail_all(&mut self, reason: &str) {
+        self.pending.clear();
+        self.pending_rows = 0;
+        let mut view = (*self.view).clone();
+        for projection in view.projections.values_mut() {
+            projection.failure.get_or_insert_with(|| reason.to_string());
+        }
+        self.view = Arc::new(view);
+    }
+
     /// Stops maintaining a projection and forgets its result.
     pub fn drop_projection(&mut self, id: ObjectId) {
         self.deployed.retain(|d| d.id != id);

@@ -168,7 +168,15 @@ async fn run(mut commands: mpsc::Receiver<Command>, shared: Arc<Shared>, metrics
             }
             Some(Command::Deploy(deployment, reply)) => {
                 close_epoch(&mut coordinator, &shared, received, &metrics);
-                let result = deploy(&mut coordinator, *deployment);
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    deploy(&mut coordinator, *deployment)
+                }))
+                .unwrap_or_else(|panic| {
+                    Err(EngineError::Invariant {
+                        operator: "coordinator",
+                        message: format!("deploying panicked: {}", panic_message(&panic)),
+                    })
+                });
                 *shared.view.write() = coordinator.view();
                 let _ = reply.send(result);
             }
@@ -181,7 +189,18 @@ async fn run(mut commands: mpsc::Receiver<Command>, shared: Arc<Shared>, metrics
 }
 
 fn close_epoch(coordinator: &mut Coordinator, shared: &Shared, received: u64, metrics: &Metrics) {
-    match coordinator.run_epoch() {
+    // An operator bug must not take the server (or the commit path) down.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| coordinator.run_epoch()))
+        .unwrap_or_else(|panic| {
+            let reason = panic_message(&panic);
+            tracing::error!(%reason, "an epoch panicked; every projection is marked failed");
+            coordinator.fail_all(&format!("internal error in an operator: {reason}"));
+            Err(EngineError::Invariant {
+                operator: "coordinator",
+                message: reason,
+            })
+        });
+    match outcome {
         Ok(report) => {
             for (id, error) in &report.failed {
                 tracing::error!(projection = %id, epoch = report.epoch.0, %error, "projection failed");
@@ -217,4 +236,12 @@ fn deploy(coordinator: &mut Coordinator, deployment: Deployment) -> Result<(), E
         Ok(Some(weir_engine::rows::concat_changes(&schema, &parts)?))
     };
     coordinator.deploy(id, graph, sources, schema, &contents)
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
 }
