@@ -260,6 +260,7 @@ impl Session {
                         (schema, batches)
                     }
                 };
+                let (schema, batches) = self.in_session_time_zone(schema, batches)?;
                 Ok(StatementResult::CopyOut {
                     options,
                     schema,

@@ -226,10 +226,8 @@ impl Session {
         match returning {
             Some(items) => {
                 let (schema, batch) = self.returning(&qualifier, &written, items, params)?;
-                Ok(StatementResult::Rows {
-                    schema,
-                    batches: vec![batch],
-                })
+                let (schema, batches) = self.in_session_time_zone(schema, vec![batch])?;
+                Ok(StatementResult::Rows { schema, batches })
             }
             None => Ok(command(&format!("INSERT 0 {count}"))),
         }
@@ -486,10 +484,8 @@ impl Session {
         match returning {
             Some(items) => {
                 let (schema, batch) = self.returning(&qualifier, &new_user, items, params)?;
-                Ok(StatementResult::Rows {
-                    schema,
-                    batches: vec![batch],
-                })
+                let (schema, batches) = self.in_session_time_zone(schema, vec![batch])?;
+                Ok(StatementResult::Rows { schema, batches })
             }
             None => Ok(command(&format!("UPDATE {count}"))),
         }
@@ -545,10 +541,8 @@ impl Session {
         match returning {
             Some(items) => {
                 let (schema, batch) = self.returning(&qualifier, &old_user, items, params)?;
-                Ok(StatementResult::Rows {
-                    schema,
-                    batches: vec![batch],
-                })
+                let (schema, batches) = self.in_session_time_zone(schema, vec![batch])?;
+                Ok(StatementResult::Rows { schema, batches })
             }
             None => Ok(command(&format!("DELETE {count}"))),
         }

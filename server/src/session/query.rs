@@ -62,7 +62,7 @@ impl Session {
     /// PostgreSQL prints timestamptz values in the session's TimeZone; the
     /// text encoder prints them in their array's zone, so results carry the
     /// session zone (a metadata-only cast).
-    fn in_session_time_zone(
+    pub(super) fn in_session_time_zone(
         &self,
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
