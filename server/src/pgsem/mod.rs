@@ -96,11 +96,17 @@ fn rewrite_plan(
             let saved = preserver.save(&expr);
             Ok(f(expr, &schema, node)?.update_data(|e| saved.restore(e)))
         })?;
-        if transformed.transformed {
-            transformed.map_data(|p| p.recompute_schema())
+        // Every node restates its schema, not only the rewritten ones: a
+        // projection that passes a rewritten literal's column through would
+        // otherwise still promise the old type, and execution fails on the
+        // mismatch (INSERT ... SELECT 0 into a bigint column did).
+        let changed = transformed.transformed;
+        let recomputed = transformed.data.recompute_schema()?;
+        Ok(if changed {
+            Transformed::yes(recomputed)
         } else {
-            Ok(transformed)
-        }
+            Transformed::no(recomputed)
+        })
     })
     .map(|t| t.data)
 }
