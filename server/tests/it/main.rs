@@ -13,6 +13,8 @@
 //! - `psql`, `python`, `jdbc`: real clients (psql; psycopg, asyncpg,
 //!   SQLAlchemy and the Flight SQL scripts in `tests/clients/`; pgjdbc).
 //! - `crash`: `kill -9` during ingestion loses no acknowledged row.
+//! - `projections_diff`: every projection shape against its query run ad hoc,
+//!   after random writes (seeded by `WEIR_DIFF_SEED`).
 //! - `http`, `auth`, `tls`: health/metrics, SCRAM, TLS.
 //!
 //! External tools (psql, java with pgjdbc, the Python venv) are installed by
@@ -27,6 +29,7 @@ mod crash;
 mod http;
 mod jdbc;
 mod pg_cursors_copy;
+mod projections_diff;
 mod psql;
 mod python;
 mod slt;
