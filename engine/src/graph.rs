@@ -1,5 +1,8 @@
 //! [`Graph`]: a DAG of operators stepped once per epoch.
 
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+
 use weir_common::ChangeBatch;
 
 use crate::EngineError;
@@ -26,6 +29,11 @@ struct Node {
 /// If a step fails, operators that already stepped have moved on while later
 /// ones have not, so a failed graph must not be stepped again: the owner
 /// rebuilds it (from its inputs or a checkpoint). [`Graph::is_poisoned`] says so.
+///
+/// A panic inside an operator (a DataFusion kernel can panic on input it
+/// did not expect, e.g. an overflow check in a debug build) is such a
+/// failure too: it is caught and returned as an error, so it fails one
+/// projection instead of unwinding through the task that steps them all.
 pub struct Graph {
     sources: usize,
     nodes: Vec<Node>,
@@ -116,7 +124,15 @@ impl Graph {
                     Input::Node(i) => outputs[i].clone(),
                 })
                 .collect();
-            match node.operator.step(&inputs) {
+            let operator = &mut node.operator;
+            let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| operator.step(&inputs)))
+                .unwrap_or_else(|panic| {
+                    Err(EngineError::Invariant {
+                        operator: operator.name(),
+                        message: format!("panicked: {}", panic_message(panic.as_ref())),
+                    })
+                });
+            match stepped {
                 Ok(out) => {
                     stats.push(NodeStep {
                         operator: node.operator.name(),
@@ -152,5 +168,72 @@ impl Graph {
         }
         self.poisoned = false;
         Ok(())
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::datatypes::SchemaRef;
+
+    use super::*;
+    use crate::testing::{change, render, schema};
+
+    const ROWS: &str = "k int, a text";
+
+    /// Passes its input through, or panics when `panics` is set.
+    struct Echo {
+        panics: bool,
+    }
+
+    impl Operator for Echo {
+        fn name(&self) -> &'static str {
+            "echo"
+        }
+        fn output_schema(&self) -> SchemaRef {
+            schema(ROWS)
+        }
+        fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
+            assert!(!self.panics, "attempt to subtract with overflow");
+            Ok(inputs[0].clone())
+        }
+        fn snapshot(&self) -> Result<Vec<u8>, EngineError> {
+            Ok(Vec::new())
+        }
+        fn restore(&mut self, _: &[u8]) -> Result<(), EngineError> {
+            Ok(())
+        }
+    }
+
+    fn graph(panics: bool) -> Graph {
+        let mut graph = Graph::new(1);
+        let first = graph
+            .add(Box::new(Echo { panics: false }), vec![Input::Source(0)])
+            .unwrap();
+        graph
+            .add(Box::new(Echo { panics }), vec![Input::Node(first)])
+            .unwrap();
+        graph
+    }
+
+    #[test]
+    fn a_panicking_operator_fails_the_step_and_poisons_the_graph() {
+        let mut ok = graph(false);
+        assert_eq!(
+            render(&ok.step(&[change(ROWS, "1 x +1")]).unwrap()),
+            vec!["1 x +1"]
+        );
+        let mut bad = graph(true);
+        let error = bad.step(&[change(ROWS, "1 x +1")]).unwrap_err().to_string();
+        assert_eq!(error, "echo: panicked: attempt to subtract with overflow");
+        assert!(bad.is_poisoned());
+        assert!(bad.step(&[change(ROWS, "")]).is_err());
     }
 }

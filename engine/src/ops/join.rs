@@ -8,7 +8,15 @@
 //! emitted. A row whose key has a NULL matches nothing, as in SQL. A join
 //! without equi keys (a pure range or theta join) has one bucket.
 //!
-//! Cost per epoch: O(left rows × right rows) of the changed buckets.
+//! `NOT IN` ([`JoinKind::NullAwareAnti`]) is the exception: a NULL there is
+//! "unknown", so whether a left row survives depends on the whole right
+//! side (is it empty? does it hold a NULL key?), not only on its bucket.
+//! The operator counts the right side's rows and NULL-key rows, and when
+//! either fact flips it recomputes every bucket.
+//!
+//! Cost per epoch: O(left rows × right rows) of the changed buckets (of all
+//! buckets when a NOT IN's right side becomes empty or gains or loses its
+//! NULLs).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -36,6 +44,10 @@ pub enum JoinKind {
     Semi,
     /// Left rows with no match (`NOT EXISTS`).
     Anti,
+    /// `NOT IN`: left rows with no match, where NULL keys are unknown: all
+    /// left rows if the right side is empty; none if it has a NULL key;
+    /// else the left rows with a non-NULL key and no match.
+    NullAwareAnti,
 }
 
 impl JoinKind {
@@ -47,7 +59,21 @@ impl JoinKind {
     }
     /// Semi and anti joins output left rows only.
     fn outputs_left_only(self) -> bool {
-        matches!(self, Self::Semi | Self::Anti)
+        matches!(self, Self::Semi | Self::Anti | Self::NullAwareAnti)
+    }
+}
+
+/// What a `NOT IN` needs to know about the whole right side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct RightSide {
+    rows: i64,
+    null_key_rows: i64,
+}
+
+impl RightSide {
+    /// Whether the left rows of `key`'s bucket may be output at all.
+    fn admits(self, key_is_null: bool) -> bool {
+        self.rows == 0 || (self.null_key_rows == 0 && !key_is_null)
     }
 }
 
@@ -81,6 +107,8 @@ pub struct Join {
     joined: SchemaRef,
     output: RowCodec,
     buckets: imbl::OrdMap<Option<RowBytes>, Bucket>,
+    /// Kept for [`JoinKind::NullAwareAnti`] only.
+    right_side: RightSide,
 }
 
 impl Join {
@@ -116,6 +144,7 @@ impl Join {
             joined: Arc::new(Schema::new(joined)),
             key,
             buckets: imbl::OrdMap::new(),
+            right_side: RightSide::default(),
             spec,
         })
     }
@@ -149,7 +178,15 @@ impl Join {
     }
 
     /// The output of one bucket.
-    fn bucket_output(&self, bucket: &Bucket, matchable: bool) -> Result<Multiset, EngineError> {
+    fn bucket_output(
+        &self,
+        bucket: &Bucket,
+        matchable: bool,
+        right_side: RightSide,
+    ) -> Result<Multiset, EngineError> {
+        if self.spec.kind == JoinKind::NullAwareAnti && !right_side.admits(!matchable) {
+            return Ok(Multiset::default());
+        }
         let left = self.left.decode(bucket.left.expanded())?;
         let right = self.right.decode(bucket.right.expanded())?;
         let (n, m) = (left.num_rows(), right.num_rows());
@@ -266,6 +303,7 @@ impl Operator for Join {
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
         expect_inputs(NAME, inputs, 2)?;
         let mut buckets = self.buckets.clone();
+        let mut right_side = self.right_side;
         let mut touched: BTreeSet<Option<RowBytes>> = BTreeSet::new();
         for (side, input) in inputs.iter().enumerate() {
             if input.is_empty() {
@@ -283,13 +321,25 @@ impl Operator for Join {
                     &mut bucket.right
                 };
                 set.add(row, w, NAME)?;
+                if !is_left {
+                    right_side.rows += w;
+                    if key.is_none() {
+                        right_side.null_key_rows += w;
+                    }
+                }
                 touched.insert(key);
             }
+        }
+        let flipped = self.spec.kind == JoinKind::NullAwareAnti
+            && (right_side.admits(false) != self.right_side.admits(false)
+                || right_side.admits(true) != self.right_side.admits(true));
+        if flipped {
+            touched.extend(buckets.keys().cloned());
         }
         let mut change: Vec<(RowBytes, i64)> = Vec::new();
         for key in touched {
             let bucket = buckets.get(&key).cloned().unwrap_or_default();
-            let output = self.bucket_output(&bucket, key.is_some())?;
+            let output = self.bucket_output(&bucket, key.is_some(), right_side)?;
             bucket.output.diff_into(&output, &mut change);
             if bucket.left.is_empty() && bucket.right.is_empty() {
                 buckets.remove(&key);
@@ -299,6 +349,7 @@ impl Operator for Join {
         }
         let out = self.output.consolidated_change(&change)?;
         self.buckets = buckets;
+        self.right_side = right_side;
         Ok(out)
     }
 
@@ -333,7 +384,16 @@ impl Operator for Join {
             buckets.insert(key, bucket);
         }
         r.finish()?;
+        let mut right_side = RightSide::default();
+        for (key, bucket) in &buckets {
+            let rows: i64 = bucket.right.iter().map(|(_, c)| c).sum();
+            right_side.rows += rows;
+            if key.is_none() {
+                right_side.null_key_rows += rows;
+            }
+        }
         self.buckets = buckets;
+        self.right_side = right_side;
         Ok(())
     }
 }
@@ -436,6 +496,29 @@ mod tests {
         assert_eq!(step(&mut anti, "", "1 a +1; 1 b +1"), vec!["1 x -1"]);
         assert_eq!(step(&mut semi, "", "1 a -1"), Vec::<String>::new());
         assert_eq!(step(&mut anti, "", "1 a -1; 1 b -1"), vec!["1 x +1"]);
+    }
+
+    #[test]
+    fn not_in_outputs_nothing_while_the_right_side_holds_a_null() {
+        let mut j = join(JoinKind::NullAwareAnti, false);
+        // Right side empty: every left row, even one with a NULL key.
+        assert_eq!(
+            step(&mut j, "1 x +1; 2 y +1; null n +1", ""),
+            vec!["1 x +1", "2 y +1", "null n +1"]
+        );
+        // A non-NULL right key removes its match and the NULL-key left row.
+        assert_eq!(step(&mut j, "", "1 a +1"), vec!["1 x -1", "null n -1"]);
+        // A NULL right key makes every comparison unknown: nothing is left.
+        assert_eq!(step(&mut j, "", "null b +1"), vec!["2 y -1"]);
+        assert_eq!(step(&mut j, "3 z +1", ""), Vec::<String>::new());
+        // Without the NULL, unmatched non-NULL left rows come back.
+        assert_eq!(step(&mut j, "", "null b -1"), vec!["2 y +1", "3 z +1"]);
+        let mut restored = join(JoinKind::NullAwareAnti, false);
+        restored.restore(&j.snapshot().unwrap()).unwrap();
+        for j in [&mut j, &mut restored] {
+            // Emptying the right side brings back every left row.
+            assert_eq!(step(j, "", "1 a -1"), vec!["1 x +1", "null n +1"]);
+        }
     }
 
     #[test]

@@ -380,6 +380,18 @@ impl Lowering {
             JoinType::Right => (JoinKind::Right, &j.left, &j.right, j.on.clone()),
             JoinType::Full => (JoinKind::Full, &j.left, &j.right, j.on.clone()),
             JoinType::LeftSemi => (JoinKind::Semi, &j.left, &j.right, j.on.clone()),
+            JoinType::LeftAnti if j.null_aware => {
+                // DataFusion's NOT IN gives up on the whole left side once
+                // the right side holds a NULL key, before the correlated
+                // condition is checked; SQL asks per left row. Neither
+                // answer is safe to maintain, so refuse the correlated form.
+                if j.filter.is_some() {
+                    return Err(PlanError::unsupported(
+                        "NOT IN with a correlated subquery in a projection (use NOT EXISTS)",
+                    ));
+                }
+                (JoinKind::NullAwareAnti, &j.left, &j.right, j.on.clone())
+            }
             JoinType::LeftAnti => (JoinKind::Anti, &j.left, &j.right, j.on.clone()),
             JoinType::RightSemi => (JoinKind::Semi, &j.right, &j.left, swap(&j.on)),
             JoinType::RightAnti => (JoinKind::Anti, &j.right, &j.left, swap(&j.on)),

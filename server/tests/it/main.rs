@@ -14,6 +14,8 @@
 //!   SQLAlchemy and the Flight SQL scripts in `tests/clients/`; pgjdbc).
 //! - `crash`: `kill -9` during ingestion loses no acknowledged row.
 //! - `projections`: projections across `kill -9`, read-your-writes, epochs.
+//! - `projections_diff`: every projection shape against its query run ad hoc,
+//!   after random writes (seeded by `WEIR_DIFF_SEED`).
 //! - `http`, `auth`, `tls`: health/metrics, SCRAM, TLS.
 //!
 //! External tools (psql, java with pgjdbc, the Python venv) are installed by
@@ -29,6 +31,7 @@ mod http;
 mod jdbc;
 mod pg_cursors_copy;
 mod projections;
+mod projections_diff;
 mod psql;
 mod python;
 mod slt;
