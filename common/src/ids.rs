@@ -4,7 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 /// A barrier-delimited interval of the dataflow; monotone.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Epoch(pub u64);
 
 /// A hash partition of an object's state; the unit of checkpoint and recovery.

@@ -241,8 +241,9 @@ impl Coordinator {
                     }
                     None => upstream.result.as_inserts()?,
                 },
-                None => table_contents(source.object)?
-                    .unwrap_or_else(|| empty_change(&source.schema)),
+                None => {
+                    table_contents(source.object)?.unwrap_or_else(|| empty_change(&source.schema))
+                }
             };
             backfill.push(contents);
         }
@@ -332,7 +333,10 @@ mod tests {
     fn passthrough(source: usize) -> Graph {
         let mut graph = Graph::new(1);
         graph
-            .add(Box::new(FailOnBoom(schema("k text"))), vec![Input::Source(source)])
+            .add(
+                Box::new(FailOnBoom(schema("k text"))),
+                vec![Input::Source(source)],
+            )
             .unwrap();
         graph
     }
@@ -348,17 +352,37 @@ mod tests {
         let k = schema("k text");
         let mut coordinator = Coordinator::new();
         let backfill = |_: ObjectId| Ok(Some(change("k text", "a +1")));
-        let bind = |object| vec![SourceBinding { object, schema: k.clone() }];
+        let bind = |object| {
+            vec![SourceBinding {
+                object,
+                schema: k.clone(),
+            }]
+        };
         coordinator
-            .deploy(ObjectId(2), passthrough(0), bind(table), k.clone(), &backfill)
+            .deploy(
+                ObjectId(2),
+                passthrough(0),
+                bind(table),
+                k.clone(),
+                &backfill,
+            )
             .unwrap();
         // Projection 3 reads projection 2 (and unions it with itself).
         let mut doubled = Graph::new(1);
         doubled
-            .add(Box::new(Union::new(2, k.clone())), vec![Input::Source(0), Input::Source(0)])
+            .add(
+                Box::new(Union::new(2, k.clone())),
+                vec![Input::Source(0), Input::Source(0)],
+            )
             .unwrap();
         coordinator
-            .deploy(ObjectId(3), doubled, bind(ObjectId(2)), k.clone(), &backfill)
+            .deploy(
+                ObjectId(3),
+                doubled,
+                bind(ObjectId(2)),
+                k.clone(),
+                &backfill,
+            )
             .unwrap();
         assert_eq!(rows(&coordinator.view(), 3), vec!["a +2"]);
 
@@ -390,6 +414,10 @@ mod tests {
         coordinator.drop_projection(ObjectId(2));
         assert!(coordinator.view().projections.is_empty());
         coordinator.push(table, change("k text", "d +1"));
-        assert_eq!(coordinator.pending_rows(), 0, "nothing reads the table any more");
+        assert_eq!(
+            coordinator.pending_rows(),
+            0,
+            "nothing reads the table any more"
+        );
     }
 }

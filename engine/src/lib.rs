@@ -28,8 +28,8 @@ pub mod table;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub use error::EngineError;
 pub use coordinator::{Coordinator, EpochView, ProjectionView, SourceBinding};
+pub use error::EngineError;
 pub use graph::{Graph, Input};
 pub use materialized::Materialized;
 pub use operator::Operator;

@@ -154,13 +154,19 @@ fn parse_statements(sql: &str) -> Result<Vec<Statement>, ParseError> {
 /// form there, so it reads `VIEW` (Weir has no plain views).
 const SPELLINGS: &[(&[&str], &[&str])] = &[
     (&["CREATE", "USER"], &["CREATE", "ROLE"]),
-    (&["CREATE", "PROJECTION"], &["CREATE", "MATERIALIZED", "VIEW"]),
+    (
+        &["CREATE", "PROJECTION"],
+        &["CREATE", "MATERIALIZED", "VIEW"],
+    ),
     (&["DROP", "PROJECTION"], &["DROP", "MATERIALIZED", "VIEW"]),
     (
         &["EXPLAIN", "CREATE", "PROJECTION"],
         &["EXPLAIN", "CREATE", "MATERIALIZED", "VIEW"],
     ),
-    (&["SHOW", "CREATE", "PROJECTION"], &["SHOW", "CREATE", "VIEW"]),
+    (
+        &["SHOW", "CREATE", "PROJECTION"],
+        &["SHOW", "CREATE", "VIEW"],
+    ),
     (
         &["SHOW", "CREATE", "MATERIALIZED", "VIEW"],
         &["SHOW", "CREATE", "VIEW"],
@@ -220,7 +226,9 @@ fn match_spelling(tokens: &[TokenWithSpan], i: usize) -> Option<(usize, &'static
                 }
             }
             match tokens.get(at).map(|t| &t.token) {
-                Some(Token::Word(w)) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word) => {
+                Some(Token::Word(w))
+                    if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word) =>
+                {
                     at += 1;
                 }
                 _ => continue 'patterns,
@@ -401,7 +409,11 @@ mod tests {
     fn projection_statements_read_as_materialized_views() {
         let sql = "create projection p as select 1; DROP PROJECTION IF EXISTS p; \
                    show create projection p; show projections; explain create projection q as select 2";
-        let texts: Vec<String> = parse_sql(sql).unwrap().iter().map(ToString::to_string).collect();
+        let texts: Vec<String> = parse_sql(sql)
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(
             texts,
             vec![

@@ -511,7 +511,9 @@ fn projection_changes(
     };
     let mut out = Vec::new();
     for id in &truncated {
-        let Some(columns) = user_columns(id) else { continue };
+        let Some(columns) = user_columns(id) else {
+            continue;
+        };
         for (snapshot, weight) in [(previous, -1), (next, 1)] {
             if let Some(state) = snapshot.tables.get(id) {
                 for batch in state.scan()?.iter() {

@@ -133,8 +133,12 @@ impl Metrics {
                     ("node", i.to_string()),
                     ("operator", node.operator.to_string()),
                 ];
-                self.operator_rows_in.get_or_create(&labels).inc_by(node.rows_in);
-                self.operator_rows_out.get_or_create(&labels).inc_by(node.rows_out);
+                self.operator_rows_in
+                    .get_or_create(&labels)
+                    .inc_by(node.rows_in);
+                self.operator_rows_out
+                    .get_or_create(&labels)
+                    .inc_by(node.rows_out);
             }
         }
     }

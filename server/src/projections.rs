@@ -108,7 +108,8 @@ impl Projections {
     /// before; returns once its backfilled result is visible.
     pub async fn deploy(&self, deployment: Deployment) -> Result<(), ServerError> {
         let (reply, done) = oneshot::channel();
-        self.send(Command::Deploy(Box::new(deployment), reply)).await;
+        self.send(Command::Deploy(Box::new(deployment), reply))
+            .await;
         done.await
             .map_err(|_| ServerError::internal("the projection coordinator stopped"))?
             .map_err(ServerError::from)
@@ -190,16 +191,17 @@ async fn run(mut commands: mpsc::Receiver<Command>, shared: Arc<Shared>, metrics
 
 fn close_epoch(coordinator: &mut Coordinator, shared: &Shared, received: u64, metrics: &Metrics) {
     // An operator bug must not take the server (or the commit path) down.
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| coordinator.run_epoch()))
-        .unwrap_or_else(|panic| {
-            let reason = panic_message(&panic);
-            tracing::error!(%reason, "an epoch panicked; every projection is marked failed");
-            coordinator.fail_all(&format!("internal error in an operator: {reason}"));
-            Err(EngineError::Invariant {
-                operator: "coordinator",
-                message: reason,
-            })
-        });
+    let outcome =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| coordinator.run_epoch()))
+            .unwrap_or_else(|panic| {
+                let reason = panic_message(&panic);
+                tracing::error!(%reason, "an epoch panicked; every projection is marked failed");
+                coordinator.fail_all(&format!("internal error in an operator: {reason}"));
+                Err(EngineError::Invariant {
+                    operator: "coordinator",
+                    message: reason,
+                })
+            });
     match outcome {
         Ok(report) => {
             for (id, error) in &report.failed {

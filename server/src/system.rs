@@ -128,10 +128,11 @@ impl SystemSchema {
                     text(defs.iter().map(|d| d.name.clone()).collect()),
                     int(defs.iter().map(|d| d.id.0 as i64).collect()),
                     text(defs.iter().map(|d| d.create_statement()).collect()),
-                    text(defs
-                        .iter()
-                        .map(|d| crate::session::projection_status(&snapshot, d.id))
-                        .collect()),
+                    text(
+                        defs.iter()
+                            .map(|d| crate::session::projection_status(&snapshot, d.id))
+                            .collect(),
+                    ),
                     stat(&|v| v.last_epoch.0),
                     stat(&|v| v.result.row_count()),
                     stat(&|v| v.rows_in),

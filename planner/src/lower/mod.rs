@@ -137,7 +137,9 @@ impl StreamPlan {
                 Box::new(Map::new(None, columns, schema.clone())),
                 vec![Input::Node(last)],
             )?;
-            self.explain.push(format!("#{index} map: cast to stored column types <- #{last}"));
+            self.explain.push(format!(
+                "#{index} map: cast to stored column types <- #{last}"
+            ));
         }
         self.schema = schema;
         Ok(())
@@ -284,7 +286,9 @@ impl Lowering {
 
     fn scan(&mut self, scan: &TableScan) -> Result<Input, PlanError> {
         if scan.fetch.is_some() {
-            return Err(PlanError::unsupported("LIMIT without ORDER BY in a projection"));
+            return Err(PlanError::unsupported(
+                "LIMIT without ORDER BY in a projection",
+            ));
         }
         let index = self
             .sources
@@ -326,7 +330,10 @@ impl Lowering {
     }
 
     fn aggregate(&mut self, a: &Aggregate) -> Result<Input, PlanError> {
-        if a.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))) {
+        if a.group_expr
+            .iter()
+            .any(|e| matches!(e, Expr::GroupingSet(_)))
+        {
             return Err(PlanError::unsupported(
                 "GROUPING SETS, ROLLUP and CUBE in a projection",
             ));
@@ -405,7 +412,12 @@ impl Lowering {
         let right_input = self.node(right)?;
         let on_physical = on
             .iter()
-            .map(|(l, r)| Ok((self.physical(l, left.schema())?, self.physical(r, right.schema())?)))
+            .map(|(l, r)| {
+                Ok((
+                    self.physical(l, left.schema())?,
+                    self.physical(r, right.schema())?,
+                ))
+            })
             .collect::<Result<Vec<_>, PlanError>>()?;
         let both = left.schema().join(right.schema())?;
         let residual = j
@@ -465,9 +477,9 @@ impl Lowering {
             &self.props,
             &self.planning,
         )?
-            .into_iter()
-            .map(|s| (s.expr, s.options))
-            .collect();
+        .into_iter()
+        .map(|s| (s.expr, s.options))
+        .collect();
         let schema: SchemaRef = Arc::new(sort.input.schema().as_arrow().clone());
         let order_text: Vec<String> = sort.expr.iter().map(|s| s.to_string()).collect();
         let spec = TopNSpec {
@@ -500,7 +512,10 @@ impl Lowering {
         let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::new(); schema.fields().len()];
         for row in &v.values {
             for (i, expr) in row.iter().enumerate() {
-                let value = self.physical(expr, &empty)?.evaluate(&one_row)?.into_array(1)?;
+                let value = self
+                    .physical(expr, &empty)?
+                    .evaluate(&one_row)?
+                    .into_array(1)?;
                 let value = arrow::compute::cast(&value, schema.field(i).data_type())?;
                 columns[i].push(value);
             }
@@ -508,7 +523,8 @@ impl Lowering {
         let arrays = columns
             .iter()
             .map(|parts| {
-                let refs: Vec<&dyn arrow::array::Array> = parts.iter().map(|a| a.as_ref()).collect();
+                let refs: Vec<&dyn arrow::array::Array> =
+                    parts.iter().map(|a| a.as_ref()).collect();
                 arrow::compute::concat(&refs)
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -549,7 +565,9 @@ fn column(schema: &Schema, index: usize) -> Arc<dyn PhysicalExpr> {
 
 /// Every column of `schema`, in order.
 fn identity(schema: &SchemaRef) -> Vec<Arc<dyn PhysicalExpr>> {
-    (0..schema.fields().len()).map(|i| column(schema, i)).collect()
+    (0..schema.fields().len())
+        .map(|i| column(schema, i))
+        .collect()
 }
 
 fn swap(on: &[(Expr, Expr)]) -> Vec<(Expr, Expr)> {

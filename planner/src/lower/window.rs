@@ -86,7 +86,11 @@ pub(super) fn top_n_filter(
     let input_arrow: SchemaRef = Arc::new(input_schema.as_arrow().clone());
     let window_arrow: SchemaRef = Arc::new(window.schema.as_arrow().clone());
     let number_field = window_arrow.field(width - 1);
-    let mut fields: Vec<Field> = input_arrow.fields().iter().map(|f| f.as_ref().clone()).collect();
+    let mut fields: Vec<Field> = input_arrow
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
     fields.push(Field::new(number_field.name(), DataType::Int64, false));
     let numbered: SchemaRef = Arc::new(Schema::new(fields));
     let spec = TopNSpec {
@@ -142,7 +146,9 @@ pub(super) fn top_n_filter(
     }
     let predicate = lowering.physical(&filter.predicate, filter.input.schema())?;
     let schema: SchemaRef = Arc::new(filter.input.schema().as_arrow().clone());
-    let columns = (0..schema.fields().len()).map(|i| column(&schema, i)).collect();
+    let columns = (0..schema.fields().len())
+        .map(|i| column(&schema, i))
+        .collect();
     let at = lowering.add(
         Box::new(Map::new(Some(predicate), columns, schema)),
         vec![at],

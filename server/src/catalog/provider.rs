@@ -230,7 +230,15 @@ impl SchemaProvider for UserSchema {
             .values()
             .filter(|t| t.schema == self.name)
             .map(|t| t.name.clone())
-            .chain(self.view.snapshot().catalog.projections.values().filter(|p| p.schema == self.name).map(|p| p.name.clone()))
+            .chain(
+                self.view
+                    .snapshot()
+                    .catalog
+                    .projections
+                    .values()
+                    .filter(|p| p.schema == self.name)
+                    .map(|p| p.name.clone()),
+            )
             .collect()
     }
 

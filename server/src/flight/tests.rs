@@ -310,7 +310,11 @@ async fn ingest_and_metadata() {
     let info = client.get_catalogs().await.expect("get_catalogs");
     assert!(rows(&fetch(&mut client, info).await) >= 1);
     let info = client.get_table_types().await.expect("get_table_types");
-    assert_eq!(rows(&fetch(&mut client, info).await), 4, "MATERIALIZED VIEW, SYSTEM TABLE, TABLE, VIEW");
+    assert_eq!(
+        rows(&fetch(&mut client, info).await),
+        4,
+        "MATERIALIZED VIEW, SYSTEM TABLE, TABLE, VIEW"
+    );
 
     let err = client
         .get_xdbc_type_info(Default::default())

@@ -9,10 +9,10 @@ use datafusion::sql::sqlparser::ast::{
 use weir_planner::SqlType;
 
 use super::dml::normalize_ident;
+use super::projection::drop_readers;
 use super::{Session, StatementResult, command};
 use crate::catalog::CatalogChange;
 use crate::catalog::model::{ColumnDef, DEFAULT_SCHEMA, ROW_ID_COLUMN, TableDef, UserDef};
-use super::projection::drop_readers;
 use crate::db::{TxnWrites, scram_secret};
 use crate::error::ServerError;
 

@@ -552,8 +552,7 @@ impl Session {
                 self.flush().await
             }
             S::ShowViews {
-                materialized: true,
-                ..
+                materialized: true, ..
             } => self.show_projections(),
             S::Insert(insert) => self.insert(insert, params).await,
             S::Update(update) => self.update(update, params).await,

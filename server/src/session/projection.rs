@@ -161,7 +161,10 @@ impl Session {
         let query = parse_query(&def.query)?;
         let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
         let planned = self.plan_projection(&query, &names).await?;
-        let PlannedProjection { mut stream, bindings } = planned;
+        let PlannedProjection {
+            mut stream,
+            bindings,
+        } = planned;
         stream.conform_to(def.arrow_schema())?;
         self.db
             .deploy_projection(def.id, stream.graph, bindings, def.arrow_schema())
@@ -229,10 +232,13 @@ fn rename_columns(plan: LogicalPlan, names: &[String]) -> Result<LogicalPlan, Se
             fields.len()
         )));
     }
-    let exprs = fields.into_iter().enumerate().map(|(i, c)| match names.get(i) {
-        Some(n) => col(c).alias(n),
-        None => col(c),
-    });
+    let exprs = fields
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| match names.get(i) {
+            Some(n) => col(c).alias(n),
+            None => col(c),
+        });
     Ok(LogicalPlanBuilder::from(plan).project(exprs)?.build()?)
 }
 

@@ -9,7 +9,10 @@ use datafusion::sql::sqlparser::ast::{ObjectName, ShowCreateObject};
 use super::{Session, StatementResult};
 use crate::error::ServerError;
 
-pub(super) fn text_rows(names: &[&str], rows: Vec<Vec<String>>) -> Result<StatementResult, ServerError> {
+pub(super) fn text_rows(
+    names: &[&str],
+    rows: Vec<Vec<String>>,
+) -> Result<StatementResult, ServerError> {
     let schema = Arc::new(Schema::new(
         names
             .iter()
@@ -142,7 +145,10 @@ impl Session {
 }
 
 /// `running`, `starting` (committed, not yet deployed) or `failed: <why>`.
-pub(crate) fn projection_status(snapshot: &crate::db::Snapshot, id: weir_common::ObjectId) -> String {
+pub(crate) fn projection_status(
+    snapshot: &crate::db::Snapshot,
+    id: weir_common::ObjectId,
+) -> String {
     match snapshot.projections.projections.get(&id) {
         None => "starting".into(),
         Some(view) => match &view.failure {

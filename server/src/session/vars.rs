@@ -318,8 +318,8 @@ impl Session {
                     // One coordinator serves every session: the interval is
                     // server-wide, like RisingWave's barrier_interval_ms.
                     let value = self.vars.get("barrier_interval").unwrap_or_default();
-                    let interval =
-                        crate::config::parse_duration(&value).map_err(ServerError::invalid_param)?;
+                    let interval = crate::config::parse_duration(&value)
+                        .map_err(ServerError::invalid_param)?;
                     self.db.projections().set_barrier_interval(interval);
                 }
             }

@@ -111,8 +111,10 @@ async fn writers_read_their_writes_and_others_read_completed_epochs() {
         .batch_execute("SET barrier_interval = '50ms'; INSERT INTO pr_counter VALUES (3, 1)")
         .await
         .expect("insert");
-    crate::harness::eventually(Duration::from_secs(10), "the timer closes an epoch", || async {
-        (rows(&reader, "SELECT * FROM pr_total").await == vec!["16"]).then_some(())
-    })
+    crate::harness::eventually(
+        Duration::from_secs(10),
+        "the timer closes an epoch",
+        || async { (rows(&reader, "SELECT * FROM pr_total").await == vec!["16"]).then_some(()) },
+    )
     .await;
 }

@@ -148,12 +148,21 @@ fn psql_meta_commands_describe_the_catalog() {
         ],
     );
     let out = psql(&server, &["-c", "\\dm"]);
-    assert_contains_all(&out, "\\dm lists projections", &["psql_spend", "materialized view"]);
+    assert_contains_all(
+        &out,
+        "\\dm lists projections",
+        &["psql_spend", "materialized view"],
+    );
     let out = psql(&server, &["-c", "\\d psql_spend"]);
     assert_contains_all(
         &out,
         "\\d psql_spend describes a projection",
-        &["Materialized view \"public.psql_spend\"", "customer", "total", "numeric"],
+        &[
+            "Materialized view \"public.psql_spend\"",
+            "customer",
+            "total",
+            "numeric",
+        ],
     );
 
     // \df runs its pg_proc query without error; it names its columns.
