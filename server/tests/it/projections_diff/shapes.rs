@@ -72,6 +72,14 @@ pub const SHAPES: &[Shape] = &[
         "SELECT a.id, a.g FROM a LEFT JOIN b ON a.k = b.k WHERE b.id IS NULL",
     ),
     shape(
+        "mixed_type_join",
+        "SELECT a.id, b.id AS bid FROM a JOIN b ON a.k = b.k AND a.v = b.n",
+    ),
+    shape(
+        "range_join_count",
+        "SELECT count(*) AS n FROM a, b WHERE a.v > b.w",
+    ),
+    shape(
         "range_join",
         "SELECT a.id, b.id AS bid FROM a JOIN b ON a.v BETWEEN b.w - 1 AND b.w + 1",
     ),
@@ -129,6 +137,11 @@ pub const SHAPES: &[Shape] = &[
         "global_agg",
         "SELECT count(*) AS n, sum(v) AS s, min(v) AS lo, max(v) AS hi, count(DISTINCT k) AS dk FROM a",
     ),
+    shape("count_star", "SELECT count(*) AS n FROM a"),
+    shape(
+        "count_star_where",
+        "SELECT count(*) AS n FROM a WHERE v > 3",
+    ),
     shape(
         "global_having",
         "SELECT count(DISTINCT g) AS dg FROM a HAVING count(*) > 5",
@@ -150,16 +163,28 @@ pub const SHAPES: &[Shape] = &[
         "SELECT k, avg(DISTINCT v) AS adv, max(DISTINCT g) AS mg, count(DISTINCT t) AS dt FROM a GROUP BY k",
     ),
     shape(
+        "having_spread",
+        "SELECT k, max(v) - min(v) AS spread FROM a GROUP BY k HAVING count(DISTINCT v) > 1",
+    ),
+    shape(
         "having_only",
         "SELECT k FROM a GROUP BY k HAVING min(v) < 5",
     ),
     shape(
         "float_agg",
-        "SELECT h, min(f) AS lo, max(f) AS hi, count(DISTINCT f) AS df, sum(f) AS s FROM b GROUP BY h",
+        "SELECT h, min(f) + 0.0 AS lo, max(f) + 0.0 AS hi, count(DISTINCT f) AS df, sum(f) + 0.0 AS s FROM b GROUP BY h",
     ),
     shape(
         "float_group",
-        "SELECT f, count(*) AS n, sum(w) AS s FROM b WHERE f IS DISTINCT FROM 2.5 GROUP BY f",
+        "SELECT f + 0.0 AS f, count(*) AS n, sum(w) AS s FROM b WHERE f IS DISTINCT FROM 2.5 GROUP BY f",
+    ),
+    shape(
+        "float_self_join",
+        "SELECT x.id, y.id AS yid FROM b x JOIN b y ON x.f = y.f AND x.id < y.id",
+    ),
+    shape(
+        "numeric_group",
+        "SELECT n, count(*) AS c, max(w) AS hi FROM b GROUP BY n",
     ),
     shape(
         "variance",
@@ -170,6 +195,10 @@ pub const SHAPES: &[Shape] = &[
     shape(
         "distinct_union",
         "SELECT DISTINCT k FROM (SELECT k FROM a UNION ALL SELECT k FROM b) u",
+    ),
+    shape(
+        "distinct_expressions",
+        "SELECT DISTINCT v % 4 AS r, g IS NULL AS ng FROM a",
     ),
     shape(
         "distinct_join",
@@ -203,6 +232,14 @@ pub const SHAPES: &[Shape] = &[
     shape(
         "row_number_global",
         "SELECT id, v, rn FROM (SELECT id, v, ROW_NUMBER() OVER (ORDER BY v, id) AS rn FROM a) s WHERE rn <= 3",
+    ),
+    shape(
+        "top_n_in_subquery",
+        "SELECT t.id, b.id AS bid FROM (SELECT id, k FROM a ORDER BY v DESC NULLS LAST, id LIMIT 3) t JOIN b ON t.k = b.k",
+    ),
+    shape(
+        "row_number_extra_filter",
+        "SELECT * FROM (SELECT id, k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v, id) AS rn FROM a) s WHERE rn <= 3 AND v > 4 AND k <> 1",
     ),
     shape(
         "row_number_range",
@@ -270,6 +307,26 @@ pub const SHAPES: &[Shape] = &[
     shape(
         "semi_join_then_agg",
         "SELECT g, count(*) AS n FROM a WHERE id IN (SELECT id FROM b) GROUP BY g",
+    ),
+    shape(
+        "exists_uncorrelated",
+        "SELECT id FROM a WHERE EXISTS (SELECT 1 FROM b WHERE w > 15)",
+    ),
+    shape(
+        "not_exists_uncorrelated",
+        "SELECT id FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE w > 15)",
+    ),
+    shape(
+        "in_expression",
+        "SELECT id FROM a WHERE v + 1 IN (SELECT w FROM b)",
+    ),
+    shape(
+        "argmax_by_anti_join",
+        "SELECT id, k, v FROM a x WHERE NOT EXISTS (SELECT 1 FROM a y WHERE y.k = x.k AND y.v > x.v)",
+    ),
+    shape(
+        "not_in_text",
+        "SELECT id FROM a WHERE g NOT IN (SELECT h FROM b WHERE k = 1)",
     ),
     shape(
         "not_in",
