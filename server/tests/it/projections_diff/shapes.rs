@@ -42,6 +42,23 @@ pub const SHAPES: &[Shape] = &[
         "scalar_exprs",
         "SELECT id, CASE WHEN v > 10 THEN 'hi' WHEN v IS NULL THEN 'none' ELSE 'lo' END AS c, coalesce(g, '?') || '-' || CAST(k AS text) AS s, v % 3 AS m FROM a WHERE k IN (0, 1, 2)",
     ),
+    // Constants and empty relations.
+    shape("constant_column", "SELECT 1 AS one, k FROM a WHERE v > 3"),
+    shape("distinct_constant", "SELECT DISTINCT 1 AS one FROM a"),
+    shape("where_false", "SELECT k FROM a WHERE false"),
+    shape("limit_zero", "SELECT id FROM a ORDER BY id LIMIT 0"),
+    shape(
+        "count_where_false",
+        "SELECT count(*) AS n FROM a WHERE 1 = 0",
+    ),
+    shape(
+        "values_join",
+        "SELECT v.name, a.id FROM (VALUES (1, 'one'), (2, 'two'), (NULL, 'none')) v(k, name) JOIN a ON a.k = v.k",
+    ),
+    shape(
+        "union_values",
+        "SELECT k, v FROM a UNION ALL VALUES (99, 99)",
+    ),
     // Joins.
     shape(
         "inner_join",
@@ -143,6 +160,14 @@ pub const SHAPES: &[Shape] = &[
         "SELECT count(*) AS n FROM a WHERE v > 3",
     ),
     shape(
+        "group_by_constant",
+        "SELECT 'all' AS grp, count(*) AS n FROM a GROUP BY grp",
+    ),
+    shape(
+        "count_distinct_filter",
+        "SELECT k, count(DISTINCT v) FILTER (WHERE g <> 'x') AS d FROM a GROUP BY k",
+    ),
+    shape(
         "global_having",
         "SELECT count(DISTINCT g) AS dg FROM a HAVING count(*) > 5",
     ),
@@ -228,6 +253,10 @@ pub const SHAPES: &[Shape] = &[
     shape(
         "rank_per_partition",
         "SELECT * FROM (SELECT id, g, v, RANK() OVER (PARTITION BY g ORDER BY v) AS r FROM a) s WHERE r <= 2",
+    ),
+    shape(
+        "rank_partition_expression",
+        "SELECT * FROM (SELECT id, k, v, RANK() OVER (PARTITION BY k % 2 ORDER BY v DESC) AS r FROM a) s WHERE r <= 2",
     ),
     shape(
         "row_number_global",
@@ -374,6 +403,16 @@ pub const SHAPES: &[Shape] = &[
         "nested_over_window",
         "SELECT window_start, count(*) AS n FROM TUMBLE(a, t, INTERVAL '10' SECOND) GROUP BY window_start",
         "SELECT max(n) AS busiest, count(*) AS windows FROM base",
+    ),
+    nested(
+        "nested_global_aggregate",
+        "SELECT avg(v) AS m, count(*) AS n FROM a",
+        "SELECT a.id, a.v FROM a, base WHERE a.v > base.m",
+    ),
+    nested(
+        "nested_tumble",
+        "SELECT id, t, v FROM a WHERE v > 5",
+        "SELECT window_start, count(*) AS n, max(v) AS hi FROM TUMBLE(base, t, INTERVAL '10' SECOND) GROUP BY window_start",
     ),
     nested(
         "nested_join",
