@@ -59,7 +59,7 @@ impl Materialized {
         if change.is_empty() {
             return Ok(());
         }
-        let encoded = self.codec.encode(change.rows().columns())?;
+        let encoded = self.codec.encode_rows(change.rows())?;
         let mut rows = self.rows.clone();
         let mut total = self.total as i64;
         for (row, weight) in encoded.iter().zip(change.weights().values()) {

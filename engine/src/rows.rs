@@ -7,13 +7,36 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch, RecordBatchOptions, UInt32Array};
+use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, RecordBatchOptions, UInt32Array};
 use arrow::compute::take;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, Float32Type, Float64Type, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use weir_common::ChangeBatch;
 
 use crate::EngineError;
+
+/// `column` with its float values canonical: 0.0 for -0.0 and one NaN.
+fn canonical_key(column: &ArrayRef) -> ArrayRef {
+    match column.data_type() {
+        DataType::Float64 => {
+            let floats = column.as_primitive::<Float64Type>();
+            Arc::new(floats.unary::<_, Float64Type>(|x| match x {
+                _ if x.is_nan() => f64::NAN,
+                _ if x == 0.0 => 0.0,
+                _ => x,
+            }))
+        }
+        DataType::Float32 => {
+            let floats = column.as_primitive::<Float32Type>();
+            Arc::new(floats.unary::<_, Float32Type>(|x| match x {
+                _ if x.is_nan() => f32::NAN,
+                _ if x == 0.0 => 0.0,
+                _ => x,
+            }))
+        }
+        _ => column.clone(),
+    }
+}
 
 /// One encoded row (or key): cheap to clone, ordered like the values.
 pub type RowBytes = Arc<[u8]>;
@@ -49,8 +72,28 @@ impl RowCodec {
         &self.schema
     }
 
-    /// One encoded row per row of `columns` (which follow the codec's schema).
-    pub fn encode(&self, columns: &[ArrayRef]) -> Result<Vec<RowBytes>, EngineError> {
+    /// One encoded row per row of `rows` (whose columns follow the codec's
+    /// schema). Rows without columns (`count(*)` needs none) are all the
+    /// same empty row, as many as the batch has: the row converter alone
+    /// would see no column and count no rows.
+    pub fn encode_rows(&self, rows: &RecordBatch) -> Result<Vec<RowBytes>, EngineError> {
+        if rows.num_columns() == 0 {
+            return Ok(vec![RowBytes::from(&[][..]); rows.num_rows()]);
+        }
+        self.encode(rows.columns())
+    }
+
+    /// One encoded key per row of `columns` (at least one column, following
+    /// the codec's schema), for keys that SQL compares by value (group,
+    /// join and partition keys): the row format compares floats by their
+    /// bits, so -0.0 and 0.0, or two NaNs, would be different keys, while
+    /// SQL (and DataFusion's own GROUP BY and joins) takes them as equal.
+    pub fn encode_keys(&self, columns: &[ArrayRef]) -> Result<Vec<RowBytes>, EngineError> {
+        let canonical: Vec<ArrayRef> = columns.iter().map(canonical_key).collect();
+        self.encode(&canonical)
+    }
+
+    fn encode(&self, columns: &[ArrayRef]) -> Result<Vec<RowBytes>, EngineError> {
         let rows = self.converter.convert_columns(columns)?;
         Ok(rows.iter().map(|r| RowBytes::from(r.as_ref())).collect())
     }
@@ -123,7 +166,7 @@ pub fn consolidate(change: &ChangeBatch) -> Result<ChangeBatch, EngineError> {
         return Ok(change.clone());
     }
     let codec = RowCodec::new(change.schema())?;
-    let rows = codec.encode(change.rows().columns())?;
+    let rows = codec.encode_rows(change.rows())?;
     let weights = change.weights().values();
     let mut first_seen: HashMap<&[u8], usize> = HashMap::with_capacity(rows.len());
     let mut order: Vec<(u32, i64)> = Vec::with_capacity(rows.len());

@@ -6,18 +6,23 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::array::{
+    ArrayRef, Float64Array, Int64Array, RecordBatch, RecordBatchOptions, StringArray,
+};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::util::display::array_value_to_string;
 use weir_common::ChangeBatch;
 
+/// `"name type, ..."`; `""` is a schema without columns.
 pub fn schema(spec: &str) -> SchemaRef {
     let fields: Vec<Field> = spec
         .split(',')
+        .filter(|f| !f.trim().is_empty())
         .map(|f| {
             let (name, ty) = f.trim().split_once(' ').expect("`name type`");
             let ty = match ty.trim() {
                 "int" => DataType::Int64,
+                "float" => DataType::Float64,
                 "text" => DataType::Utf8,
                 other => panic!("fixture type {other}"),
             };
@@ -51,6 +56,10 @@ pub fn change_of(schema: &SchemaRef, rows: &str) -> ChangeBatch {
                     rows.iter()
                         .map(|r| cell(r, c).map(|v| v.parse::<i64>().expect("int"))),
                 )),
+                DataType::Float64 => Arc::new(Float64Array::from_iter(
+                    rows.iter()
+                        .map(|r| cell(r, c).map(|v| v.parse::<f64>().expect("float"))),
+                )),
                 _ => Arc::new(StringArray::from_iter(rows.iter().map(|r| cell(r, c)))),
             }
         })
@@ -61,7 +70,9 @@ pub fn change_of(schema: &SchemaRef, rows: &str) -> ChangeBatch {
             .parse::<i64>()
             .expect("weight like +1")
     }));
-    let batch = RecordBatch::try_new(schema.clone(), columns).expect("fixture batch");
+    let options = RecordBatchOptions::new().with_row_count(Some(rows.len()));
+    let batch = RecordBatch::try_new_with_options(schema.clone(), columns, &options)
+        .expect("fixture batch");
     ChangeBatch::new(batch, weights).expect("fixture change")
 }
 

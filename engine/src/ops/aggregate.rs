@@ -108,7 +108,7 @@ impl Aggregate {
                         Ok(cast(&array, field.data_type())?)
                     })
                     .collect::<Result<Vec<ArrayRef>, EngineError>>()?;
-                codec.encode(&columns)
+                codec.encode_keys(&columns)
             }
         }
     }
@@ -197,7 +197,7 @@ impl Aggregate {
             columns.push(array);
         }
         let batch = batch_of(&self.output.schema(), columns, keys.len())?;
-        self.output.encode(batch.columns())
+        self.output.encode_rows(&batch)
     }
 }
 
@@ -220,7 +220,7 @@ impl Operator for Aggregate {
         }
         if !input.is_empty() {
             let keys = self.keys_of(input.rows())?;
-            let rows = self.input.encode(input.rows().columns())?;
+            let rows = self.input.encode_rows(input.rows())?;
             for ((key, row), &weight) in keys.iter().zip(&rows).zip(input.weights().values()) {
                 groups
                     .entry(key.clone())
@@ -316,7 +316,7 @@ mod tests {
     use datafusion::functions_aggregate::min_max::max_udaf;
     use datafusion::functions_aggregate::sum::sum_udaf;
     use datafusion::physical_expr::aggregate::AggregateExprBuilder;
-    use datafusion::physical_expr::expressions::col;
+    use datafusion::physical_expr::expressions::{col, lit};
 
     use super::*;
     use crate::testing::{change, render, schema};
@@ -408,6 +408,53 @@ mod tests {
             render(&agg.step(&[change(INPUT, "a 4 -1")]).unwrap()),
             vec!["0 null +1", "1 4 -1"]
         );
+    }
+
+    #[test]
+    fn count_star_counts_rows_without_columns() {
+        // SELECT count(*) FROM t: the input needs no column.
+        let input = schema("");
+        let count = AggregateExprBuilder::new(count_udaf(), vec![lit(1i64)])
+            .schema(input.clone())
+            .alias("c")
+            .build()
+            .unwrap();
+        let call = AggregateCall {
+            function: Arc::new(count),
+            filter: None,
+        };
+        let mut agg = Aggregate::new(input, vec![], vec![call], schema("c int")).unwrap();
+        let first = agg.step(&[change("", "+1; +1")]).unwrap();
+        assert_eq!(render(&first), vec!["2 +1"]);
+        let second = agg.step(&[change("", "-1")]).unwrap();
+        assert_eq!(render(&second), vec!["1 +1", "2 -1"]);
+    }
+
+    #[test]
+    fn float_groups_compare_by_value() {
+        // SELECT g, count(x) FROM t GROUP BY g, with g a float
+        const FLOATS: &str = "g float, x int";
+        let input = schema(FLOATS);
+        let count = AggregateExprBuilder::new(count_udaf(), vec![col("x", &input).unwrap()])
+            .schema(input.clone())
+            .alias("c")
+            .build()
+            .unwrap();
+        let mut agg = Aggregate::new(
+            input.clone(),
+            vec![col("g", &input).unwrap()],
+            vec![AggregateCall {
+                function: Arc::new(count),
+                filter: None,
+            }],
+            schema("g float, c int"),
+        )
+        .unwrap();
+        // -0 is in 0's group and -NaN in NaN's, as in SQL.
+        let out = agg
+            .step(&[change(FLOATS, "0 1 +1; -0 2 +1; NaN 3 +1; -NaN 4 +1")])
+            .unwrap();
+        assert_eq!(render(&out), vec!["0.0 2 +1", "NaN 2 +1"]);
     }
 
     #[test]

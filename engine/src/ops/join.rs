@@ -169,7 +169,7 @@ impl Join {
                 Ok(cast(&array, field.data_type())?)
             })
             .collect::<Result<Vec<ArrayRef>, EngineError>>()?;
-        let encoded = codec.encode(&columns)?;
+        let encoded = codec.encode_keys(&columns)?;
         Ok(encoded
             .into_iter()
             .enumerate()
@@ -243,7 +243,7 @@ impl Join {
         let mut out = Multiset::default();
         for part in parts {
             let part = rebind(&part, self.output.schema())?;
-            for row in self.output.encode(part.columns())? {
+            for row in self.output.encode_rows(&part)? {
                 out.add(&row, 1, NAME)?;
             }
         }
@@ -312,7 +312,7 @@ impl Operator for Join {
             let is_left = side == 0;
             let keys = self.keys_of(input.rows(), is_left)?;
             let codec = if is_left { &self.left } else { &self.right };
-            let rows = codec.encode(input.rows().columns())?;
+            let rows = codec.encode_rows(input.rows())?;
             for ((key, row), &w) in keys.into_iter().zip(&rows).zip(input.weights().values()) {
                 let bucket = buckets.entry(key.clone()).or_default();
                 let set = if is_left {
@@ -519,6 +519,51 @@ mod tests {
             // Emptying the right side brings back every left row.
             assert_eq!(step(j, "", "1 a -1"), vec!["1 x +1", "null n +1"]);
         }
+    }
+
+    #[test]
+    fn exists_over_a_right_side_without_columns() {
+        // SELECT * FROM l WHERE EXISTS (SELECT 1 FROM r WHERE ...): the
+        // right side has rows but no columns.
+        let left = schema(L);
+        let mut j = Join::new(JoinSpec {
+            kind: JoinKind::Semi,
+            on: vec![],
+            left_schema: left.clone(),
+            right_schema: schema(""),
+            residual: None,
+            output_schema: left,
+        })
+        .unwrap();
+        let mut step = |l: &str, r: &str| render(&j.step(&[change(L, l), change("", r)]).unwrap());
+        assert_eq!(step("1 x +1", ""), Vec::<String>::new());
+        assert_eq!(step("", "+2"), vec!["1 x +1"]);
+        assert_eq!(step("", "-1"), Vec::<String>::new());
+        assert_eq!(step("", "-1"), vec!["1 x -1"]);
+    }
+
+    #[test]
+    fn float_keys_compare_by_value() {
+        const FL: &str = "k float, a text";
+        const FR: &str = "rk float, b text";
+        let (left, right) = (schema(FL), schema(FR));
+        let mut j = Join::new(JoinSpec {
+            kind: JoinKind::Inner,
+            on: vec![(col("k", &left).unwrap(), col("rk", &right).unwrap())],
+            left_schema: left,
+            right_schema: right,
+            residual: None,
+            output_schema: schema("k float, a text, rk float, b text"),
+        })
+        .unwrap();
+        // -0 = 0 and NaN = NaN, as in SQL; the output keeps each side's value.
+        let out = j
+            .step(&[
+                change(FL, "-0 x +1; NaN y +1"),
+                change(FR, "0 p +1; -NaN q +1"),
+            ])
+            .unwrap();
+        assert_eq!(render(&out), vec!["-0.0 x 0.0 p +1", "NaN y NaN q +1"]);
     }
 
     #[test]

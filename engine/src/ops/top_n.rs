@@ -157,7 +157,7 @@ impl TopN {
             )));
         }
         let batch = batch_of(&self.output.schema(), columns, kept.len())?;
-        for row in self.output.encode(batch.columns())? {
+        for row in self.output.encode_rows(&batch)? {
             out.add(&row, 1, NAME)?;
         }
         Ok(out)
@@ -180,13 +180,13 @@ impl Operator for TopN {
             return Ok(empty_change(self.output.schema()));
         }
         let rows = input.rows();
-        let encoded = self.input.encode(rows.columns())?;
+        let encoded = self.input.encode_rows(rows)?;
         let sort_columns = Self::evaluate(&mut self.spec.order_by.iter().map(|(e, _)| e), rows)?;
         let sort_keys = self.order.convert_columns(&sort_columns)?;
         let partition_keys: Vec<RowBytes> = match &self.partition {
             None => vec![RowBytes::from(&[][..]); rows.num_rows()],
             Some(codec) => {
-                codec.encode(&Self::evaluate(&mut self.spec.partition_by.iter(), rows)?)?
+                codec.encode_keys(&Self::evaluate(&mut self.spec.partition_by.iter(), rows)?)?
             }
         };
         let mut partitions = self.partitions.clone();
@@ -337,6 +337,28 @@ mod tests {
             vec!["a 5 1 +1", "b 5 1 +1"]
         );
         assert_eq!(step(&mut t, "b 5 -1"), vec!["b 5 1 -1"]);
+    }
+
+    #[test]
+    fn float_partitions_compare_by_value() {
+        // ROW_NUMBER() OVER (PARTITION BY p ORDER BY x DESC) <= 1
+        const FLOATS: &str = "p float, x int";
+        let input = schema(FLOATS);
+        let mut t = TopN::new(TopNSpec {
+            partition_by: vec![col("p", &input).unwrap()],
+            order_by: vec![(col("x", &input).unwrap(), SortOptions::default())],
+            input_schema: input,
+            offset: 0,
+            limit: 1,
+            numbering: Numbering::RowNumber,
+            output_schema: schema("p float, x int, n int"),
+        })
+        .unwrap();
+        // -0 and 0 are one partition, and so are NaN and -NaN.
+        let out = t
+            .step(&[change(FLOATS, "0 1 +1; -0 2 +1; NaN 3 +1; -NaN 4 +1")])
+            .unwrap();
+        assert_eq!(render(&out), vec!["0.0 1 1 +1", "NaN 3 1 +1"]);
     }
 
     #[test]

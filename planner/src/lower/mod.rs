@@ -541,9 +541,13 @@ impl Lowering {
         if e.produce_one_row && !schema.fields().is_empty() {
             return Err(PlanError::unsupported("a one-row relation with columns"));
         }
+        // No rows (`WHERE false`, `LIMIT 0`) with any columns, or one row
+        // without columns (`SELECT 1`'s input).
         let rows = usize::from(e.produce_one_row);
-        let columns = Vec::new();
-        let batch = weir_engine::rows::batch_of(&schema, columns, rows)?;
+        let batch = match rows {
+            0 => RecordBatch::new_empty(schema.clone()),
+            _ => weir_engine::rows::batch_of(&schema, Vec::new(), rows)?,
+        };
         self.add(
             Box::new(Constant::new(ChangeBatch::inserts(batch))?),
             vec![],
@@ -580,4 +584,26 @@ fn display_list(exprs: &[Expr]) -> String {
         .map(|e| e.human_display().to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::datatypes::{DataType, Field};
+    use datafusion::execution::SessionStateBuilder;
+
+    use super::*;
+
+    #[test]
+    fn an_empty_relation_with_columns_lowers_to_no_rows() {
+        // What `SELECT k FROM t WHERE false` and `... LIMIT 0` optimize to.
+        let schema = Schema::new(vec![Field::new("k", DataType::Int32, true)]);
+        let plan = LogicalPlan::EmptyRelation(EmptyRelation {
+            produce_one_row: false,
+            schema: Arc::new(DFSchema::try_from(schema).unwrap()),
+        });
+        let mut stream = lower(&plan, &SessionStateBuilder::new().build()).unwrap();
+        let out = stream.graph.step(&[]).unwrap();
+        assert!(out.is_empty());
+        assert_eq!(out.schema().fields().len(), 1);
+    }
 }

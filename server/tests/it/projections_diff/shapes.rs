@@ -42,6 +42,23 @@ pub const SHAPES: &[Shape] = &[
         "scalar_exprs",
         "SELECT id, CASE WHEN v > 10 THEN 'hi' WHEN v IS NULL THEN 'none' ELSE 'lo' END AS c, coalesce(g, '?') || '-' || CAST(k AS text) AS s, v % 3 AS m FROM a WHERE k IN (0, 1, 2)",
     ),
+    // Constants and empty relations.
+    shape("constant_column", "SELECT 1 AS one, k FROM a WHERE v > 3"),
+    shape("distinct_constant", "SELECT DISTINCT 1 AS one FROM a"),
+    shape("where_false", "SELECT k FROM a WHERE false"),
+    shape("limit_zero", "SELECT id FROM a ORDER BY id LIMIT 0"),
+    shape(
+        "count_where_false",
+        "SELECT count(*) AS n FROM a WHERE 1 = 0",
+    ),
+    shape(
+        "values_join",
+        "SELECT v.name, a.id FROM (VALUES (1, 'one'), (2, 'two'), (NULL, 'none')) v(k, name) JOIN a ON a.k = v.k",
+    ),
+    shape(
+        "union_values",
+        "SELECT k, v FROM a UNION ALL VALUES (99, 99)",
+    ),
     // Joins.
     shape(
         "inner_join",
@@ -70,6 +87,14 @@ pub const SHAPES: &[Shape] = &[
     shape(
         "left_join_is_null",
         "SELECT a.id, a.g FROM a LEFT JOIN b ON a.k = b.k WHERE b.id IS NULL",
+    ),
+    shape(
+        "mixed_type_join",
+        "SELECT a.id, b.id AS bid FROM a JOIN b ON a.k = b.k AND a.v = b.n",
+    ),
+    shape(
+        "range_join_count",
+        "SELECT count(*) AS n FROM a, b WHERE a.v > b.w",
     ),
     shape(
         "range_join",
@@ -129,6 +154,19 @@ pub const SHAPES: &[Shape] = &[
         "global_agg",
         "SELECT count(*) AS n, sum(v) AS s, min(v) AS lo, max(v) AS hi, count(DISTINCT k) AS dk FROM a",
     ),
+    shape("count_star", "SELECT count(*) AS n FROM a"),
+    shape(
+        "count_star_where",
+        "SELECT count(*) AS n FROM a WHERE v > 3",
+    ),
+    shape(
+        "group_by_constant",
+        "SELECT 'all' AS grp, count(*) AS n FROM a GROUP BY grp",
+    ),
+    shape(
+        "count_distinct_filter",
+        "SELECT k, count(DISTINCT v) FILTER (WHERE g <> 'x') AS d FROM a GROUP BY k",
+    ),
     shape(
         "global_having",
         "SELECT count(DISTINCT g) AS dg FROM a HAVING count(*) > 5",
@@ -150,16 +188,28 @@ pub const SHAPES: &[Shape] = &[
         "SELECT k, avg(DISTINCT v) AS adv, max(DISTINCT g) AS mg, count(DISTINCT t) AS dt FROM a GROUP BY k",
     ),
     shape(
+        "having_spread",
+        "SELECT k, max(v) - min(v) AS spread FROM a GROUP BY k HAVING count(DISTINCT v) > 1",
+    ),
+    shape(
         "having_only",
         "SELECT k FROM a GROUP BY k HAVING min(v) < 5",
     ),
     shape(
         "float_agg",
-        "SELECT h, min(f) AS lo, max(f) AS hi, count(DISTINCT f) AS df, sum(f) AS s FROM b GROUP BY h",
+        "SELECT h, min(f) + 0.0 AS lo, max(f) + 0.0 AS hi, count(DISTINCT f) AS df, sum(f) + 0.0 AS s FROM b GROUP BY h",
     ),
     shape(
         "float_group",
-        "SELECT f, count(*) AS n, sum(w) AS s FROM b WHERE f IS DISTINCT FROM 2.5 GROUP BY f",
+        "SELECT f + 0.0 AS f, count(*) AS n, sum(w) AS s FROM b WHERE f IS DISTINCT FROM 2.5 GROUP BY f",
+    ),
+    shape(
+        "float_self_join",
+        "SELECT x.id, y.id AS yid FROM b x JOIN b y ON x.f = y.f AND x.id < y.id",
+    ),
+    shape(
+        "numeric_group",
+        "SELECT n, count(*) AS c, max(w) AS hi FROM b GROUP BY n",
     ),
     shape(
         "variance",
@@ -170,6 +220,10 @@ pub const SHAPES: &[Shape] = &[
     shape(
         "distinct_union",
         "SELECT DISTINCT k FROM (SELECT k FROM a UNION ALL SELECT k FROM b) u",
+    ),
+    shape(
+        "distinct_expressions",
+        "SELECT DISTINCT v % 4 AS r, g IS NULL AS ng FROM a",
     ),
     shape(
         "distinct_join",
@@ -201,8 +255,20 @@ pub const SHAPES: &[Shape] = &[
         "SELECT * FROM (SELECT id, g, v, RANK() OVER (PARTITION BY g ORDER BY v) AS r FROM a) s WHERE r <= 2",
     ),
     shape(
+        "rank_partition_expression",
+        "SELECT * FROM (SELECT id, k, v, RANK() OVER (PARTITION BY k % 2 ORDER BY v DESC) AS r FROM a) s WHERE r <= 2",
+    ),
+    shape(
         "row_number_global",
         "SELECT id, v, rn FROM (SELECT id, v, ROW_NUMBER() OVER (ORDER BY v, id) AS rn FROM a) s WHERE rn <= 3",
+    ),
+    shape(
+        "top_n_in_subquery",
+        "SELECT t.id, b.id AS bid FROM (SELECT id, k FROM a ORDER BY v DESC NULLS LAST, id LIMIT 3) t JOIN b ON t.k = b.k",
+    ),
+    shape(
+        "row_number_extra_filter",
+        "SELECT * FROM (SELECT id, k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v, id) AS rn FROM a) s WHERE rn <= 3 AND v > 4 AND k <> 1",
     ),
     shape(
         "row_number_range",
@@ -272,6 +338,26 @@ pub const SHAPES: &[Shape] = &[
         "SELECT g, count(*) AS n FROM a WHERE id IN (SELECT id FROM b) GROUP BY g",
     ),
     shape(
+        "exists_uncorrelated",
+        "SELECT id FROM a WHERE EXISTS (SELECT 1 FROM b WHERE w > 15)",
+    ),
+    shape(
+        "not_exists_uncorrelated",
+        "SELECT id FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE w > 15)",
+    ),
+    shape(
+        "in_expression",
+        "SELECT id FROM a WHERE v + 1 IN (SELECT w FROM b)",
+    ),
+    shape(
+        "argmax_by_anti_join",
+        "SELECT id, k, v FROM a x WHERE NOT EXISTS (SELECT 1 FROM a y WHERE y.k = x.k AND y.v > x.v)",
+    ),
+    shape(
+        "not_in_text",
+        "SELECT id FROM a WHERE g NOT IN (SELECT h FROM b WHERE k = 1)",
+    ),
+    shape(
         "not_in",
         "SELECT id, k FROM a WHERE k NOT IN (SELECT k FROM b WHERE w > 5)",
     ),
@@ -317,6 +403,16 @@ pub const SHAPES: &[Shape] = &[
         "nested_over_window",
         "SELECT window_start, count(*) AS n FROM TUMBLE(a, t, INTERVAL '10' SECOND) GROUP BY window_start",
         "SELECT max(n) AS busiest, count(*) AS windows FROM base",
+    ),
+    nested(
+        "nested_global_aggregate",
+        "SELECT avg(v) AS m, count(*) AS n FROM a",
+        "SELECT a.id, a.v FROM a, base WHERE a.v > base.m",
+    ),
+    nested(
+        "nested_tumble",
+        "SELECT id, t, v FROM a WHERE v > 5",
+        "SELECT window_start, count(*) AS n, max(v) AS hi FROM TUMBLE(base, t, INTERVAL '10' SECOND) GROUP BY window_start",
     ),
     nested(
         "nested_join",
