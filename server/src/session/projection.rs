@@ -81,14 +81,12 @@ impl Session {
             }
             return Err(ServerError::DuplicateTable(name));
         }
-        let column_names: Vec<String> = create
-            .columns
-            .iter()
-            .map(|c| super::dml::normalize_ident(&c.name))
-            .collect();
+        let column_names = declared_columns(&create);
         let planned = self.plan_projection(&create.query, &column_names).await?;
         let columns = column_defs(&planned.stream)?;
         let mut reads: Vec<ObjectId> = planned.bindings.iter().map(|b| b.object).collect();
+        // `t` and `public.t` are two scans of one object.
+        reads.sort();
         reads.dedup();
         let id = (*catalog).clone().allocate_id();
         let def = ProjectionDef {
@@ -111,11 +109,7 @@ impl Session {
         &mut self,
         create: &CreateView,
     ) -> Result<StatementResult, ServerError> {
-        let column_names: Vec<String> = create
-            .columns
-            .iter()
-            .map(|c| super::dml::normalize_ident(&c.name))
-            .collect();
+        let column_names = declared_columns(create);
         let planned = self.plan_projection(&create.query, &column_names).await?;
         let mut lines: Vec<Vec<String>> = planned
             .stream
@@ -187,6 +181,15 @@ impl Session {
         }
         self.db.flush().await
     }
+}
+
+/// `CREATE PROJECTION p (a, b) AS ...`: the names given to its columns.
+fn declared_columns(create: &CreateView) -> Vec<String> {
+    create
+        .columns
+        .iter()
+        .map(|c| super::dml::normalize_ident(&c.name))
+        .collect()
 }
 
 /// The catalog object a scanned relation of a projection is.
