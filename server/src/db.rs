@@ -148,7 +148,8 @@ impl QueryEnv {
         }
         let mut builder =
             datafusion::execution::SessionStateBuilder::new_from_existing(ctx.state())
-                .with_type_planner(Arc::new(crate::types::WeirTypePlanner::default()));
+                .with_type_planner(Arc::new(crate::types::WeirTypePlanner::default()))
+                .with_physical_optimizer_rule(Arc::new(crate::yield_points::YieldAfterExpanders));
         crate::pgsem::install(&mut builder);
         let template = builder.build();
         Ok(Self {
@@ -160,6 +161,8 @@ impl QueryEnv {
 
 pub struct Database {
     config: ServeConfig,
+    /// Where queries and projection epochs run; see [`QueryRuntime`].
+    query_runtime: crate::query_runtime::QueryRuntime,
     query_env: QueryEnv,
     advisory_locks: AdvisoryLocks,
     metrics: Arc<Metrics>,
@@ -256,9 +259,12 @@ impl Database {
             "opened database"
         );
         let metrics = Arc::new(Metrics::default());
-        let projections = Projections::start(config.barrier_interval, metrics.clone());
+        let query_runtime = crate::query_runtime::QueryRuntime::new()?;
+        let projections =
+            Projections::start(&query_runtime, config.barrier_interval, metrics.clone());
         Ok(Arc::new(Self {
             config,
+            query_runtime,
             query_env: QueryEnv::new()?,
             advisory_locks: AdvisoryLocks::default(),
             metrics,
@@ -278,6 +284,10 @@ impl Database {
 
     pub fn config(&self) -> &ServeConfig {
         &self.config
+    }
+
+    pub fn query_runtime(&self) -> &crate::query_runtime::QueryRuntime {
+        &self.query_runtime
     }
 
     pub fn query_env(&self) -> &QueryEnv {

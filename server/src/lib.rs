@@ -9,6 +9,8 @@
 //! - [`http`]: `/health`, `/ready`, `/metrics`.
 //! - [`catalog`]: catalog model, control-log entries, DataFusion providers.
 //! - [`system`]: the `weir_catalog` system tables.
+//! - [`query_runtime`] and [`yield_points`]: execution runs apart from the
+//!   front ends and yields, so one heavy query cannot starve the others.
 //! - [`error::ServerError`]: every client-visible error and its SQLSTATE.
 //!
 //! Data enters through DML/COPY/ingest, becomes a change batch in the
@@ -25,6 +27,7 @@ pub mod metrics;
 pub mod pgsem;
 pub mod pgwire;
 pub mod projections;
+pub mod query_runtime;
 pub mod server;
 pub mod session;
 pub mod system;
@@ -32,3 +35,4 @@ pub mod text_input;
 pub mod text_output;
 pub mod types;
 pub mod wal;
+pub mod yield_points;

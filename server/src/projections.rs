@@ -69,15 +69,19 @@ struct Shared {
 }
 
 impl Projections {
-    /// Starts the coordinator task.
-    pub fn start(barrier_interval: Duration, metrics: Arc<Metrics>) -> Self {
+    /// Starts the coordinator task on the query threads.
+    pub fn start(
+        runtime: &crate::query_runtime::QueryRuntime,
+        barrier_interval: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let (commands, receiver) = mpsc::channel(CHANNEL_CAPACITY);
         let shared = Arc::new(Shared {
             view: RwLock::new(Arc::new(EpochView::default())),
             covered: AtomicU64::new(0),
             barrier_interval_ms: AtomicU64::new(barrier_interval.as_millis().max(1) as u64),
         });
-        tokio::spawn(run(receiver, shared.clone(), metrics));
+        runtime.spawn(run(receiver, shared.clone(), metrics));
         Self { commands, shared }
     }
 

@@ -475,9 +475,13 @@ async fn cancel_request_stops_the_running_statement() {
     let server = start(|_| {}).await;
     let client = connect(&server).await;
     let token = client.cancel_token();
-    // Nothing is running yet: the request is accepted and ignored.
+    // Nothing is running yet: the request is accepted and ignored. It is
+    // handled on its own connection, so give it time to land before the
+    // next statement starts; a cancel must not carry over to that statement.
     token.cancel_query(NoTls).await.expect("idle cancel");
-    assert!(client.simple_query("SELECT 1").await.is_ok());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after_idle_cancel = client.simple_query("SELECT 1").await;
+    assert!(after_idle_cancel.is_ok(), "{after_idle_cancel:?}");
 
     let client = Arc::new(client);
     let running = tokio::spawn({

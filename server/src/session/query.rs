@@ -48,10 +48,9 @@ impl Session {
     ) -> Result<(SchemaRef, Vec<RecordBatch>), ServerError> {
         let df = self.ctx.execute_logical_plan(plan).await?;
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        // On its own task: an operator busy inside one poll (a big cross
-        // join) would otherwise keep the session's select! from seeing a
-        // cancel. Dropping the SpawnedTask (cancel, disconnect) aborts it.
-        let task = tokio::spawn(df.collect());
+        // On the query threads, so the session's select! sees a cancel while
+        // the plan computes. Dropping the handle (cancel, disconnect) aborts it.
+        let task = self.db.query_runtime().spawn(df.collect());
         let _abort_on_drop = AbortOnDrop(task.abort_handle());
         let batches = task
             .await

@@ -649,6 +649,49 @@ async fn cancel_request_stops_a_long_query_with_57014() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_sessions_are_served_while_a_heavy_query_runs() {
+    let server = WeirServer::start();
+    let heavy = server.connect().await;
+    exec(&heavy, "CREATE TABLE tp_heavy (x int4)").await;
+    exec(
+        &heavy,
+        "INSERT INTO tp_heavy SELECT * FROM generate_series(0, 999)",
+    )
+    .await;
+    let token = heavy.cancel_token();
+    let running = tokio::spawn(async move {
+        heavy
+            .query_one(
+                "SELECT count(*) FROM tp_heavy a, tp_heavy b, tp_heavy c, tp_heavy d WHERE a.x + b.x + c.x + d.x < 0",
+                &[],
+            )
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Before execution ran apart from the front ends and yielded, a query
+    // like this one held every worker thread: nothing else was answered
+    // until it ended, which it never does. The bound is generous; a starved
+    // server misses it by far.
+    let other = server.connect().await;
+    for _ in 0..3 {
+        let answered =
+            tokio::time::timeout(Duration::from_secs(20), text_rows(&other, "SELECT 1")).await;
+        assert!(
+            answered.is_ok(),
+            "SELECT 1 in another session waited 20 s behind a running cross join\n{}",
+            server.log_tail()
+        );
+    }
+    assert!(!running.is_finished(), "the cross join is still running");
+    token.cancel_query(NoTls).await.expect("send CancelRequest");
+    let outcome = tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the cancelled cross join ends")
+        .expect("query task");
+    assert_eq!(sqlstate(&outcome.expect_err("cancelled")), "57014");
+}
+
 // ---- simple query protocol: several statements, empty query ----------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
