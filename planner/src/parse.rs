@@ -129,8 +129,8 @@ fn parse_statements(sql: &str) -> Result<Vec<Statement>, ParseError> {
         Some(tokens) => Parser::new(&PostgreSqlDialect {})
             .with_tokens_with_locations(tokens)
             .parse_statements()
-            .map(|statements| statements.into_iter().map(|s| PARSER.rewrite(s)).collect()),
-        None => PARSER.parse(sql),
+            .map(|statements| statements.into_iter().map(compat_rewrite).collect()),
+        None => compat_parse(sql),
     };
     parsed.map_err(|e| {
         let message = match e {
@@ -144,6 +144,62 @@ fn parse_statements(sql: &str) -> Result<Vec<Statement>, ParseError> {
         };
         ParseError { message, position }
     })
+}
+
+/// `PARSER.parse`, except that a subquery in a select list keeps its meaning.
+///
+/// The compatibility parser swaps known client queries it cannot run for
+/// ones it can (its blacklist), then rewrites each statement. One of its
+/// rewrites replaces every correlated subquery in a select list with NULL,
+/// which answers user queries wrongly and hides catalog columns (psql's
+/// Default, SQLAlchemy's column defaults). When the swap did not apply,
+/// the statement is parsed plainly and rewritten with those subqueries
+/// shielded; DataFusion then plans them or says why not.
+fn compat_parse(sql: &str) -> Result<Vec<Statement>, ParserError> {
+    let compat = PARSER.parse(sql)?;
+    let Ok(plain) = Parser::parse_sql(&PostgreSqlDialect {}, sql) else {
+        return Ok(compat);
+    };
+    let swapped = plain.len() != compat.len()
+        || plain
+            .iter()
+            .zip(&compat)
+            .any(|(p, c)| PARSER.rewrite(p.clone()) != *c);
+    if swapped {
+        return Ok(compat);
+    }
+    Ok(plain.into_iter().map(compat_rewrite).collect())
+}
+
+/// The compatibility rewrites, with select-list subqueries parenthesized
+/// first: the NULL-ing rewrite matches only a bare subquery item.
+fn compat_rewrite(mut statement: Statement) -> Statement {
+    use datafusion::sql::sqlparser::ast::{
+        Expr, Query, SelectItem, SetExpr, Value, VisitMut, VisitorMut,
+    };
+    use std::ops::ControlFlow;
+
+    struct Shield;
+    impl VisitorMut for Shield {
+        type Break = ();
+        fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+            if let SetExpr::Select(select) = query.body.as_mut() {
+                for item in &mut select.projection {
+                    if let SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. } =
+                        item
+                    {
+                        if matches!(expr, Expr::Subquery(_)) {
+                            let subquery = std::mem::replace(expr, Expr::value(Value::Null));
+                            *expr = Expr::Nested(Box::new(subquery));
+                        }
+                    }
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Shield);
+    PARSER.rewrite(statement)
 }
 
 /// Statement openings read as another spelling sqlparser knows.

@@ -196,6 +196,10 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
             datafusion::common::SchemaError::DuplicateQualifiedField { .. }
             | datafusion::common::SchemaError::DuplicateUnqualifiedField { .. } => "42701",
         },
+        // A correlated subquery DataFusion cannot turn into a join.
+        DataFusionError::Plan(msg) if msg.contains("Correlated") && msg.contains("subquery") => {
+            "0A000"
+        }
         DataFusionError::Plan(msg) if msg.starts_with("Invalid function") => "42883",
         DataFusionError::Plan(msg) if msg.contains("require unique expression names") => "42701",
         DataFusionError::Plan(_) => "42000",
@@ -224,6 +228,10 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
         },
         DataFusionError::Execution(msg) if msg.contains("Divide by zero") => "22012",
         DataFusionError::Execution(msg) if msg.contains("non-nullable") => "23502",
+        // PostgreSQL's cardinality_violation.
+        DataFusionError::Execution(msg) if msg.contains("subquery returned more than one row") => {
+            "21000"
+        }
         DataFusionError::Execution(_) => "22000",
         DataFusionError::ResourcesExhausted(_) => "53200",
         _ => "XX000",

@@ -294,6 +294,111 @@ pub fn rewrite(mut statement: Statement) -> Statement {
     statement
 }
 
+/// Whether every table `statement` reads is a system table (`pg_catalog`,
+/// `information_schema`, `weir_catalog`, or an unqualified `pg_*` name).
+pub fn reads_only_catalog(statement: &Statement) -> bool {
+    use datafusion::sql::sqlparser::ast::visit_relations;
+    const SYSTEM: [&str; 3] = ["pg_catalog", "information_schema", "weir_catalog"];
+    let mut any = false;
+    let flow = visit_relations(statement, |name| {
+        any = true;
+        let parts: Vec<String> = name
+            .0
+            .iter()
+            .filter_map(|p| p.as_ident().map(|i| i.value.to_lowercase()))
+            .collect();
+        let system = match parts.as_slice() {
+            [table] => table.starts_with("pg_"),
+            [.., schema, _] => SYSTEM.contains(&schema.as_str()),
+            [] => false,
+        };
+        if system {
+            ControlFlow::Continue(())
+        } else {
+            ControlFlow::Break(())
+        }
+    });
+    any && flow.is_continue()
+}
+
+/// How many scalar subqueries the select lists of `statement` hold.
+pub fn select_subquery_count(statement: &Statement) -> usize {
+    let mut copy = statement.clone();
+    null_select_subqueries(&mut copy, |_| false)
+}
+
+/// Replaces the select-list scalar subqueries whose number (in the order
+/// [`select_subquery_count`] counts them) `null` picks with NULL; returns
+/// how many there are.
+///
+/// The last resort for client introspection queries with a lookup
+/// DataFusion cannot decorrelate (psql's collation column), which would
+/// otherwise fail whole. The caller only does this to statements that read
+/// nothing but system tables; a user's query gets DataFusion's error.
+pub fn null_select_subqueries(statement: &mut Statement, null: impl Fn(usize) -> bool) -> usize {
+    use datafusion::sql::sqlparser::ast::{VisitMut, VisitorMut};
+
+    struct Nulling<F> {
+        next: usize,
+        null: F,
+    }
+    impl<F: Fn(usize) -> bool> VisitorMut for Nulling<F> {
+        type Break = ();
+        // After the children, so a subquery inside a nulled one is
+        // counted all the same and the numbering never shifts.
+        fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+            if let SetExpr::Select(select) = query.body.as_mut() {
+                for item in &mut select.projection {
+                    let (SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. }) =
+                        item
+                    else {
+                        continue;
+                    };
+                    let is_subquery = match &*expr {
+                        Expr::Nested(inner) => matches!(inner.as_ref(), Expr::Subquery(_)),
+                        bare => matches!(bare, Expr::Subquery(_)),
+                    };
+                    if is_subquery {
+                        if (self.null)(self.next) {
+                            *expr = Expr::value(Value::Null);
+                        }
+                        self.next += 1;
+                    }
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut visitor = Nulling { next: 0, null };
+    let _ = VisitMut::visit(statement, &mut visitor);
+    visitor.next
+}
+
+/// Whether optimizing `plan` leaves a subquery DataFusion cannot execute.
+pub fn keeps_subqueries(plan: &datafusion::logical_expr::LogicalPlan) -> bool {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::Expr as DfExpr;
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        node.apply_expressions(|e| {
+            found |= e
+                .exists(|e| {
+                    Ok(matches!(
+                        e,
+                        DfExpr::ScalarSubquery(_) | DfExpr::Exists(_) | DfExpr::InSubquery(_)
+                    ))
+                })
+                .unwrap_or(false);
+            Ok(if found {
+                TreeNodeRecursion::Stop
+            } else {
+                TreeNodeRecursion::Continue
+            })
+        })
+    });
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

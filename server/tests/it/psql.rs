@@ -74,7 +74,7 @@ fn psql_meta_commands_describe_the_catalog() {
             "-c",
             "CREATE TABLE psql_orders (id bigint PRIMARY KEY, customer text NOT NULL, amount numeric(10,2), placed_at timestamptz)",
             "-c",
-            "CREATE TABLE psql_sales.psql_regions (code varchar(4) PRIMARY KEY, name text)",
+            "CREATE TABLE psql_sales.psql_regions (code varchar(4) PRIMARY KEY, name text DEFAULT 'unnamed')",
         ],
     );
 
@@ -135,8 +135,8 @@ fn psql_meta_commands_describe_the_catalog() {
     let out = psql(&server, &["-c", "\\d psql_sales.psql_regions"]);
     assert_contains_all(
         &out,
-        "\\d psql_sales.psql_regions",
-        &["code", "character varying(4)", "name"],
+        "\\d psql_sales.psql_regions (with the column default)",
+        &["code", "character varying(4)", "name", "'unnamed'"],
     );
 
     // A projection is a materialized view to psql.
