@@ -13,8 +13,11 @@
 //!   a cast to unconstrained `numeric` keeps the value's own scale.
 //! - `pg_typeof`.
 
+mod colname;
 pub mod json;
 mod udfs;
+
+pub use colname::name_columns;
 
 use std::sync::Arc;
 
@@ -343,75 +346,6 @@ fn rewrite_expr(expr: Expr, schema: &DFSchema, node: NodeKind) -> Result<Transfo
             })))
         }
         e => Ok(Transformed::no(e)),
-    }
-}
-
-/// Names unaliased casts of constants in a SELECT list the way PostgreSQL
-/// does (`'{}'::jsonb` is column `jsonb`, `NULL::integer` is `int4`), so
-/// that `SELECT NULL::text, NULL::varchar` does not give DataFusion two
-/// columns named `CAST(NULL AS Utf8)`. Only names that stay unique in the
-/// list are given.
-pub fn name_constant_casts(statement: &mut datafusion::sql::sqlparser::ast::Statement) {
-    use datafusion::sql::sqlparser::ast::{
-        Expr as SqlExpr, Ident, SelectItem, SetExpr, Statement, UnaryOperator,
-    };
-    fn constant(e: &SqlExpr) -> bool {
-        match e {
-            SqlExpr::Value(_) | SqlExpr::TypedString { .. } => true,
-            SqlExpr::Nested(inner) | SqlExpr::Cast { expr: inner, .. } => constant(inner),
-            SqlExpr::UnaryOp {
-                op: UnaryOperator::Minus | UnaryOperator::Plus,
-                expr,
-            } => constant(expr),
-            _ => false,
-        }
-    }
-    fn type_name(t: &datafusion::sql::sqlparser::ast::DataType) -> String {
-        match SqlType::from_sql(t) {
-            Ok(SqlType::Array(inner)) => inner.pg_type_name(),
-            Ok(t) => t.pg_type_name(),
-            Err(_) => t
-                .to_string()
-                .rsplit('.')
-                .next()
-                .unwrap_or_default()
-                .to_ascii_lowercase(),
-        }
-    }
-    let Statement::Query(query) = statement else {
-        return;
-    };
-    let SetExpr::Select(select) = query.body.as_mut() else {
-        return;
-    };
-    let candidate = |item: &SelectItem| match item {
-        SelectItem::UnnamedExpr(SqlExpr::Cast {
-            expr, data_type, ..
-        }) if constant(expr) => Some(type_name(data_type)),
-        _ => None,
-    };
-    let taken: Vec<String> = select
-        .projection
-        .iter()
-        .filter_map(|item| match item {
-            SelectItem::ExprWithAlias { alias, .. } => Some(alias.value.clone()),
-            SelectItem::UnnamedExpr(SqlExpr::Identifier(i)) => Some(i.value.clone()),
-            other => candidate(other),
-        })
-        .collect();
-    for item in select.projection.iter_mut() {
-        let Some(name) = candidate(item) else {
-            continue;
-        };
-        if taken.iter().filter(|t| **t == name).count() != 1 {
-            continue;
-        }
-        if let SelectItem::UnnamedExpr(expr) = item {
-            *item = SelectItem::ExprWithAlias {
-                expr: expr.clone(),
-                alias: Ident::new(name),
-            };
-        }
     }
 }
 

@@ -1,0 +1,200 @@
+//! Result column names as PostgreSQL gives them.
+//!
+//! DataFusion names an unaliased select item after its whole expression
+//! (`count(*)`, `Int64(10) / Int64(3)`); PostgreSQL after what the
+//! expression is (`count`, `?column?`), by the rules of its
+//! `FigureColname`. Drivers that key rows by column name, and users reading
+//! psql's header, expect PostgreSQL's. The top-level select list gets those
+//! names as aliases, where they stay unique: DataFusion cannot have two
+//! output columns of one name, so colliding items keep DataFusion's names
+//! (`SELECT 1, 2` is `Int64(1)`, `Int64(2)` rather than two `?column?`).
+
+use datafusion::sql::sqlparser::ast::{
+    AccessExpr, DataType as SqlDataType, Expr, Ident, Query, SelectItem, SetExpr, Statement,
+};
+
+use weir_planner::SqlType;
+
+/// How sure the name is: a cast names its column after the type only when
+/// the casted expression has no name of its own (`x::text` is `x`).
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+enum Strength {
+    Weak,
+    Strong,
+}
+
+/// Aliases the unaliased items of the statement's top-level select list
+/// with PostgreSQL's names, where those are unique in the list.
+pub fn name_columns(statement: &mut Statement) {
+    let Statement::Query(query) = statement else {
+        return;
+    };
+    let Some(items) = leftmost_select_items(query) else {
+        return;
+    };
+    let names: Vec<Option<String>> = items.iter().map(output_name).collect();
+    for (item, name) in items.iter_mut().zip(&names) {
+        let SelectItem::UnnamedExpr(expr) = item else {
+            continue;
+        };
+        if matches!(expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) {
+            continue; // DataFusion names a column reference the same way
+        }
+        let Some(name) = name else { continue };
+        if names.iter().filter(|n| n.as_ref() == Some(name)).count() != 1 {
+            continue;
+        }
+        *item = SelectItem::ExprWithAlias {
+            expr: expr.clone(),
+            alias: Ident::with_quote('"', name.clone()),
+        };
+    }
+}
+
+/// The select list whose names a query's result takes: the first SELECT,
+/// through set operations and parentheses.
+fn leftmost_select_items(query: &mut Query) -> Option<&mut Vec<SelectItem>> {
+    let mut body = query.body.as_mut();
+    loop {
+        match body {
+            SetExpr::Select(select) => return Some(&mut select.projection),
+            SetExpr::SetOperation { left, .. } => body = left.as_mut(),
+            SetExpr::Query(inner) => body = inner.body.as_mut(),
+            _ => return None,
+        }
+    }
+}
+
+/// The name an item's column has; `None` for a wildcard.
+fn output_name(item: &SelectItem) -> Option<String> {
+    match item {
+        SelectItem::ExprWithAlias { alias, .. } => Some(ident_name(alias)),
+        SelectItem::UnnamedExpr(expr) => {
+            Some(figure(expr).map_or_else(|| "?column?".to_string(), |(name, _)| name))
+        }
+        _ => None,
+    }
+}
+
+fn ident_name(ident: &Ident) -> String {
+    if ident.quote_style.is_some() {
+        ident.value.clone()
+    } else {
+        ident.value.to_lowercase()
+    }
+}
+
+/// PostgreSQL's `FigureColnameInternal`: the name an expression gives its
+/// column, if any.
+fn figure(expr: &Expr) -> Option<(String, Strength)> {
+    let strong = |name: &str| Some((name.to_string(), Strength::Strong));
+    let weak = |name: &str| Some((name.to_string(), Strength::Weak));
+    match expr {
+        Expr::Identifier(ident) => Some((ident_name(ident), Strength::Strong)),
+        Expr::CompoundIdentifier(parts) => parts
+            .last()
+            .map(|ident| (ident_name(ident), Strength::Strong)),
+        Expr::Function(f) => f
+            .name
+            .0
+            .last()
+            .and_then(|part| part.as_ident())
+            .map(|ident| (ident_name(ident), Strength::Strong)),
+        Expr::Cast {
+            expr, data_type, ..
+        } => match figure(expr) {
+            Some((name, Strength::Strong)) => Some((name, Strength::Strong)),
+            _ => Some((type_name(data_type), Strength::Weak)),
+        },
+        Expr::TypedString(typed) => Some((type_name(&typed.data_type), Strength::Weak)),
+        Expr::Interval(_) => weak("interval"),
+        Expr::Nested(inner) => figure(inner),
+        Expr::Collate { expr, .. } => figure(expr),
+        Expr::CompoundFieldAccess { root, access_chain } => match access_chain.last() {
+            Some(AccessExpr::Dot(Expr::Identifier(field))) => {
+                Some((ident_name(field), Strength::Strong))
+            }
+            Some(AccessExpr::Dot(_)) => None,
+            _ => figure(root),
+        },
+        Expr::Case { .. } => weak("case"),
+        Expr::Array(_) => weak("array"),
+        Expr::Tuple(_) => weak("row"),
+        Expr::Exists { .. } => strong("exists"),
+        Expr::Subquery(query) => subquery_name(query),
+        Expr::Extract { .. } => strong("extract"),
+        Expr::Substring { .. } => strong("substring"),
+        Expr::Position { .. } => strong("position"),
+        Expr::Overlay { .. } => strong("overlay"),
+        Expr::Trim { .. } => strong("btrim"),
+        Expr::Ceil { .. } => strong("ceil"),
+        Expr::Floor { .. } => strong("floor"),
+        Expr::AtTimeZone { .. } => strong("timezone"),
+        _ => None,
+    }
+}
+
+/// A scalar subquery's column is named after the subquery's one item.
+fn subquery_name(query: &Query) -> Option<(String, Strength)> {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    match select.projection.first()? {
+        SelectItem::ExprWithAlias { alias, .. } => Some((ident_name(alias), Strength::Strong)),
+        SelectItem::UnnamedExpr(expr) => figure(expr),
+        _ => None,
+    }
+}
+
+/// The type's name as PostgreSQL prints it in a column name (`int4`,
+/// `jsonb`); an array type names its column after its element type.
+fn type_name(data_type: &SqlDataType) -> String {
+    match SqlType::from_sql(data_type) {
+        Ok(SqlType::Array(inner)) => inner.pg_type_name(),
+        Ok(t) => t.pg_type_name(),
+        Err(_) => data_type
+            .to_string()
+            .rsplit('.')
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    fn named(sql: &str) -> String {
+        let mut statement = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .unwrap()
+            .remove(0);
+        name_columns(&mut statement);
+        statement.to_string()
+    }
+
+    #[test]
+    fn items_take_postgresql_names() {
+        assert_eq!(
+            named(
+                "SELECT count(*), t.x, y::text, '{}'::jsonb, 10 / 3, CASE WHEN true THEN 1 END FROM t"
+            ),
+            "SELECT count(*) AS \"count\", t.x, y::TEXT AS \"y\", '{}'::JSONB AS \"jsonb\", 10 / 3 AS \"?column?\", CASE WHEN true THEN 1 END AS \"case\" FROM t"
+        );
+        assert_eq!(
+            named("SELECT (SELECT max(y) FROM u), EXISTS (SELECT 1) UNION ALL SELECT 1, true"),
+            "SELECT (SELECT max(y) FROM u) AS \"max\", EXISTS (SELECT 1) AS \"exists\" UNION ALL SELECT 1, true"
+        );
+    }
+
+    #[test]
+    fn colliding_names_are_left_to_datafusion() {
+        assert_eq!(named("SELECT 1, 2"), "SELECT 1, 2");
+        assert_eq!(
+            named("SELECT count(*), count(x), sum(x) AS count, max(x) FROM t"),
+            "SELECT count(*), count(x), sum(x) AS count, max(x) AS \"max\" FROM t"
+        );
+    }
+}
