@@ -14,6 +14,7 @@
 //!   operator graph ([`StreamPlan`]), rejecting what cannot be maintained.
 //! - [`error`]: [`PlanError`].
 
+pub mod array_literal;
 pub mod error;
 pub mod interval;
 pub mod lower;
@@ -21,6 +22,7 @@ pub mod parse;
 pub mod types;
 pub mod window_tvf;
 
+pub use array_literal::parse_array_literal;
 pub use datafusion::sql::sqlparser;
 pub use error::PlanError;
 pub use lower::{SourceRef, StreamPlan, lower};

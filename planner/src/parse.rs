@@ -174,6 +174,7 @@ fn compat_parse(sql: &str) -> Result<Vec<Statement>, ParserError> {
 /// The compatibility rewrites, with select-list subqueries parenthesized
 /// first: the NULL-ing rewrite matches only a bare subquery item.
 fn compat_rewrite(mut statement: Statement) -> Statement {
+    use datafusion::sql::sqlparser::ast::visit_expressions_mut;
     use datafusion::sql::sqlparser::ast::{
         Expr, Query, SelectItem, SetExpr, Value, VisitMut, VisitorMut,
     };
@@ -199,7 +200,48 @@ fn compat_rewrite(mut statement: Statement) -> Statement {
         }
     }
     let _ = statement.visit(&mut Shield);
+    let _ = visit_expressions_mut(&mut statement, |expr| {
+        array_cast_elements(expr);
+        ControlFlow::<()>::Continue(())
+    });
     PARSER.rewrite(statement)
+}
+
+/// `'{1,NULL,3}'::int[]` becomes `ARRAY['1', NULL, '3']::int[]`, read the
+/// way PostgreSQL reads array text (quotes, escapes, unquoted NULL), so the
+/// cast converts each element. The compatibility parser's own rewrite of
+/// these literals splits on commas and keeps `NULL` as text.
+fn array_cast_elements(expr: &mut datafusion::sql::sqlparser::ast::Expr) {
+    use datafusion::sql::sqlparser::ast::{Array, DataType, Expr, Value};
+    let Expr::Cast {
+        expr: inner,
+        data_type: DataType::Array(_),
+        ..
+    } = expr
+    else {
+        return;
+    };
+    let Expr::Value(value) = inner.as_ref() else {
+        return;
+    };
+    let Value::SingleQuotedString(text) = &value.value else {
+        return;
+    };
+    // Malformed text is left for the cast to reject with its own error.
+    let Ok(elements) = crate::parse_array_literal(text) else {
+        return;
+    };
+    let elements = elements
+        .into_iter()
+        .map(|e| match e {
+            Some(s) => Expr::value(Value::SingleQuotedString(s)),
+            None => Expr::value(Value::Null),
+        })
+        .collect();
+    **inner = Expr::Array(Array {
+        elem: elements,
+        named: true,
+    });
 }
 
 /// Statement openings read as another spelling sqlparser knows.
