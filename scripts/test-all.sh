@@ -5,7 +5,8 @@
 #    Debian 12 machine as root: psql (postgresql-client), the PostgreSQL server
 #    (the .slt expectations are checked against it), pgjdbc
 #    (libpostgresql-jdbc-java), openssl, a JDK, python3-venv, and the Python venv
-#    $HOME/.cache/weir-venv with psycopg, asyncpg, SQLAlchemy, pyarrow and ADBC.
+#    $HOME/.cache/weir-venv with psycopg, asyncpg, SQLAlchemy, pyarrow, ADBC and
+#    moto (a local S3 server for the storage crate's S3 conformance test).
 #    Re-running it changes nothing once everything is there.
 # 2. cargo build --workspace, then cargo test --workspace (every crate's unit
 #    tests, the pgwire fuzz tests, and server/tests/it: .slt files, drivers,
@@ -18,8 +19,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
 VENV="$HOME/.cache/weir-venv"
-PY_PACKAGES=('psycopg[binary]' asyncpg sqlalchemy pyarrow adbc-driver-flightsql adbc-driver-manager)
-PY_IMPORTS="import psycopg, asyncpg, sqlalchemy, pyarrow, adbc_driver_flightsql, adbc_driver_manager"
+PY_PACKAGES=('psycopg[binary]' asyncpg sqlalchemy pyarrow adbc-driver-flightsql adbc-driver-manager 'moto[server]')
+PY_IMPORTS="import psycopg, asyncpg, sqlalchemy, pyarrow, adbc_driver_flightsql, adbc_driver_manager, moto.server"
 
 say() { printf '==> %s\n' "$*" >&2; }
 

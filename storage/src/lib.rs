@@ -7,6 +7,11 @@
 //! - [`TableLog`]: the write-ahead log of table changes. Appends are grouped
 //!   (group commit) and `fsync`ed before they are acknowledged; recovery
 //!   returns every complete record and cuts a torn tail.
+//! - [`state`]: operator state. [`StateBackend`] is the contract between
+//!   streaming operators and storage; [`ObjectStateBackend`] implements it over
+//!   an `object_store` with create-only partial blobs, fenced generations and
+//!   create-only seals (manifests naming each vnode's snapshot+delta chain).
+//!   [`state::model`] holds the protocol's decisions as pure functions.
 //! - [`DataDirLock`]: an exclusive lock on a data directory so two processes
 //!   never write the same one.
 //!
@@ -16,9 +21,14 @@
 mod control_log;
 mod error;
 mod lock;
+pub mod state;
 mod table_log;
 
 pub use control_log::{ControlLog, Revision};
 pub use error::StorageError;
 pub use lock::DataDirLock;
+pub use state::{
+    ChainStats, ObjectStateBackend, PartialKind, SealExtras, SealManifest, SealOutcome,
+    StateBackend, StateBackendError,
+};
 pub use table_log::{Lsn, TableLog};

@@ -1,0 +1,11 @@
+//! Integration tests of `weir-storage` (one test binary for the crate).
+//!
+//! - `conformance`: one suite for [`weir_storage::ObjectStateBackend`], run
+//!   against memory, a local directory and S3 (moto, in `s3`);
+//! - `faults`: the same backend over a fault-injecting store;
+//! - `model`: property tests of the seal/fence protocol model.
+
+mod conformance;
+mod faults;
+mod model;
+mod s3;
