@@ -167,7 +167,8 @@ pub struct Database {
     advisory_locks: AdvisoryLocks,
     metrics: Arc<Metrics>,
     projections: Projections,
-    /// Numbers commits with table writes, in commit order.
+    /// The table-log LSN of the latest commit with table writes: commits
+    /// are numbered by where their record ends.
     commit_seq: AtomicU64,
     control_log: ControlLog,
     table_log: TableLog,
@@ -223,7 +224,8 @@ impl Database {
         let (table_log, records) = TableLog::open(&config.data_dir.join("tablelog"))?;
         let mut max_row_id = 0i64;
         let mut replayed = 0usize;
-        for bytes in &records {
+        let last_lsn = records.last().map_or(0, |(lsn, _)| *lsn);
+        for (_, bytes) in &records {
             let record = WalRecord::decode(bytes)?;
             if record.has_ddl && !committed.contains(&record.txn) {
                 // Its catalog entry never landed: the transaction did not commit.
@@ -269,7 +271,7 @@ impl Database {
             advisory_locks: AdvisoryLocks::default(),
             metrics,
             projections,
-            commit_seq: AtomicU64::new(0),
+            commit_seq: AtomicU64::new(last_lsn),
             control_log,
             table_log,
             current: RwLock::new(Arc::new(snapshot)),
@@ -390,13 +392,14 @@ impl Database {
         next.apply_writes(&writes.tables)?;
 
         let txn = uuid::Uuid::new_v4();
+        let mut lsn = 0;
         if !writes.tables.is_empty() {
             let record = WalRecord {
                 txn,
                 has_ddl: !writes.ddl.is_empty(),
                 ops: writes.tables.clone(),
             };
-            self.table_log.append(record.encode()?).await?;
+            lsn = self.table_log.append(record.encode()?).await?;
             self.metrics.commit();
         }
         if !writes.ddl.is_empty() {
@@ -422,10 +425,12 @@ impl Database {
         if writes.tables.is_empty() {
             return Ok(self.commit_seq());
         }
-        let seq = self.commit_seq.fetch_add(1, Ordering::AcqRel) + 1;
+        // The table-log position numbers commits: increasing, and durable,
+        // so a checkpoint can name the last commit it covers.
+        self.commit_seq.store(lsn, Ordering::Release);
         // Still under the commit lock: the coordinator sees commits in order.
-        self.projections.changes(seq, changes).await;
-        Ok(seq)
+        self.projections.changes(lsn, changes).await;
+        Ok(lsn)
     }
 
     /// SCRAM credentials of a user who may log in with a password.

@@ -51,8 +51,9 @@ impl std::fmt::Debug for TableLog {
 
 impl TableLog {
     /// Opens (creating if needed) the log in `dir`, returns every complete
-    /// record in order and a handle positioned after them.
-    pub fn open(dir: &Path) -> Result<(Self, Vec<Bytes>), StorageError> {
+    /// record in order with its LSN (what `append` returned for it) and a
+    /// handle positioned after them.
+    pub fn open(dir: &Path) -> Result<(Self, Vec<(Lsn, Bytes)>), StorageError> {
         std::fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
         let path = dir.join("table.log");
         let mut file = OpenOptions::new()
@@ -165,7 +166,7 @@ fn encode_record(payload: &[u8], out: &mut Vec<u8>) {
 
 /// Splits `data` into complete, checksummed records; returns them and the
 /// length of the valid prefix.
-fn decode_records(data: &[u8]) -> (Vec<Bytes>, usize) {
+fn decode_records(data: &[u8]) -> (Vec<(Lsn, Bytes)>, usize) {
     let mut records = Vec::new();
     let mut pos = 0;
     while data.len() - pos >= HEADER_LEN {
@@ -179,8 +180,8 @@ fn decode_records(data: &[u8]) -> (Vec<Bytes>, usize) {
         if crc32fast::hash(payload) != crc {
             break;
         }
-        records.push(Bytes::copy_from_slice(payload));
         pos = start + len;
+        records.push((pos as Lsn, Bytes::copy_from_slice(payload)));
     }
     (records, pos)
 }
@@ -192,7 +193,7 @@ mod tests {
     #[tokio::test]
     async fn acknowledged_records_survive_reopen_and_a_torn_tail_is_cut() {
         let dir = tempfile::tempdir().unwrap();
-        {
+        let mut lsns = {
             let (log, existing) = TableLog::open(dir.path()).unwrap();
             assert!(existing.is_empty());
             let appends = (0..50).map(|i| {
@@ -203,9 +204,9 @@ mod tests {
                         .unwrap()
                 }
             });
-            let lsns = futures::future::join_all(appends).await;
-            assert_eq!(lsns.len(), 50);
-        }
+            futures::future::join_all(appends).await
+        };
+        lsns.sort();
         // Simulate a crash in the middle of writing a record.
         let path = dir.path().join("table.log");
         let mut file = OpenOptions::new().append(true).open(&path).unwrap();
@@ -214,9 +215,11 @@ mod tests {
 
         let (log, records) = TableLog::open(dir.path()).unwrap();
         assert_eq!(records.len(), 50);
+        let reopened: Vec<Lsn> = records.iter().map(|(lsn, _)| *lsn).collect();
+        assert_eq!(reopened, lsns, "open reports the LSNs append returned");
         let mut texts: Vec<String> = records
             .iter()
-            .map(|r| String::from_utf8(r.to_vec()).unwrap())
+            .map(|(_, r)| String::from_utf8(r.to_vec()).unwrap())
             .collect();
         texts.sort();
         assert!(texts.contains(&"record 0".to_string()));
@@ -224,7 +227,7 @@ mod tests {
         log.append(Bytes::from_static(b"after")).await.unwrap();
         drop(log);
         let (_, records) = TableLog::open(dir.path()).unwrap();
-        assert_eq!(records.last().unwrap().as_ref(), b"after");
+        assert_eq!(records.last().unwrap().1.as_ref(), b"after");
     }
 
     #[test]
