@@ -53,12 +53,26 @@ pub struct ServeConfig {
     /// PEM private key for --tls-cert.
     #[arg(long, env = "WEIR_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Where projection state is checkpointed: `file:///abs/dir`,
+    /// `s3://bucket/prefix` (credentials and endpoint from the AWS_*
+    /// environment) or `memory://` (lost at exit). Default: `state/` in the
+    /// data directory.
+    #[arg(long, env = "WEIR_STATE_URL")]
+    pub state_url: Option<String>,
     /// Interval between epoch barriers (e.g. 1s, 100ms).
     #[arg(long, env = "WEIR_BARRIER_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub barrier_interval: Duration,
 }
 
 impl ServeConfig {
+    /// `--state-url`, or the data directory's `state/`.
+    pub fn state_url(&self) -> String {
+        self.state_url.clone().unwrap_or_else(|| {
+            let dir = std::path::absolute(&self.data_dir).unwrap_or_else(|_| self.data_dir.clone());
+            format!("file://{}/state", dir.display())
+        })
+    }
+
     /// Defaults for tests and embedding: everything under `data_dir`,
     /// ports chosen by the caller.
     pub fn for_data_dir(data_dir: PathBuf) -> Self {

@@ -161,6 +161,8 @@ impl QueryEnv {
 
 pub struct Database {
     config: ServeConfig,
+    /// Projection checkpoints, claimed (and so fenced) at open.
+    state: Arc<weir_storage::ObjectStateBackend>,
     /// Where queries and projection epochs run; see [`QueryRuntime`].
     query_runtime: crate::query_runtime::QueryRuntime,
     query_env: QueryEnv,
@@ -204,6 +206,16 @@ impl Database {
                 .map_err(weir_storage::StorageError::from)?,
         );
         let control_log = ControlLog::new(store, "catalog");
+        let instance = format!(
+            "{}:{}:{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into()),
+            std::process::id(),
+            uuid::Uuid::new_v4()
+        );
+        let state = Arc::new(
+            weir_storage::ObjectStateBackend::claim_url(&config.state_url(), instance).await?,
+        );
+        tracing::info!(url = %config.state_url(), generation = state.generation(), "claimed the state backend");
 
         let mut snapshot = Snapshot {
             catalog: Arc::new(Catalog::bootstrap()),
@@ -266,6 +278,7 @@ impl Database {
             Projections::start(&query_runtime, config.barrier_interval, metrics.clone());
         Ok(Arc::new(Self {
             config,
+            state,
             query_runtime,
             query_env: QueryEnv::new()?,
             advisory_locks: AdvisoryLocks::default(),
@@ -286,6 +299,10 @@ impl Database {
 
     pub fn config(&self) -> &ServeConfig {
         &self.config
+    }
+
+    pub fn state(&self) -> &Arc<weir_storage::ObjectStateBackend> {
+        &self.state
     }
 
     pub fn query_runtime(&self) -> &crate::query_runtime::QueryRuntime {

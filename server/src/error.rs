@@ -81,6 +81,8 @@ pub enum ServerError {
     DataFusion(#[source] DataFusionError),
     #[error("storage error: {0}")]
     Storage(#[from] StorageError),
+    #[error("state backend: {0}")]
+    State(#[from] weir_storage::StateBackendError),
     /// An error whose SQLSTATE is chosen where it is raised (cursor misuse,
     /// malformed binary COPY data, ...).
     #[error("{message}")]
@@ -142,6 +144,9 @@ impl ServerError {
             Self::DataFusion(e) => datafusion_sqlstate(e),
             Self::Storage(StorageError::RevisionConflict { .. }) => "40001",
             Self::Storage(_) => "58030",
+            // Fenced: another process took over this state.
+            Self::State(e) if e.is_fenced() => "57P04",
+            Self::State(_) => "58030",
             Self::Sqlstate { code, .. } => code,
             Self::Internal(_) => "XX000",
         }

@@ -103,13 +103,15 @@ impl SystemSchema {
                     text(vec![
                         format!("catalog:file://{data_dir}/catalog"),
                         format!("table-log:file://{data_dir}/tablelog"),
+                        format!("state:{}", self.db.config().state_url()),
                     ]),
-                    int(vec![1, 1]),
+                    int(vec![1, 1, self.db.state().generation() as i64]),
                     text(vec![
                         "create-only-append,expected-revision".into(),
                         "group-commit,fsync".into(),
+                        "per-vnode-partials,create-only-seals,generation-fence".into(),
                     ]),
-                    text(vec![readiness.into(), readiness.into()]),
+                    text(vec![readiness.into(), readiness.into(), readiness.into()]),
                 ]
             }
             "sessions" => vec![int(vec![self.db.backend_count() as i64])],
