@@ -1,6 +1,9 @@
 //! [`Materialized`]: a projection's current result, kept as a multiset of
 //! rows so a snapshot of it is an O(1) clone that readers keep while the
 //! coordinator moves on.
+//!
+//! Its state entries for checkpoints are one per distinct row (the row is
+//! the distribution key), valued by the row's count.
 
 use std::sync::{Arc, OnceLock};
 
@@ -10,7 +13,11 @@ use weir_common::ChangeBatch;
 
 use crate::EngineError;
 use crate::multiset::Multiset;
-use crate::rows::RowCodec;
+use crate::operator::{
+    StateEntry, count_value, parse_state_key, read_count, state_key,
+    unreadable,
+};
+use crate::rows::{RowBytes, RowCodec};
 
 const NAME: &str = "materialize";
 /// Rows per batch when the result is read back as Arrow.
@@ -24,6 +31,9 @@ pub struct Materialized {
     total: u64,
     /// The rows as Arrow batches, built on the first read of this version.
     scan_cache: Arc<OnceLock<Arc<Vec<RecordBatch>>>>,
+    /// Rows whose count changed since the last `take_state_changes`; a
+    /// persistent set, so the clone per epoch stays O(1).
+    changed: imbl::OrdSet<RowBytes>,
 }
 
 impl std::fmt::Debug for Materialized {
@@ -41,6 +51,7 @@ impl Materialized {
             rows: Multiset::default(),
             total: 0,
             scan_cache: Arc::default(),
+            changed: imbl::OrdSet::new(),
         })
     }
 
@@ -62,12 +73,58 @@ impl Materialized {
         let encoded = self.codec.encode_rows(change.rows())?;
         let mut rows = self.rows.clone();
         let mut total = self.total as i64;
+        let mut changed = self.changed.clone();
         for (row, weight) in encoded.iter().zip(change.weights().values()) {
             rows.add(row, *weight, NAME)?;
             total += weight;
+            changed.insert(row.clone());
         }
         self.rows = rows;
         self.total = total as u64;
+        self.changed = changed;
+        self.scan_cache = Arc::default();
+        Ok(())
+    }
+
+    /// The rows whose count changed since the last call, as
+    /// [`crate::Operator::take_state_changes`] reports them.
+    pub fn take_state_changes(&mut self) -> Vec<StateEntry> {
+        std::mem::take(&mut self.changed)
+            .into_iter()
+            .map(|row| {
+                let count = self.rows.count(&row);
+                StateEntry {
+                    key: state_key(0, &row, &[]),
+                    value: (count > 0).then(|| count_value(count)),
+                }
+            })
+            .collect()
+    }
+
+    /// Every row with its count, for a full snapshot.
+    pub fn state_entries(&self) -> Vec<StateEntry> {
+        self.rows
+            .iter()
+            .map(|(row, count)| StateEntry::set(state_key(0, row, &[]), count_value(count)))
+            .collect()
+    }
+
+    /// Sets or removes rows' counts in order; afterwards no change is
+    /// recorded. On error `self` is unchanged.
+    pub fn apply_state_entries(&mut self, entries: &[StateEntry]) -> Result<(), EngineError> {
+        let mut rows = self.rows.clone();
+        let mut total = self.total as i64;
+        for entry in entries {
+            let key = parse_state_key(NAME, &entry.key)?;
+            if key.tag != 0 || !key.rest.is_empty() {
+                return Err(unreadable(NAME, "an unknown key"));
+            }
+            let count = read_count(NAME, entry.value.as_deref())?;
+            total += count - rows.set(key.distribution, count);
+        }
+        self.rows = rows;
+        self.total = total as u64;
+        self.changed = imbl::OrdSet::new();
         self.scan_cache = Arc::default();
         Ok(())
     }
