@@ -155,3 +155,59 @@ impl Materialized {
         Ok(self.scan_cache.get_or_init(|| batches).clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::testing::{RandomInput, Rng, render, schema};
+
+    const ROWS: &str = "g text, x int";
+
+    #[test]
+    fn a_snapshot_and_later_changes_rebuild_the_result() {
+        for seed in 0..20 {
+            let mut rng = Rng::new(seed);
+            let mut input = RandomInput::new(ROWS, &[&["a", "b", "null"], &["1", "2"]]);
+            let mut result = Materialized::new(schema(ROWS)).unwrap();
+            let snapshot_at = rng.below(10);
+            let mut snapshot = Vec::new();
+            let mut deltas = Vec::new();
+            for i in 0..12 {
+                result.apply(&input.next(&mut rng)).unwrap();
+                if i == snapshot_at {
+                    result.take_state_changes();
+                    snapshot = result.state_entries();
+                } else if i > snapshot_at && (i == 11 || rng.below(2) == 0) {
+                    deltas.push(result.take_state_changes());
+                }
+            }
+            let mut restored = Materialized::new(schema(ROWS)).unwrap();
+            restored.apply_state_entries(&snapshot).unwrap();
+            for delta in &deltas {
+                restored.apply_state_entries(delta).unwrap();
+            }
+            assert!(restored.take_state_changes().is_empty());
+            assert_eq!(restored.row_count(), result.row_count(), "seed {seed}");
+            assert_eq!(
+                render(&restored.as_inserts().unwrap()),
+                render(&result.as_inserts().unwrap())
+            );
+            let entries = |m: &Materialized| -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+                m.state_entries().into_iter().map(|e| (e.key, e.value)).collect()
+            };
+            assert_eq!(entries(&restored), entries(&result));
+        }
+    }
+
+    #[test]
+    fn a_failed_apply_records_no_change() {
+        let mut result = Materialized::new(schema(ROWS)).unwrap();
+        result.apply(&crate::testing::change(ROWS, "a 1 +1")).unwrap();
+        result.take_state_changes();
+        let bad = crate::testing::change(ROWS, "b 1 +1; c 1 -1");
+        assert!(result.apply(&bad).is_err());
+        assert!(result.take_state_changes().is_empty());
+    }
+}

@@ -394,6 +394,7 @@ impl Operator for Join {
         let out = self.output.consolidated_change(&change)?;
         self.buckets = buckets;
         self.right_side = right_side;
+        self.changed.extend(changed);
         Ok(out)
     }
 
