@@ -31,10 +31,10 @@ pub mod table;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use checkpoint::{VNODES, VnodeState};
 pub use coordinator::{Coordinator, EpochView, ProjectionView, SourceBinding};
 pub use error::EngineError;
 pub use graph::{Graph, Input};
 pub use materialized::Materialized;
-pub use checkpoint::{VNODES, VnodeState};
 pub use operator::{Operator, StateEntry};
 pub use table::TableState;

@@ -14,8 +14,7 @@ use weir_common::ChangeBatch;
 use crate::EngineError;
 use crate::multiset::Multiset;
 use crate::operator::{
-    StateEntry, count_value, parse_state_key, read_count, state_key,
-    unreadable,
+    StateEntry, count_value, parse_state_key, read_count, state_key, unreadable,
 };
 use crate::rows::{RowBytes, RowCodec};
 
@@ -195,7 +194,10 @@ mod tests {
                 render(&result.as_inserts().unwrap())
             );
             let entries = |m: &Materialized| -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
-                m.state_entries().into_iter().map(|e| (e.key, e.value)).collect()
+                m.state_entries()
+                    .into_iter()
+                    .map(|e| (e.key, e.value))
+                    .collect()
             };
             assert_eq!(entries(&restored), entries(&result));
         }
@@ -204,7 +206,9 @@ mod tests {
     #[test]
     fn a_failed_apply_records_no_change() {
         let mut result = Materialized::new(schema(ROWS)).unwrap();
-        result.apply(&crate::testing::change(ROWS, "a 1 +1")).unwrap();
+        result
+            .apply(&crate::testing::change(ROWS, "a 1 +1"))
+            .unwrap();
         result.take_state_changes();
         let bad = crate::testing::change(ROWS, "b 1 +1; c 1 -1");
         assert!(result.apply(&bad).is_err());

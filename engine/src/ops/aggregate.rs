@@ -30,8 +30,8 @@ use weir_common::ChangeBatch;
 use crate::EngineError;
 use crate::multiset::Multiset;
 use crate::operator::{
-    Operator, StateEntry, changed_entries, count_value, expect_inputs, parse_state_key,
-    read_count, state_key, unreadable,
+    Operator, StateEntry, changed_entries, count_value, expect_inputs, parse_state_key, read_count,
+    state_key, unreadable,
 };
 use crate::rows::{RowBytes, RowCodec, batch_of, empty_change, where_true};
 
@@ -212,7 +212,7 @@ impl Aggregate {
             };
             columns.push(array);
         }
-        let batch = batch_of(&self.output.schema(), columns, keys.len())?;
+        let batch = batch_of(self.output.schema(), columns, keys.len())?;
         self.output.encode_rows(&batch)
     }
 }
@@ -313,10 +313,16 @@ impl Operator for Aggregate {
         }
         for (key, group) in &self.groups {
             for (row, count) in group.rows.iter() {
-                entries.push(StateEntry::set(state_key(ROW, key, row), count_value(count)));
+                entries.push(StateEntry::set(
+                    state_key(ROW, key, row),
+                    count_value(count),
+                ));
             }
             if let Some(output) = &group.output {
-                entries.push(StateEntry::set(state_key(OUTPUT, key, &[]), output.to_vec()));
+                entries.push(StateEntry::set(
+                    state_key(OUTPUT, key, &[]),
+                    output.to_vec(),
+                ));
             }
         }
         Ok(entries)
@@ -533,7 +539,7 @@ mod tests {
         restored.restore(&agg.snapshot().unwrap()).unwrap();
         let next = change(INPUT, "a 3 -1; c 7 +1");
         assert_eq!(
-            render(&restored.step(&[next.clone()]).unwrap()),
+            render(&restored.step(std::slice::from_ref(&next)).unwrap()),
             render(&agg.step(&[next]).unwrap())
         );
         assert!(restored.restore(&[1, 2, 3]).is_err());

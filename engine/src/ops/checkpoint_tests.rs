@@ -29,6 +29,8 @@ const STEPS: usize = 14;
 const SEEDS: u64 = 12;
 
 type Make = dyn Fn() -> Box<dyn Operator>;
+/// The next epoch's change of every input.
+type Inputs = Box<dyn FnMut(&mut Rng) -> Vec<ChangeBatch>>;
 
 fn as_map(entries: Vec<StateEntry>) -> BTreeMap<Vec<u8>, Vec<u8>> {
     entries
@@ -69,7 +71,11 @@ fn check(seed: u64, make: &Make, inputs: &mut dyn FnMut(&mut Rng) -> Vec<ChangeB
             let changes = op.take_state_changes().unwrap();
             mirror_apply(&mut mirror, &changes);
             // Every change is reported: the mirror follows the state exactly.
-            assert_eq!(mirror, as_map(op.state_entries().unwrap()), "seed {seed} step {i}");
+            assert_eq!(
+                mirror,
+                as_map(op.state_entries().unwrap()),
+                "seed {seed} step {i}"
+            );
             deltas.push(changes);
         } else if i < snapshot_at && rng.below(2) == 0 {
             // Drained before the snapshot, which includes them.
@@ -92,7 +98,11 @@ fn check(seed: u64, make: &Make, inputs: &mut dyn FnMut(&mut Rng) -> Vec<ChangeB
     for i in 0..STEPS / 2 {
         let step = inputs(&mut rng);
         let expected = render(&op.step(&step).unwrap());
-        assert_eq!(render(&restored.step(&step).unwrap()), expected, "seed {seed} after {i}");
+        assert_eq!(
+            render(&restored.step(&step).unwrap()),
+            expected,
+            "seed {seed} after {i}"
+        );
         assert_eq!(render(&from_bytes.step(&step).unwrap()), expected);
     }
     assert_eq!(
@@ -102,7 +112,7 @@ fn check(seed: u64, make: &Make, inputs: &mut dyn FnMut(&mut Rng) -> Vec<ChangeB
 }
 
 /// Checks every seed with a fresh random input per seed.
-fn check_seeds(make: &Make, mut new_inputs: impl FnMut() -> Box<dyn FnMut(&mut Rng) -> Vec<ChangeBatch>>) {
+fn check_seeds(make: &Make, mut new_inputs: impl FnMut() -> Inputs) {
     for seed in 0..SEEDS {
         check(seed, make, &mut new_inputs());
     }
@@ -112,7 +122,7 @@ const INPUT: &str = "g text, x int";
 const G: &[&str] = &["a", "b", "c", "null"];
 const X: &[&str] = &["0", "1", "2", "3", "null"];
 
-fn one_input() -> Box<dyn FnMut(&mut Rng) -> Vec<ChangeBatch>> {
+fn one_input() -> Inputs {
     let mut input = RandomInput::new(INPUT, &[G, X]);
     Box::new(move |rng| vec![input.next(rng)])
 }
@@ -136,7 +146,11 @@ fn aggregate(grouped: bool, calls: Vec<AggregateCall>) -> Aggregate {
         fields.push(Field::new("g", DataType::Utf8, true));
     }
     fields.extend(calls.iter().map(|c| c.function.field().as_ref().clone()));
-    let group_by = if grouped { vec![col("g", &input).unwrap()] } else { vec![] };
+    let group_by = if grouped {
+        vec![col("g", &input).unwrap()]
+    } else {
+        vec![]
+    };
     Aggregate::new(input, group_by, calls, Arc::new(Schema::new(fields))).unwrap()
 }
 
@@ -145,7 +159,11 @@ fn min_max_sum_count() -> Vec<AggregateCall> {
         call(AggregateExprBuilder::new(min_udaf(), x()).alias("mn")),
         call(AggregateExprBuilder::new(max_udaf(), x()).alias("mx")),
         call(AggregateExprBuilder::new(sum_udaf(), x()).alias("s")),
-        call(AggregateExprBuilder::new(count_udaf(), x()).alias("c").distinct()),
+        call(
+            AggregateExprBuilder::new(count_udaf(), x())
+                .alias("c")
+                .distinct(),
+        ),
     ]
 }
 
@@ -160,12 +178,19 @@ fn ordered() -> AggregateCall {
             nulls_first: false,
         },
     };
-    call(AggregateExprBuilder::new(string_agg_udaf(), args).order_by(vec![order]).alias("sa"))
+    call(
+        AggregateExprBuilder::new(string_agg_udaf(), args)
+            .order_by(vec![order])
+            .alias("sa"),
+    )
 }
 
 #[test]
 fn grouped_aggregates_restore_from_snapshot_and_changes() {
-    check_seeds(&|| Box::new(aggregate(true, min_max_sum_count())), one_input);
+    check_seeds(
+        &|| Box::new(aggregate(true, min_max_sum_count())),
+        one_input,
+    );
 }
 
 #[test]
@@ -209,7 +234,7 @@ fn join(kind: JoinKind) -> Join {
     .unwrap()
 }
 
-fn two_inputs() -> Box<dyn FnMut(&mut Rng) -> Vec<ChangeBatch>> {
+fn two_inputs() -> Inputs {
     let mut left = RandomInput::new(L, &[K, AB]);
     let mut right = RandomInput::new(R, &[K, AB]);
     Box::new(move |rng| vec![left.next(rng), right.next(rng)])
@@ -237,7 +262,11 @@ fn top(numbering: Numbering, partitioned: bool) -> TopN {
         _ => schema("g text, x int, n int"),
     };
     TopN::new(TopNSpec {
-        partition_by: if partitioned { vec![col("g", &input).unwrap()] } else { vec![] },
+        partition_by: if partitioned {
+            vec![col("g", &input).unwrap()]
+        } else {
+            vec![]
+        },
         order_by: vec![(col("x", &input).unwrap(), SortOptions::default())],
         input_schema: input,
         offset: usize::from(!partitioned),
@@ -279,7 +308,11 @@ fn a_failed_step_records_no_change() {
     assert!(agg.step(&[change(INPUT, "b 2 +1; a 9 -1")]).is_err());
     assert_eq!(agg.state_entries().unwrap(), before);
     let changes = agg.take_state_changes().unwrap();
-    assert_eq!(as_map(changes), as_map(before), "only the first step's changes");
+    assert_eq!(
+        as_map(changes),
+        as_map(before),
+        "only the first step's changes"
+    );
 
     let mut j: Box<dyn Operator> = Box::new(join(JoinKind::Inner));
     j.step(&[change(L, "1 x +1"), change(R, "")]).unwrap();

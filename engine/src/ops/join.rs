@@ -36,8 +36,8 @@ use weir_common::ChangeBatch;
 use crate::EngineError;
 use crate::multiset::Multiset;
 use crate::operator::{
-    Operator, StateEntry, changed_entries, count_value, expect_inputs, parse_state_key,
-    read_count, state_key, unreadable,
+    Operator, StateEntry, changed_entries, count_value, expect_inputs, parse_state_key, read_count,
+    state_key, unreadable,
 };
 use crate::rows::{RowBytes, RowCodec, batch_of, where_true};
 
@@ -322,7 +322,7 @@ fn take_rows(batch: &RecordBatch, rows: &UInt32Array) -> Result<RecordBatch, Eng
 
 /// The same columns under the output's names and nullability.
 fn rebind(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, EngineError> {
-    batch_of(&schema, batch.columns().to_vec(), batch.num_rows())
+    batch_of(schema, batch.columns().to_vec(), batch.num_rows())
 }
 
 impl Operator for Join {
@@ -450,9 +450,10 @@ impl Operator for Join {
             touched.insert(bucket_key);
         }
         for key in touched {
-            if buckets.get(&key).is_some_and(|b| {
-                b.left.is_empty() && b.right.is_empty() && b.output.is_empty()
-            }) {
+            if buckets
+                .get(&key)
+                .is_some_and(|b| b.left.is_empty() && b.right.is_empty() && b.output.is_empty())
+            {
                 buckets.remove(&key);
             }
         }

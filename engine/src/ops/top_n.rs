@@ -24,8 +24,8 @@ use weir_common::ChangeBatch;
 use crate::EngineError;
 use crate::multiset::Multiset;
 use crate::operator::{
-    Operator, StateEntry, changed_entries, count_value, expect_inputs, pair_bytes,
-    parse_state_key, read_count, split_pair, state_key, unreadable,
+    Operator, StateEntry, changed_entries, count_value, expect_inputs, pair_bytes, parse_state_key,
+    read_count, split_pair, state_key, unreadable,
 };
 use crate::rows::{RowBytes, RowCodec, batch_of, empty_change};
 
@@ -171,7 +171,7 @@ impl TopN {
                 kept.iter().map(|(_, n)| *n),
             )));
         }
-        let batch = batch_of(&self.output.schema(), columns, kept.len())?;
+        let batch = batch_of(self.output.schema(), columns, kept.len())?;
         for row in self.output.encode_rows(&batch)? {
             out.add(&row, 1, NAME)?;
         }
@@ -445,7 +445,7 @@ mod tests {
         restored.restore(&t.snapshot().unwrap()).unwrap();
         let next = change(INPUT, "a 0 +1; a 2 -1");
         assert_eq!(
-            render(&restored.step(&[next.clone()]).unwrap()),
+            render(&restored.step(std::slice::from_ref(&next)).unwrap()),
             render(&t.step(&[next]).unwrap())
         );
     }
