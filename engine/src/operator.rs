@@ -191,7 +191,7 @@ pub fn count_value(count: i64) -> Vec<u8> {
     count.to_le_bytes().to_vec()
 }
 
-/// The inverse of [`count_value`]: a positive count, or `None` for a removal.
+/// The inverse of [`count_value`]: a positive count, or 0 for a removal (`None`).
 pub(crate) fn read_count(operator: &'static str, value: Option<&[u8]>) -> Result<i64, EngineError> {
     let Some(value) = value else { return Ok(0) };
     match <[u8; 8]>::try_from(value).map(i64::from_le_bytes) {
