@@ -14,6 +14,9 @@
 //!   full contents of its inputs) and the changes after it meet exactly;
 //! - a projection whose step fails keeps its last result and is marked
 //!   failed, and so is everything reading it; other projections go on.
+//!
+//! Checkpoints and restore of the projections' state are in
+//! [`crate::checkpoint`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -66,18 +69,21 @@ pub struct EpochReport {
     pub operators: Vec<(ObjectId, Vec<NodeStep>)>,
 }
 
-struct Deployed {
-    id: ObjectId,
-    graph: Graph,
-    sources: Vec<SourceBinding>,
+pub(crate) struct Deployed {
+    pub(crate) id: ObjectId,
+    pub(crate) graph: Graph,
+    pub(crate) sources: Vec<SourceBinding>,
+    /// The result being restored from a checkpoint
+    /// ([`crate::checkpoint`]); the projection has no view until it is done.
+    pub(crate) restoring: Option<Materialized>,
 }
 
 pub struct Coordinator {
-    epoch: Epoch,
+    pub(crate) epoch: Epoch,
     pending: HashMap<ObjectId, Vec<ChangeBatch>>,
-    pending_rows: usize,
-    deployed: Vec<Deployed>,
-    view: Arc<EpochView>,
+    pub(crate) pending_rows: usize,
+    pub(crate) deployed: Vec<Deployed>,
+    pub(crate) view: Arc<EpochView>,
 }
 
 impl Default for Coordinator {
@@ -128,6 +134,7 @@ impl Coordinator {
     /// Closes the current epoch: steps every projection with its inputs'
     /// consolidated changes and publishes the new view.
     pub fn run_epoch(&mut self) -> Result<EpochReport, EngineError> {
+        self.refuse_while_restoring("run an epoch")?;
         let started = Instant::now();
         let epoch = Epoch(self.epoch.0 + 1);
         let mut tables: HashMap<ObjectId, ChangeBatch> = HashMap::new();
@@ -231,6 +238,16 @@ impl Coordinator {
         }
         let mut backfill = Vec::with_capacity(sources.len());
         for source in &sources {
+            if self
+                .deployed
+                .iter()
+                .any(|d| d.id == source.object && d.restoring.is_some())
+            {
+                return Err(EngineError::Invariant {
+                    operator: "coordinator",
+                    message: format!("it reads {}, which is being restored", source.object),
+                });
+            }
             let contents = match self.view.projections.get(&source.object) {
                 Some(upstream) => match &upstream.failure {
                     Some(e) => {
@@ -263,7 +280,12 @@ impl Coordinator {
             },
         );
         self.view = Arc::new(view);
-        self.deployed.push(Deployed { id, graph, sources });
+        self.deployed.push(Deployed {
+            id,
+            graph,
+            sources,
+            restoring: None,
+        });
         Ok(())
     }
 

@@ -8,6 +8,9 @@ pub enum EngineError {
     DuplicateKey { key: String },
     #[error("change batch schema does not match the table: {0}")]
     SchemaMismatch(String),
+    /// A checkpoint's bytes could not be read (corrupt or of another version).
+    #[error("unreadable checkpoint state: {0}")]
+    CorruptState(String),
     #[error("{operator}: {message}")]
     Invariant {
         operator: &'static str,

@@ -6,7 +6,7 @@ use std::panic::AssertUnwindSafe;
 use weir_common::ChangeBatch;
 
 use crate::EngineError;
-use crate::operator::Operator;
+use crate::operator::{Operator, StateEntry};
 
 /// Where a node reads from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +149,48 @@ impl Graph {
         }
         self.last_step = stats;
         Ok(outputs.pop().expect("the graph has nodes"))
+    }
+
+    /// Per node with changes, in node order: its
+    /// [`Operator::take_state_changes`]. On an error, nodes before the
+    /// failing one have cleared their record, so the caller must take a
+    /// full checkpoint ([`Self::state_entries`]) next.
+    pub fn take_state_changes(&mut self) -> Result<Vec<(u32, Vec<StateEntry>)>, EngineError> {
+        let mut changes = Vec::new();
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            let entries = node.operator.take_state_changes()?;
+            if !entries.is_empty() {
+                changes.push((i as u32, entries));
+            }
+        }
+        Ok(changes)
+    }
+
+    /// Per node with state, in node order: its [`Operator::state_entries`].
+    pub fn state_entries(&self) -> Result<Vec<(u32, Vec<StateEntry>)>, EngineError> {
+        let mut state = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let entries = node.operator.state_entries()?;
+            if !entries.is_empty() {
+                state.push((i as u32, entries));
+            }
+        }
+        Ok(state)
+    }
+
+    /// Applies entries to one node's state (restoring a checkpoint).
+    pub fn apply_state_entries(
+        &mut self,
+        node: u32,
+        entries: &[StateEntry],
+    ) -> Result<(), EngineError> {
+        let Some(node) = self.nodes.get_mut(node as usize) else {
+            return Err(EngineError::Invariant {
+                operator: "graph",
+                message: format!("state for node {node} of {}", self.nodes.len()),
+            });
+        };
+        node.operator.apply_state_entries(entries)
     }
 
     /// Every node's state, in node order.

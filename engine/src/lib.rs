@@ -13,9 +13,12 @@
 //! - [`coordinator::Coordinator`]: owns every deployed projection, steps
 //!   them all once per epoch and publishes an [`coordinator::EpochView`].
 //! - [`materialized::Materialized`]: a projection's current result.
+//! - [`checkpoint`]: incremental, per-vnode checkpoints of every
+//!   projection's keyed state ([`operator::StateEntry`]) and their restore.
 //! - [`rows`]: Arrow rows as comparable bytes, and consolidation.
 //! - [`multiset::Multiset`]: bags of rows, the state most operators keep.
 
+pub mod checkpoint;
 pub mod coordinator;
 pub mod error;
 pub mod graph;
@@ -28,9 +31,10 @@ pub mod table;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use checkpoint::{VNODES, VnodeState};
 pub use coordinator::{Coordinator, EpochView, ProjectionView, SourceBinding};
 pub use error::EngineError;
 pub use graph::{Graph, Input};
 pub use materialized::Materialized;
-pub use operator::Operator;
+pub use operator::{Operator, StateEntry};
 pub use table::TableState;

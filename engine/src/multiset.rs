@@ -52,6 +52,22 @@ impl Multiset {
         self.counts.get(row).copied().unwrap_or(0)
     }
 
+    /// [`Multiset::count`] of a row given as a slice (a state key's part).
+    pub fn count_of(&self, row: &[u8]) -> i64 {
+        self.counts.get(row).copied().unwrap_or(0)
+    }
+
+    /// Sets a row's count (0 removes it), as restoring state does; returns
+    /// the previous count. `count` is never negative ([`crate::operator::read_count`]).
+    pub fn set(&mut self, row: &[u8], count: i64) -> i64 {
+        let previous = if count == 0 {
+            self.counts.remove(row)
+        } else {
+            self.counts.insert(RowBytes::from(row), count)
+        };
+        previous.unwrap_or(0)
+    }
+
     /// Rows in byte order (the order of their values) with their counts.
     pub fn iter(&self) -> impl Iterator<Item = (&RowBytes, i64)> {
         self.counts.iter().map(|(r, &c)| (r, c))

@@ -1,9 +1,32 @@
-//! The [`Operator`] trait: one incremental step of a dataflow graph per epoch.
+//! The [`Operator`] trait: one incremental step of a dataflow graph per epoch,
+//! and its keyed state ([`StateEntry`]) for incremental checkpoints.
+
+use std::collections::BTreeSet;
 
 use arrow::datatypes::SchemaRef;
 use weir_common::ChangeBatch;
 
 use crate::EngineError;
+use crate::multiset::{Reader, Writer};
+
+/// One key of an operator's state and its value; `None` says the key was
+/// removed. Keys follow the layout of [`state_key`]; values are whatever
+/// encodes that key's state (most often a row's count, see [`count_value`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StateEntry {
+    pub key: Vec<u8>,
+    pub value: Option<Vec<u8>>,
+}
+
+impl StateEntry {
+    /// An entry that sets `key` to `value`.
+    pub fn set(key: Vec<u8>, value: Vec<u8>) -> Self {
+        Self {
+            key,
+            value: Some(value),
+        }
+    }
+}
 
 /// An incremental operator: it turns the change of its inputs during one
 /// epoch into the change of its output during that epoch.
@@ -19,10 +42,17 @@ use crate::EngineError;
 ///   so an update undone within the epoch produces nothing;
 /// - the sum of all returned changes equals the operator's query over the sum
 ///   of all input changes (the Z-set semantics of ARCHITECTURE.md §2);
-/// - `step` on an error leaves the state as it was before the call, so the
-///   epoch can be retried;
-/// - [`Operator::snapshot`] then [`Operator::restore`] on a fresh operator of
-///   the same plan gives an operator that behaves identically.
+/// - `step` on an error leaves the state, and the record of changed keys
+///   [`Operator::take_state_changes`] reads, as they were before the call,
+///   so the epoch can be retried;
+/// - [`Operator::state_entries`] applied to a fresh operator of the same plan
+///   (or [`Operator::snapshot`] then [`Operator::restore`]) gives an operator
+///   that behaves identically, and so do a snapshot's entries followed by
+///   every later [`Operator::take_state_changes`] in order.
+///
+/// The three state methods have defaults for stateless operators: no
+/// entries, and applying any entry is an error (so a stateful operator that
+/// forgot them fails loudly on restore instead of silently losing state).
 pub trait Operator: Send {
     /// What the operator is, for EXPLAIN, metrics and errors.
     fn name(&self) -> &'static str;
@@ -31,11 +61,168 @@ pub trait Operator: Send {
 
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError>;
 
-    /// The operator's state as bytes; empty for stateless operators.
-    fn snapshot(&self) -> Result<Vec<u8>, EngineError>;
+    /// The entries whose value changed since the previous call (or since
+    /// creation or [`Operator::apply_state_entries`]), each key at most once
+    /// and with its current value, and clears that record. A key changed and
+    /// changed back in between may be reported or not (its current value is
+    /// always a correct report). Called by the checkpointing owner once per
+    /// epoch; costs O(changed keys), not O(state). On an error the record is
+    /// kept.
+    fn take_state_changes(&mut self) -> Result<Vec<StateEntry>, EngineError> {
+        Ok(Vec::new())
+    }
 
-    /// Replaces the state with one taken by [`Operator::snapshot`].
-    fn restore(&mut self, state: &[u8]) -> Result<(), EngineError>;
+    /// Every entry of the state (all values `Some`), for a full snapshot.
+    /// Does not touch the change record.
+    fn state_entries(&self) -> Result<Vec<StateEntry>, EngineError> {
+        Ok(Vec::new())
+    }
+
+    /// Upserts (value `Some`) or removes (`None`) entries, in order. Used on
+    /// a fresh operator: a snapshot's entries, then each later change set.
+    /// Afterwards the change record is empty. On an error nothing changed.
+    fn apply_state_entries(&mut self, entries: &[StateEntry]) -> Result<(), EngineError> {
+        if entries.is_empty() {
+            Ok(())
+        } else {
+            Err(EngineError::Invariant {
+                operator: self.name(),
+                message: format!("a stateless operator got {} state entries", entries.len()),
+            })
+        }
+    }
+
+    /// The whole state as bytes (its [`Operator::state_entries`], encoded).
+    fn snapshot(&self) -> Result<Vec<u8>, EngineError> {
+        let entries = self.state_entries()?;
+        let mut w = Writer::default();
+        w.u64(entries.len() as u64);
+        for entry in &entries {
+            w.blob(&entry.key);
+            w.blob(entry.value.as_deref().unwrap_or_default());
+        }
+        Ok(w.bytes)
+    }
+
+    /// Replaces the state with one taken by [`Operator::snapshot`]: every
+    /// current key is removed, then the snapshot's entries are applied.
+    fn restore(&mut self, state: &[u8]) -> Result<(), EngineError> {
+        let mut r = Reader::new(state, self.name());
+        let mut snapshot = Vec::new();
+        for _ in 0..r.u64()? {
+            let key = r.blob()?.to_vec();
+            let value = Some(r.blob()?.to_vec());
+            snapshot.push(StateEntry { key, value });
+        }
+        r.finish()?;
+        let mut entries: Vec<StateEntry> = self
+            .state_entries()?
+            .into_iter()
+            .map(|e| StateEntry {
+                key: e.key,
+                value: None,
+            })
+            .collect();
+        entries.extend(snapshot);
+        self.apply_state_entries(&entries)
+    }
+}
+
+const _: Option<&dyn Operator> = None;
+
+/// The layout of every state key: a tag byte (which kind of state: a left
+/// row, an output row, a flag), the length (u32 LE) and bytes of the
+/// *distribution key* (the group, join key or partition the state belongs
+/// to), then the rest (a row, for state kept per row). Checkpoints hash only
+/// the distribution key into a vnode ([`crate::checkpoint::vnode_of`]), so
+/// all state of one group stays in one vnode, the unit a node will own.
+pub fn state_key(tag: u8, distribution: &[u8], rest: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(5 + distribution.len() + rest.len());
+    key.push(tag);
+    key.extend_from_slice(&pair_bytes(distribution, rest));
+    key
+}
+
+/// A key of [`state_key`]'s layout, taken apart.
+pub struct StateKey<'a> {
+    pub tag: u8,
+    pub distribution: &'a [u8],
+    pub rest: &'a [u8],
+}
+
+/// The inverse of [`state_key`]; `None` when `key` is not of that layout.
+pub fn split_state_key(key: &[u8]) -> Option<StateKey<'_>> {
+    let (&tag, key) = key.split_first()?;
+    let (distribution, rest) = split_pair(key)?;
+    Some(StateKey {
+        tag,
+        distribution,
+        rest,
+    })
+}
+
+/// [`split_state_key`], or the error `operator` reports for a foreign key.
+pub(crate) fn parse_state_key<'a>(
+    operator: &'static str,
+    key: &'a [u8],
+) -> Result<StateKey<'a>, EngineError> {
+    split_state_key(key).ok_or_else(|| unreadable(operator, "a malformed state key"))
+}
+
+/// Two byte strings as one: the first's length (u32 LE), the first, the
+/// second (a sort key and a row; a distribution key and the rest).
+pub(crate) fn pair_bytes(first: &[u8], second: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(4 + first.len() + second.len());
+    bytes.extend_from_slice(&(first.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(first);
+    bytes.extend_from_slice(second);
+    bytes
+}
+
+/// The inverse of [`pair_bytes`]; `None` when `bytes` is too short.
+pub(crate) fn split_pair(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+    let first = bytes.get(4..4usize.checked_add(len)?)?;
+    Some((first, &bytes[4 + len..]))
+}
+
+/// The value of a row's count in state.
+pub fn count_value(count: i64) -> Vec<u8> {
+    count.to_le_bytes().to_vec()
+}
+
+/// The inverse of [`count_value`]: a positive count, or 0 for a removal (`None`).
+pub(crate) fn read_count(operator: &'static str, value: Option<&[u8]>) -> Result<i64, EngineError> {
+    let Some(value) = value else { return Ok(0) };
+    match <[u8; 8]>::try_from(value).map(i64::from_le_bytes) {
+        Ok(count) if count > 0 => Ok(count),
+        _ => Err(unreadable(operator, "a malformed count")),
+    }
+}
+
+pub(crate) fn unreadable(operator: &'static str, what: &str) -> EngineError {
+    EngineError::Invariant {
+        operator,
+        message: format!("state entry with {what}"),
+    }
+}
+
+/// Keys changed since the last [`Operator::take_state_changes`], with their
+/// current values from `value_of`. The caller clears its record only after
+/// this succeeded.
+pub(crate) fn changed_entries(
+    changed: &BTreeSet<Vec<u8>>,
+    value_of: impl Fn(&[u8]) -> Result<Option<Vec<u8>>, EngineError>,
+) -> Result<Vec<StateEntry>, EngineError> {
+    changed
+        .iter()
+        .map(|key| {
+            Ok(StateEntry {
+                key: key.clone(),
+                value: value_of(key)?,
+            })
+        })
+        .collect()
 }
 
 /// Checks the one-change-per-input contract.

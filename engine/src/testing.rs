@@ -99,3 +99,72 @@ pub fn render(change: &ChangeBatch) -> Vec<String> {
     lines.sort();
     lines
 }
+
+/// A small deterministic random source (xorshift64*), so randomized tests
+/// need no extra dependency and replay from their seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Random consolidated changes of one input whose rows take their cells
+/// from `cells` (one list per column), never retracting more than was
+/// inserted: it keeps the input's current contents.
+pub struct RandomInput {
+    spec: &'static str,
+    cells: Vec<Vec<&'static str>>,
+    contents: std::collections::BTreeMap<String, i64>,
+}
+
+impl RandomInput {
+    pub fn new(spec: &'static str, cells: &[&[&'static str]]) -> Self {
+        Self {
+            spec,
+            cells: cells.iter().map(|c| c.to_vec()).collect(),
+            contents: Default::default(),
+        }
+    }
+
+    /// The next change: a few inserts and retractions, sometimes none.
+    pub fn next(&mut self, rng: &mut Rng) -> ChangeBatch {
+        let mut delta: std::collections::BTreeMap<String, i64> = Default::default();
+        let operations = rng.below(5);
+        for _ in 0..operations {
+            let live: Vec<&String> = self
+                .contents
+                .iter()
+                .filter(|&(row, &count)| count + delta.get(row).copied().unwrap_or(0) > 0)
+                .map(|(row, _)| row)
+                .collect();
+            if !live.is_empty() && rng.below(3) == 0 {
+                let row = live[rng.below(live.len())].clone();
+                *delta.entry(row).or_default() -= 1;
+            } else {
+                let row: Vec<&str> = self.cells.iter().map(|c| c[rng.below(c.len())]).collect();
+                *delta.entry(row.join(" ")).or_default() += 1 + (rng.below(4) == 0) as i64;
+            }
+        }
+        delta.retain(|_, w| *w != 0);
+        for (row, w) in &delta {
+            *self.contents.entry(row.clone()).or_default() += w;
+        }
+        self.contents.retain(|_, c| *c != 0);
+        let text: Vec<String> = delta.iter().map(|(r, w)| format!("{r} {w:+}")).collect();
+        change(self.spec, &text.join("; "))
+    }
+}

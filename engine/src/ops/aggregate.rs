@@ -10,6 +10,11 @@
 //!
 //! Without GROUP BY there is one group with the empty key, and its row exists
 //! even over empty input (`count(*)` is 0), as in SQL.
+//!
+//! State entries (distribution key = the group key): one per input row of a
+//! group (`ROW`, value its count), one per group for the output row last
+//! emitted (`OUTPUT`), and the `started` flag (`STARTED`, empty group). An
+//! epoch so changes the entries of its input rows and of its groups' outputs.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -23,11 +28,19 @@ use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use weir_common::ChangeBatch;
 
 use crate::EngineError;
-use crate::multiset::{Multiset, Reader, Writer};
-use crate::operator::{Operator, expect_inputs};
+use crate::multiset::Multiset;
+use crate::operator::{
+    Operator, StateEntry, changed_entries, count_value, expect_inputs, parse_state_key, read_count,
+    state_key, unreadable,
+};
 use crate::rows::{RowBytes, RowCodec, batch_of, empty_change, where_true};
 
 const NAME: &str = "aggregate";
+
+/// State key tags.
+const STARTED: u8 = 0;
+const ROW: u8 = 1;
+const OUTPUT: u8 = 2;
 
 /// One aggregate call, with its `FILTER (WHERE ...)` if any.
 pub struct AggregateCall {
@@ -52,6 +65,8 @@ pub struct Aggregate {
     groups: imbl::OrdMap<RowBytes, Group>,
     /// Whether the global group's first row has been emitted.
     started: bool,
+    /// State keys changed since the last `take_state_changes`.
+    changed: BTreeSet<Vec<u8>>,
 }
 
 impl Aggregate {
@@ -87,6 +102,7 @@ impl Aggregate {
             output: RowCodec::new(output_schema)?,
             groups: imbl::OrdMap::new(),
             started: false,
+            changed: BTreeSet::new(),
         })
     }
 
@@ -196,7 +212,7 @@ impl Aggregate {
             };
             columns.push(array);
         }
-        let batch = batch_of(&self.output.schema(), columns, keys.len())?;
+        let batch = batch_of(self.output.schema(), columns, keys.len())?;
         self.output.encode_rows(&batch)
     }
 }
@@ -215,8 +231,12 @@ impl Operator for Aggregate {
         let input = &inputs[0];
         let mut groups = self.groups.clone();
         let mut touched: BTreeSet<RowBytes> = BTreeSet::new();
-        if self.is_global() && !self.started {
-            touched.insert(RowBytes::from(&[][..]));
+        let mut changed: Vec<Vec<u8>> = Vec::new();
+        if !self.started {
+            changed.push(state_key(STARTED, &[], &[]));
+            if self.is_global() {
+                touched.insert(RowBytes::from(&[][..]));
+            }
         }
         if !input.is_empty() {
             let keys = self.keys_of(input.rows())?;
@@ -227,10 +247,13 @@ impl Operator for Aggregate {
                     .or_default()
                     .rows
                     .add(row, weight, NAME)?;
+                changed.push(state_key(ROW, key, row));
                 touched.insert(key.clone());
             }
         }
         if touched.is_empty() {
+            self.started = true;
+            self.changed.extend(changed);
             return Ok(empty_change(self.output.schema()));
         }
         // A group with no rows left has no output row, except the global one.
@@ -248,6 +271,7 @@ impl Operator for Aggregate {
                 _ => None,
             };
             if old != new {
+                changed.push(state_key(OUTPUT, key, &[]));
                 if let Some(old) = old {
                     change.push((old, -1));
                 }
@@ -272,41 +296,90 @@ impl Operator for Aggregate {
         let out = self.output.consolidated_change(&change)?;
         self.groups = groups;
         self.started = true;
+        self.changed.extend(changed);
         Ok(out)
     }
 
-    fn snapshot(&self) -> Result<Vec<u8>, EngineError> {
-        let mut w = Writer::default();
-        w.u64(u64::from(self.started));
-        w.u64(self.groups.len() as u64);
-        for (key, group) in &self.groups {
-            w.blob(key);
-            w.multiset(&group.rows);
-            match &group.output {
-                Some(row) => {
-                    w.u64(1);
-                    w.blob(row);
-                }
-                None => w.u64(0),
-            }
-        }
-        Ok(w.bytes)
+    fn take_state_changes(&mut self) -> Result<Vec<StateEntry>, EngineError> {
+        let entries = changed_entries(&self.changed, |key| self.value_of(key))?;
+        self.changed.clear();
+        Ok(entries)
     }
 
-    fn restore(&mut self, state: &[u8]) -> Result<(), EngineError> {
-        let mut r = Reader::new(state, NAME);
-        let started = r.u64()? == 1;
-        let mut groups = imbl::OrdMap::new();
-        for _ in 0..r.u64()? {
-            let key = r.blob()?;
-            let rows = r.multiset()?;
-            let output = if r.u64()? == 1 { Some(r.blob()?) } else { None };
-            groups.insert(key, Group { rows, output });
+    fn state_entries(&self) -> Result<Vec<StateEntry>, EngineError> {
+        let mut entries = Vec::new();
+        if self.started {
+            entries.push(StateEntry::set(state_key(STARTED, &[], &[]), vec![1]));
         }
-        r.finish()?;
+        for (key, group) in &self.groups {
+            for (row, count) in group.rows.iter() {
+                entries.push(StateEntry::set(
+                    state_key(ROW, key, row),
+                    count_value(count),
+                ));
+            }
+            if let Some(output) = &group.output {
+                entries.push(StateEntry::set(
+                    state_key(OUTPUT, key, &[]),
+                    output.to_vec(),
+                ));
+            }
+        }
+        Ok(entries)
+    }
+
+    fn apply_state_entries(&mut self, entries: &[StateEntry]) -> Result<(), EngineError> {
+        let mut groups = self.groups.clone();
+        let mut started = self.started;
+        let mut touched: BTreeSet<&[u8]> = BTreeSet::new();
+        for e in entries {
+            let key = parse_state_key(NAME, &e.key)?;
+            let value = e.value.as_deref();
+            match key.tag {
+                STARTED => started = value.is_some(),
+                ROW => {
+                    let count = read_count(NAME, value)?;
+                    let group = groups.entry(key.distribution.into()).or_default();
+                    group.rows.set(key.rest, count);
+                }
+                OUTPUT => {
+                    let group = groups.entry(key.distribution.into()).or_default();
+                    group.output = value.map(RowBytes::from);
+                }
+                _ => return Err(unreadable(NAME, "an unknown tag")),
+            }
+            touched.insert(key.distribution);
+        }
+        // A group exists while it has rows or an output, as after a step.
+        for key in touched {
+            if groups
+                .get(key)
+                .is_some_and(|g| g.rows.is_empty() && g.output.is_none())
+            {
+                groups.remove(key);
+            }
+        }
         self.groups = groups;
         self.started = started;
+        self.changed.clear();
         Ok(())
+    }
+}
+
+impl Aggregate {
+    /// The current value of a state key (`None` when it has none).
+    fn value_of(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        let key = parse_state_key(NAME, key)?;
+        let group = self.groups.get(key.distribution);
+        Ok(match key.tag {
+            STARTED => self.started.then(|| vec![1]),
+            ROW => group
+                .map(|g| g.rows.count_of(key.rest))
+                .filter(|&c| c > 0)
+                .map(count_value),
+            OUTPUT => group.and_then(|g| g.output.as_ref()).map(|r| r.to_vec()),
+            _ => return Err(unreadable(NAME, "an unknown tag")),
+        })
     }
 }
 
@@ -466,7 +539,7 @@ mod tests {
         restored.restore(&agg.snapshot().unwrap()).unwrap();
         let next = change(INPUT, "a 3 -1; c 7 +1");
         assert_eq!(
-            render(&restored.step(&[next.clone()]).unwrap()),
+            render(&restored.step(std::slice::from_ref(&next)).unwrap()),
             render(&agg.step(&[next]).unwrap())
         );
         assert!(restored.restore(&[1, 2, 3]).is_err());

@@ -5,7 +5,7 @@ use arrow::datatypes::SchemaRef;
 use weir_common::ChangeBatch;
 
 use crate::EngineError;
-use crate::operator::{Operator, expect_inputs};
+use crate::operator::{Operator, StateEntry, expect_inputs, state_key, unreadable};
 use crate::rows::{consolidate, empty_change};
 
 const NAME: &str = "constant";
@@ -13,6 +13,8 @@ const NAME: &str = "constant";
 pub struct Constant {
     rows: ChangeBatch,
     emitted: bool,
+    /// Whether `emitted` changed since the last `take_state_changes`.
+    changed: bool,
 }
 
 impl Constant {
@@ -21,6 +23,7 @@ impl Constant {
         Ok(Self {
             rows: consolidate(&rows)?,
             emitted: false,
+            changed: false,
         })
     }
 }
@@ -40,26 +43,45 @@ impl Operator for Constant {
             return Ok(empty_change(&self.rows.schema()));
         }
         self.emitted = true;
+        self.changed = true;
         Ok(self.rows.clone())
     }
 
-    fn snapshot(&self) -> Result<Vec<u8>, EngineError> {
-        Ok(vec![u8::from(self.emitted)])
+    fn take_state_changes(&mut self) -> Result<Vec<StateEntry>, EngineError> {
+        if !std::mem::take(&mut self.changed) {
+            return Ok(Vec::new());
+        }
+        Ok(vec![StateEntry {
+            key: emitted_key(),
+            value: self.emitted.then(|| vec![1]),
+        }])
     }
 
-    fn restore(&mut self, state: &[u8]) -> Result<(), EngineError> {
-        self.emitted = match state {
-            [] | [0] => false,
-            [1] => true,
-            _ => {
-                return Err(EngineError::Invariant {
-                    operator: NAME,
-                    message: "unreadable state".into(),
-                });
+    fn state_entries(&self) -> Result<Vec<StateEntry>, EngineError> {
+        Ok(if self.emitted {
+            vec![StateEntry::set(emitted_key(), vec![1])]
+        } else {
+            Vec::new()
+        })
+    }
+
+    fn apply_state_entries(&mut self, entries: &[StateEntry]) -> Result<(), EngineError> {
+        let mut emitted = self.emitted;
+        for entry in entries {
+            if entry.key != emitted_key() {
+                return Err(unreadable(NAME, "an unknown key"));
             }
-        };
+            emitted = entry.value.is_some();
+        }
+        self.emitted = emitted;
+        self.changed = false;
         Ok(())
     }
+}
+
+/// The one state key: whether the rows were emitted.
+fn emitted_key() -> Vec<u8> {
+    state_key(0, &[], &[])
 }
 
 #[cfg(test)]

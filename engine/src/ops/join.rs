@@ -17,6 +17,12 @@
 //! Cost per epoch: O(left rows × right rows) of the changed buckets (of all
 //! buckets when a NOT IN's right side becomes empty or gains or loses its
 //! NULLs).
+//!
+//! State entries (distribution key = the bucket: `0` for a NULL key, `1`
+//! and the key otherwise): one per row of each side (`LEFT`, `RIGHT`) and
+//! per output row of the bucket (`OUTPUT`), each valued by its count, so an
+//! epoch changes the entries of its input rows and of its output change. The
+//! NOT IN counts of the right side are derived, not stored.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -28,11 +34,36 @@ use datafusion::physical_expr::PhysicalExpr;
 use weir_common::ChangeBatch;
 
 use crate::EngineError;
-use crate::multiset::{Multiset, Reader, Writer};
-use crate::operator::{Operator, expect_inputs};
+use crate::multiset::Multiset;
+use crate::operator::{
+    Operator, StateEntry, changed_entries, count_value, expect_inputs, parse_state_key, read_count,
+    state_key, unreadable,
+};
 use crate::rows::{RowBytes, RowCodec, batch_of, where_true};
 
 const NAME: &str = "join";
+
+/// State key tags.
+const LEFT: u8 = 0;
+const RIGHT: u8 = 1;
+const OUTPUT: u8 = 2;
+
+/// A bucket's key as a distribution key: NULL and a key of no columns (a
+/// join without equi keys) must differ.
+fn bucket_bytes(key: &Option<RowBytes>) -> Vec<u8> {
+    match key {
+        None => vec![0],
+        Some(key) => [&[1], key.as_ref()].concat(),
+    }
+}
+
+fn bucket_of(bytes: &[u8]) -> Result<Option<RowBytes>, EngineError> {
+    match bytes.split_first() {
+        Some((0, [])) => Ok(None),
+        Some((1, key)) => Ok(Some(RowBytes::from(key))),
+        _ => Err(unreadable(NAME, "a malformed join key")),
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JoinKind {
@@ -109,6 +140,8 @@ pub struct Join {
     buckets: imbl::OrdMap<Option<RowBytes>, Bucket>,
     /// Kept for [`JoinKind::NullAwareAnti`] only.
     right_side: RightSide,
+    /// State keys changed since the last `take_state_changes`.
+    changed: BTreeSet<Vec<u8>>,
 }
 
 impl Join {
@@ -145,6 +178,7 @@ impl Join {
             key,
             buckets: imbl::OrdMap::new(),
             right_side: RightSide::default(),
+            changed: BTreeSet::new(),
             spec,
         })
     }
@@ -288,7 +322,7 @@ fn take_rows(batch: &RecordBatch, rows: &UInt32Array) -> Result<RecordBatch, Eng
 
 /// The same columns under the output's names and nullability.
 fn rebind(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, EngineError> {
-    batch_of(&schema, batch.columns().to_vec(), batch.num_rows())
+    batch_of(schema, batch.columns().to_vec(), batch.num_rows())
 }
 
 impl Operator for Join {
@@ -305,6 +339,7 @@ impl Operator for Join {
         let mut buckets = self.buckets.clone();
         let mut right_side = self.right_side;
         let mut touched: BTreeSet<Option<RowBytes>> = BTreeSet::new();
+        let mut changed: Vec<Vec<u8>> = Vec::new();
         for (side, input) in inputs.iter().enumerate() {
             if input.is_empty() {
                 continue;
@@ -321,6 +356,8 @@ impl Operator for Join {
                     &mut bucket.right
                 };
                 set.add(row, w, NAME)?;
+                let tag = if is_left { LEFT } else { RIGHT };
+                changed.push(state_key(tag, &bucket_bytes(&key), row));
                 if !is_left {
                     right_side.rows += w;
                     if key.is_none() {
@@ -340,7 +377,14 @@ impl Operator for Join {
         for key in touched {
             let bucket = buckets.get(&key).cloned().unwrap_or_default();
             let output = self.bucket_output(&bucket, key.is_some(), right_side)?;
+            let first = change.len();
             bucket.output.diff_into(&output, &mut change);
+            let bucket_key = bucket_bytes(&key);
+            changed.extend(
+                change[first..]
+                    .iter()
+                    .map(|(row, _)| state_key(OUTPUT, &bucket_key, row)),
+            );
             if bucket.left.is_empty() && bucket.right.is_empty() {
                 buckets.remove(&key);
             } else if let Some(b) = buckets.get_mut(&key) {
@@ -350,51 +394,91 @@ impl Operator for Join {
         let out = self.output.consolidated_change(&change)?;
         self.buckets = buckets;
         self.right_side = right_side;
+        self.changed.extend(changed);
         Ok(out)
     }
 
-    fn snapshot(&self) -> Result<Vec<u8>, EngineError> {
-        let mut w = Writer::default();
-        w.u64(self.buckets.len() as u64);
-        for (key, bucket) in &self.buckets {
-            match key {
-                Some(key) => {
-                    w.u64(1);
-                    w.blob(key);
-                }
-                None => w.u64(0),
-            }
-            w.multiset(&bucket.left);
-            w.multiset(&bucket.right);
-            w.multiset(&bucket.output);
-        }
-        Ok(w.bytes)
+    fn take_state_changes(&mut self) -> Result<Vec<StateEntry>, EngineError> {
+        let entries = changed_entries(&self.changed, |key| self.value_of(key))?;
+        self.changed.clear();
+        Ok(entries)
     }
 
-    fn restore(&mut self, state: &[u8]) -> Result<(), EngineError> {
-        let mut r = Reader::new(state, NAME);
-        let mut buckets = imbl::OrdMap::new();
-        for _ in 0..r.u64()? {
-            let key = if r.u64()? == 1 { Some(r.blob()?) } else { None };
-            let bucket = Bucket {
-                left: r.multiset()?,
-                right: r.multiset()?,
-                output: r.multiset()?,
-            };
-            buckets.insert(key, bucket);
+    fn state_entries(&self) -> Result<Vec<StateEntry>, EngineError> {
+        let mut entries = Vec::new();
+        for (key, bucket) in &self.buckets {
+            let bucket_key = bucket_bytes(key);
+            for (tag, set) in [
+                (LEFT, &bucket.left),
+                (RIGHT, &bucket.right),
+                (OUTPUT, &bucket.output),
+            ] {
+                for (row, count) in set.iter() {
+                    let key = state_key(tag, &bucket_key, row);
+                    entries.push(StateEntry::set(key, count_value(count)));
+                }
+            }
         }
-        r.finish()?;
-        let mut right_side = RightSide::default();
-        for (key, bucket) in &buckets {
-            let rows: i64 = bucket.right.iter().map(|(_, c)| c).sum();
-            right_side.rows += rows;
-            if key.is_none() {
-                right_side.null_key_rows += rows;
+        Ok(entries)
+    }
+
+    fn apply_state_entries(&mut self, entries: &[StateEntry]) -> Result<(), EngineError> {
+        let mut buckets = self.buckets.clone();
+        let mut right_side = self.right_side;
+        let mut touched: BTreeSet<Option<RowBytes>> = BTreeSet::new();
+        for e in entries {
+            let key = parse_state_key(NAME, &e.key)?;
+            let count = read_count(NAME, e.value.as_deref())?;
+            let bucket_key = bucket_of(key.distribution)?;
+            let bucket = buckets.entry(bucket_key.clone()).or_default();
+            match key.tag {
+                LEFT => {
+                    bucket.left.set(key.rest, count);
+                }
+                RIGHT => {
+                    let delta = count - bucket.right.set(key.rest, count);
+                    right_side.rows += delta;
+                    if bucket_key.is_none() {
+                        right_side.null_key_rows += delta;
+                    }
+                }
+                OUTPUT => {
+                    bucket.output.set(key.rest, count);
+                }
+                _ => return Err(unreadable(NAME, "an unknown tag")),
+            }
+            touched.insert(bucket_key);
+        }
+        for key in touched {
+            if buckets
+                .get(&key)
+                .is_some_and(|b| b.left.is_empty() && b.right.is_empty() && b.output.is_empty())
+            {
+                buckets.remove(&key);
             }
         }
         self.buckets = buckets;
         self.right_side = right_side;
+        self.changed.clear();
         Ok(())
+    }
+}
+
+impl Join {
+    /// The current value of a state key (`None` when it has none).
+    fn value_of(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        let key = parse_state_key(NAME, key)?;
+        let Some(bucket) = self.buckets.get(&bucket_of(key.distribution)?) else {
+            return Ok(None);
+        };
+        let set = match key.tag {
+            LEFT => &bucket.left,
+            RIGHT => &bucket.right,
+            OUTPUT => &bucket.output,
+            _ => return Err(unreadable(NAME, "an unknown tag")),
+        };
+        let count = set.count_of(key.rest);
+        Ok((count > 0).then(|| count_value(count)))
     }
 }
 

@@ -73,14 +73,6 @@ impl Operator for Map {
         // Projection can make distinct rows equal.
         consolidate(&ChangeBatch::new(projected, weights)?)
     }
-
-    fn snapshot(&self) -> Result<Vec<u8>, EngineError> {
-        Ok(Vec::new())
-    }
-
-    fn restore(&mut self, _state: &[u8]) -> Result<(), EngineError> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

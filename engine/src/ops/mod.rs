@@ -14,3 +14,6 @@ pub mod join;
 pub mod map;
 pub mod top_n;
 pub mod union;
+
+#[cfg(test)]
+mod checkpoint_tests;

@@ -5,6 +5,11 @@
 //! Each partition keeps its rows ordered by (sort key, row), so ties are
 //! broken the same way every time; a changed partition's output is
 //! recomputed from its first rows and diffed against what it emitted.
+//!
+//! State entries (distribution key = the partition key): one per input row
+//! (`ROW`, keyed by sort key and row, valued by its count) and one per output
+//! row (`OUTPUT`, valued by its count), so an epoch changes the entries of its
+//! input rows and of its output change.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -17,11 +22,18 @@ use datafusion::physical_expr::PhysicalExpr;
 use weir_common::ChangeBatch;
 
 use crate::EngineError;
-use crate::multiset::{Multiset, Reader, Writer};
-use crate::operator::{Operator, expect_inputs};
+use crate::multiset::Multiset;
+use crate::operator::{
+    Operator, StateEntry, changed_entries, count_value, expect_inputs, pair_bytes, parse_state_key,
+    read_count, split_pair, state_key, unreadable,
+};
 use crate::rows::{RowBytes, RowCodec, batch_of, empty_change};
 
 const NAME: &str = "top_n";
+
+/// State key tags.
+const ROW: u8 = 0;
+const OUTPUT: u8 = 1;
 
 /// How rows are numbered and cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +66,8 @@ pub struct TopN {
     /// Per partition: (sort key, row) -> count, in output order; and the
     /// output last emitted.
     partitions: imbl::OrdMap<RowBytes, Partition>,
+    /// State keys changed since the last `take_state_changes`.
+    changed: BTreeSet<Vec<u8>>,
 }
 
 #[derive(Clone, Default)]
@@ -99,6 +113,7 @@ impl TopN {
             order: RowConverter::new(order_fields)?,
             partition,
             partitions: imbl::OrdMap::new(),
+            changed: BTreeSet::new(),
             spec,
         })
     }
@@ -156,7 +171,7 @@ impl TopN {
                 kept.iter().map(|(_, n)| *n),
             )));
         }
-        let batch = batch_of(&self.output.schema(), columns, kept.len())?;
+        let batch = batch_of(self.output.schema(), columns, kept.len())?;
         for row in self.output.encode_rows(&batch)? {
             out.add(&row, 1, NAME)?;
         }
@@ -191,12 +206,18 @@ impl Operator for TopN {
         };
         let mut partitions = self.partitions.clone();
         let mut touched: BTreeSet<RowBytes> = BTreeSet::new();
+        let mut changed: Vec<Vec<u8>> = Vec::new();
         for (i, &w) in input.weights().values().iter().enumerate() {
             let partition = partitions.entry(partition_keys[i].clone()).or_default();
             let entry = (
                 RowBytes::from(sort_keys.row(i).as_ref()),
                 encoded[i].clone(),
             );
+            changed.push(state_key(
+                ROW,
+                &partition_keys[i],
+                &pair_bytes(&entry.0, &entry.1),
+            ));
             let count = partition.rows.get(&entry).copied().unwrap_or(0) + w;
             match count {
                 0 => {
@@ -218,7 +239,13 @@ impl Operator for TopN {
         for key in touched {
             let partition = partitions.get(&key).cloned().unwrap_or_default();
             let output = self.partition_output(&partition)?;
+            let first = change.len();
             partition.output.diff_into(&output, &mut change);
+            changed.extend(
+                change[first..]
+                    .iter()
+                    .map(|(row, _)| state_key(OUTPUT, &key, row)),
+            );
             if partition.rows.is_empty() {
                 partitions.remove(&key);
             } else if let Some(p) = partitions.get_mut(&key) {
@@ -227,42 +254,91 @@ impl Operator for TopN {
         }
         let out = self.output.consolidated_change(&change)?;
         self.partitions = partitions;
+        self.changed.extend(changed);
         Ok(out)
     }
 
-    fn snapshot(&self) -> Result<Vec<u8>, EngineError> {
-        let mut w = Writer::default();
-        w.u64(self.partitions.len() as u64);
-        for (key, partition) in &self.partitions {
-            w.blob(key);
-            w.u64(partition.rows.len() as u64);
-            for ((sort_key, row), count) in &partition.rows {
-                w.blob(sort_key);
-                w.blob(row);
-                w.i64(*count);
-            }
-            w.multiset(&partition.output);
-        }
-        Ok(w.bytes)
+    fn take_state_changes(&mut self) -> Result<Vec<StateEntry>, EngineError> {
+        let entries = changed_entries(&self.changed, |key| self.value_of(key))?;
+        self.changed.clear();
+        Ok(entries)
     }
 
-    fn restore(&mut self, state: &[u8]) -> Result<(), EngineError> {
-        let mut r = Reader::new(state, NAME);
-        let mut partitions = imbl::OrdMap::new();
-        for _ in 0..r.u64()? {
-            let key = r.blob()?;
-            let mut rows = imbl::OrdMap::new();
-            for _ in 0..r.u64()? {
-                let entry = (r.blob()?, r.blob()?);
-                rows.insert(entry, r.i64()?);
+    fn state_entries(&self) -> Result<Vec<StateEntry>, EngineError> {
+        let mut entries = Vec::new();
+        for (key, partition) in &self.partitions {
+            for ((sort_key, row), &count) in &partition.rows {
+                let key = state_key(ROW, key, &pair_bytes(sort_key, row));
+                entries.push(StateEntry::set(key, count_value(count)));
             }
-            let output = r.multiset()?;
-            partitions.insert(key, Partition { rows, output });
+            for (row, count) in partition.output.iter() {
+                let key = state_key(OUTPUT, key, row);
+                entries.push(StateEntry::set(key, count_value(count)));
+            }
         }
-        r.finish()?;
+        Ok(entries)
+    }
+
+    fn apply_state_entries(&mut self, entries: &[StateEntry]) -> Result<(), EngineError> {
+        let mut partitions = self.partitions.clone();
+        let mut touched: BTreeSet<&[u8]> = BTreeSet::new();
+        for e in entries {
+            let key = parse_state_key(NAME, &e.key)?;
+            let count = read_count(NAME, e.value.as_deref())?;
+            let partition = partitions.entry(key.distribution.into()).or_default();
+            match key.tag {
+                ROW => {
+                    let entry = sort_key_and_row(key.rest)?;
+                    if count == 0 {
+                        partition.rows.remove(&entry);
+                    } else {
+                        partition.rows.insert(entry, count);
+                    }
+                }
+                OUTPUT => {
+                    partition.output.set(key.rest, count);
+                }
+                _ => return Err(unreadable(NAME, "an unknown tag")),
+            }
+            touched.insert(key.distribution);
+        }
+        for key in touched {
+            if partitions
+                .get(key)
+                .is_some_and(|p| p.rows.is_empty() && p.output.is_empty())
+            {
+                partitions.remove(key);
+            }
+        }
         self.partitions = partitions;
+        self.changed.clear();
         Ok(())
     }
+}
+
+impl TopN {
+    /// The current value of a state key (`None` when it has none).
+    fn value_of(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        let key = parse_state_key(NAME, key)?;
+        let Some(partition) = self.partitions.get(key.distribution) else {
+            return Ok(None);
+        };
+        let count = match key.tag {
+            ROW => partition
+                .rows
+                .get(&sort_key_and_row(key.rest)?)
+                .copied()
+                .unwrap_or(0),
+            OUTPUT => partition.output.count_of(key.rest),
+            _ => return Err(unreadable(NAME, "an unknown tag")),
+        };
+        Ok((count > 0).then(|| count_value(count)))
+    }
+}
+
+fn sort_key_and_row(bytes: &[u8]) -> Result<(RowBytes, RowBytes), EngineError> {
+    let (sort_key, row) = split_pair(bytes).ok_or_else(|| unreadable(NAME, "a malformed row"))?;
+    Ok((sort_key.into(), row.into()))
 }
 
 #[cfg(test)]
@@ -369,7 +445,7 @@ mod tests {
         restored.restore(&t.snapshot().unwrap()).unwrap();
         let next = change(INPUT, "a 0 +1; a 2 -1");
         assert_eq!(
-            render(&restored.step(&[next.clone()]).unwrap()),
+            render(&restored.step(std::slice::from_ref(&next)).unwrap()),
             render(&t.step(&[next]).unwrap())
         );
     }

@@ -40,14 +40,6 @@ impl Operator for Union {
             .collect::<Result<Vec<_>, EngineError>>()?;
         consolidate(&concat_changes(&self.schema, &rebound)?)
     }
-
-    fn snapshot(&self) -> Result<Vec<u8>, EngineError> {
-        Ok(Vec::new())
-    }
-
-    fn restore(&mut self, _state: &[u8]) -> Result<(), EngineError> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

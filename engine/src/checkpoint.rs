@@ -1,0 +1,666 @@
+//! Incremental checkpoints of every deployed projection, split into vnodes.
+//!
+//! Every stateful operator and every projection's result keep their state
+//! as keyed entries ([`StateEntry`], see [`crate::Operator`]). A checkpoint
+//! gathers entries of all projections and groups them by vnode
+//! ([`vnode_of`]): [`Coordinator::checkpoint_changes`] drains the entries that
+//! changed in the epoch (a *delta*), [`Coordinator::checkpoint_full`] takes
+//! every entry (a *snapshot*). Each vnode's [`VnodeState`] is encoded into
+//! one partial blob of the state backend (`weir-storage`'s
+//! `write_partial(vnode, epoch, ..)`).
+//!
+//! Restore: deploy every projection with [`Coordinator::deploy_for_restore`]
+//! (in deployment order, no backfill), feed each vnode's chain (its latest
+//! snapshot, then its deltas in epoch order) to
+//! [`Coordinator::restore_vnode`], then [`Coordinator::finish_restore`] at the
+//! chain's epoch publishes the restored results and lets epochs run again.
+//! Vnodes are independent: their chains may be applied in any interleaving,
+//! as long as each chain is applied in order.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use bytes::Bytes;
+use weir_common::{Epoch, ObjectId};
+
+use crate::EngineError;
+use crate::coordinator::{Coordinator, Deployed, ProjectionView, SourceBinding};
+use crate::graph::Graph;
+use crate::materialized::Materialized;
+use crate::operator::{StateEntry, split_state_key};
+
+/// Vnodes per deployment. Fixed (ARCHITECTURE.md §2: stored with the
+/// catalog, never changed in place) because the vnode of every entry
+/// already written depends on it; 256 is enough to spread state over many
+/// nodes later and few enough that a per-vnode blob per epoch stays cheap
+/// (only vnodes with changes write one).
+pub const VNODES: u32 = 256;
+
+/// The node number of a projection's result ([`Materialized`]) in
+/// checkpoints: no graph has that many nodes.
+pub const RESULT_NODE: u32 = u32::MAX;
+
+/// The vnode of one state entry of `node` of projection `object`: CRC-32
+/// (IEEE, as `crc32fast` computes it) over the object id (u64 LE), the node
+/// (u32 LE) and the key's distribution key ([`crate::operator::state_key`];
+/// the whole key if it is not of that layout), modulo [`VNODES`]. CRC-32 is
+/// a fixed, specified function, so the vnode of an entry never changes
+/// across builds or platforms; hashing only the distribution key keeps all
+/// state of one group (or join key, or partition) in one vnode.
+pub fn vnode_of(object: ObjectId, node: u32, key: &[u8]) -> u32 {
+    let distribution = split_state_key(key).map_or(key, |k| k.distribution);
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&object.0.to_le_bytes());
+    hasher.update(&node.to_le_bytes());
+    hasher.update(distribution);
+    hasher.finalize() % VNODES
+}
+
+/// The entries of one vnode in one checkpoint: (projection, node, entry),
+/// each (projection, node, key) at most once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VnodeState {
+    pub entries: Vec<(ObjectId, u32, StateEntry)>,
+}
+
+/// `W`, `V`, `S`, then the format version.
+const MAGIC: [u8; 4] = *b"WVS\x01";
+/// The smallest encoded entry: object, node, key length, presence byte.
+const MIN_ENTRY: usize = 8 + 4 + 4 + 1;
+
+impl VnodeState {
+    /// Version 1: [`MAGIC`], the entry count (u32 LE), then per entry the
+    /// object (u64 LE), the node (u32 LE), the key (u32 LE length, bytes), and
+    /// `0` for a removal or `1` and the value (u32 LE length, bytes).
+    pub fn encode(&self) -> Bytes {
+        let size: usize = self
+            .entries
+            .iter()
+            .map(|(_, _, e)| MIN_ENTRY + e.key.len() + e.value.as_ref().map_or(0, |v| 4 + v.len()))
+            .sum();
+        let mut out = Vec::with_capacity(8 + size);
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
+        for (object, node, entry) in &self.entries {
+            out.extend_from_slice(&object.0.to_le_bytes());
+            out.extend_from_slice(&node.to_le_bytes());
+            out.extend_from_slice(&(entry.key.len() as u32).to_le_bytes());
+            out.extend_from_slice(&entry.key);
+            match &entry.value {
+                None => out.push(0),
+                Some(value) => {
+                    out.push(1);
+                    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                    out.extend_from_slice(value);
+                }
+            }
+        }
+        Bytes::from(out)
+    }
+
+    /// The inverse of [`Self::encode`]; any malformed input (wrong magic or
+    /// version, truncation, trailing bytes) is [`EngineError::CorruptState`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, EngineError> {
+        let mut r = Cursor(bytes);
+        let magic = r.take(4)?;
+        if magic[..3] != MAGIC[..3] {
+            return Err(corrupt("not a vnode state"));
+        }
+        if magic[3] != MAGIC[3] {
+            return Err(corrupt(&format!("unknown version {}", magic[3])));
+        }
+        let count = r.u32()? as usize;
+        // The count is untrusted: never reserve more than the bytes can hold.
+        let mut entries = Vec::with_capacity(count.min(r.0.len() / MIN_ENTRY));
+        for _ in 0..count {
+            let object = ObjectId(r.u64()?);
+            let node = r.u32()?;
+            let key = r.bytes()?;
+            let value = match r.take(1)?[0] {
+                0 => None,
+                1 => Some(r.bytes()?),
+                other => return Err(corrupt(&format!("presence byte {other}"))),
+            };
+            entries.push((object, node, StateEntry { key, value }));
+        }
+        if !r.0.is_empty() {
+            return Err(corrupt("trailing bytes"));
+        }
+        Ok(Self { entries })
+    }
+}
+
+fn corrupt(what: &str) -> EngineError {
+    EngineError::CorruptState(what.to_string())
+}
+
+/// Reads the little-endian fields of [`VnodeState::encode`], checking every length.
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], EngineError> {
+        if self.0.len() < n {
+            return Err(corrupt("truncated"));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+    fn u32(&mut self) -> Result<u32, EngineError> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    fn u64(&mut self) -> Result<u64, EngineError> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+    fn bytes(&mut self) -> Result<Vec<u8>, EngineError> {
+        let n = self.u32()? as usize;
+        Ok(self.take(n)?.to_vec())
+    }
+}
+
+/// Appends `entries` of `node` of `object` to their vnodes.
+fn add_entries(
+    vnodes: &mut BTreeMap<u32, VnodeState>,
+    object: ObjectId,
+    node: u32,
+    entries: Vec<StateEntry>,
+) {
+    for entry in entries {
+        vnodes
+            .entry(vnode_of(object, node, &entry.key))
+            .or_default()
+            .entries
+            .push((object, node, entry));
+    }
+}
+
+impl Coordinator {
+    /// Drains what changed since the last call (or since deploy or restore)
+    /// in every projection's operators and result, per vnode; only vnodes
+    /// with changes appear. Costs O(changed entries). Call it after
+    /// [`Coordinator::run_epoch`] to get that epoch's delta.
+    ///
+    /// Failed projections are skipped (their changes stay undrained): their
+    /// graph may be half stepped, so their state is not worth restoring; the
+    /// owner rebuilds a failed projection from its inputs.
+    ///
+    /// On an error some changes may already be drained: the next checkpoint
+    /// must then be a full one ([`Self::checkpoint_full`]).
+    pub fn checkpoint_changes(&mut self) -> Result<BTreeMap<u32, VnodeState>, EngineError> {
+        self.refuse_while_restoring("checkpoint")?;
+        let mut vnodes = BTreeMap::new();
+        let view = Arc::make_mut(&mut self.view);
+        for deployed in &mut self.deployed {
+            let Some(projection) = view.projections.get_mut(&deployed.id) else {
+                continue;
+            };
+            if projection.failure.is_some() {
+                continue;
+            }
+            for (node, entries) in deployed.graph.take_state_changes()? {
+                add_entries(&mut vnodes, deployed.id, node, entries);
+            }
+            let result = projection.result.take_state_changes();
+            add_entries(&mut vnodes, deployed.id, RESULT_NODE, result);
+        }
+        Ok(vnodes)
+    }
+
+    /// Every entry of every (not failed) projection, per vnode: a full
+    /// snapshot. Leaves the change records alone, so a caller that writes a
+    /// snapshot for some vnodes and deltas for the others takes both
+    /// ([`Self::checkpoint_changes`] first) and drops the deltas of the
+    /// snapshot vnodes. Costs O(all state), also via [`Self::checkpoint_vnodes`].
+    pub fn checkpoint_full(&self) -> Result<BTreeMap<u32, VnodeState>, EngineError> {
+        self.refuse_while_restoring("checkpoint")?;
+        let mut vnodes = BTreeMap::new();
+        for deployed in &self.deployed {
+            let Some(projection) = self.view.projections.get(&deployed.id) else {
+                continue;
+            };
+            if projection.failure.is_some() {
+                continue;
+            }
+            for (node, entries) in deployed.graph.state_entries()? {
+                add_entries(&mut vnodes, deployed.id, node, entries);
+            }
+            let result = projection.result.state_entries();
+            add_entries(&mut vnodes, deployed.id, RESULT_NODE, result);
+        }
+        Ok(vnodes)
+    }
+
+    /// [`Self::checkpoint_full`] of some vnodes only (still O(all state):
+    /// operators keep their state by key, not by vnode).
+    pub fn checkpoint_vnodes(
+        &self,
+        vnodes: &BTreeSet<u32>,
+    ) -> Result<BTreeMap<u32, VnodeState>, EngineError> {
+        let mut full = self.checkpoint_full()?;
+        full.retain(|vnode, _| vnodes.contains(vnode));
+        Ok(full)
+    }
+
+    /// Deploys a projection whose state will come from a checkpoint
+    /// ([`Self::restore_vnode`]) instead of a backfill. It is invisible to
+    /// readers, and epochs refuse to run, until [`Self::finish_restore`].
+    /// Same order as [`Coordinator::deploy`]: after what it reads.
+    pub fn deploy_for_restore(
+        &mut self,
+        id: ObjectId,
+        graph: Graph,
+        sources: Vec<SourceBinding>,
+        output_schema: SchemaRef,
+    ) -> Result<(), EngineError> {
+        if self.pending_rows > 0 {
+            return Err(EngineError::Invariant {
+                operator: "coordinator",
+                message: "deploy with changes pending".into(),
+            });
+        }
+        let result = Materialized::new(output_schema)?;
+        self.deployed.push(Deployed {
+            id,
+            graph,
+            sources,
+            restoring: Some(result),
+        });
+        Ok(())
+    }
+
+    /// Applies one checkpoint of one vnode (a snapshot, or a delta after
+    /// the vnode's earlier chain) to the projections being restored.
+    /// Entries of projections not deployed (dropped since) are skipped; an
+    /// entry for a projection that is live, not restoring, is an error. On
+    /// an error the projections are partly restored: drop and redeploy them.
+    pub fn restore_vnode(&mut self, state: &VnodeState) -> Result<(), EngineError> {
+        for run in state.entries.chunk_by(|a, b| a.0 == b.0 && a.1 == b.1) {
+            let (object, node) = (run[0].0, run[0].1);
+            let Some(deployed) = self.deployed.iter_mut().find(|d| d.id == object) else {
+                continue;
+            };
+            let Some(result) = &mut deployed.restoring else {
+                return Err(EngineError::Invariant {
+                    operator: "coordinator",
+                    message: format!("checkpoint state for live projection {object}"),
+                });
+            };
+            let entries: Vec<StateEntry> = run.iter().map(|(_, _, e)| e.clone()).collect();
+            if node == RESULT_NODE {
+                result.apply_state_entries(&entries)?;
+            } else {
+                deployed.graph.apply_state_entries(node, &entries)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends a restore at `epoch` (the epoch of the chains applied): every
+    /// restored projection's result is published as of `epoch`, and the next
+    /// [`Coordinator::run_epoch`] is `epoch + 1`.
+    pub fn finish_restore(&mut self, epoch: Epoch) -> Result<(), EngineError> {
+        if self.pending_rows > 0 || epoch < self.epoch {
+            return Err(EngineError::Invariant {
+                operator: "coordinator",
+                message: format!(
+                    "finish restore at epoch {epoch} from epoch {} with {} rows pending",
+                    self.epoch, self.pending_rows
+                ),
+            });
+        }
+        let mut view = (*self.view).clone();
+        for deployed in &mut self.deployed {
+            if let Some(result) = deployed.restoring.take() {
+                let projection = ProjectionView {
+                    result,
+                    failure: None,
+                    last_epoch: epoch,
+                    rows_in: 0,
+                    rows_out: 0,
+                };
+                view.projections.insert(deployed.id, projection);
+            }
+        }
+        view.epoch = epoch;
+        self.epoch = epoch;
+        self.view = Arc::new(view);
+        Ok(())
+    }
+
+    /// Refuses `what` while projections await [`Self::finish_restore`].
+    pub(crate) fn refuse_while_restoring(&self, what: &str) -> Result<(), EngineError> {
+        match self.deployed.iter().find(|d| d.restoring.is_some()) {
+            None => Ok(()),
+            Some(d) => Err(EngineError::Invariant {
+                operator: "coordinator",
+                message: format!("cannot {what}: projection {} is being restored", d.id),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use datafusion::functions_aggregate::count::count_udaf;
+    use datafusion::functions_aggregate::sum::sum_udaf;
+    use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+    use datafusion::physical_expr::expressions::col;
+    use proptest::prelude::*;
+    use weir_common::ChangeBatch;
+
+    use super::*;
+    use crate::graph::Input;
+    use crate::operator::state_key;
+    use crate::ops::aggregate::{Aggregate, AggregateCall};
+    use crate::ops::join::{Join, JoinKind, JoinSpec};
+    use crate::ops::top_n::{Numbering, TopN, TopNSpec};
+    use crate::testing::{RandomInput, Rng, change, render, schema};
+
+    #[test]
+    fn vnodes_are_crc32_of_object_node_and_distribution_key() {
+        // Pinned with Python's zlib.crc32 over the same little-endian bytes,
+        // so the function can never drift.
+        let key = state_key(1, b"abc", b"some row");
+        assert_eq!(vnode_of(ObjectId(7), 2, &key), 4);
+        assert_eq!(
+            vnode_of(ObjectId(7), RESULT_NODE, &state_key(0, &[], &[])),
+            3
+        );
+        // Only the distribution key counts: a group's state stays together.
+        assert_eq!(
+            vnode_of(ObjectId(7), 2, &state_key(2, b"abc", &[])),
+            vnode_of(ObjectId(7), 2, &key)
+        );
+    }
+
+    fn sample() -> VnodeState {
+        VnodeState {
+            entries: vec![
+                (
+                    ObjectId(1),
+                    0,
+                    StateEntry::set(b"k".to_vec(), b"v".to_vec()),
+                ),
+                (
+                    ObjectId(1),
+                    RESULT_NODE,
+                    StateEntry {
+                        key: vec![],
+                        value: None,
+                    },
+                ),
+                (ObjectId(u64::MAX), 3, StateEntry::set(vec![0; 300], vec![])),
+            ],
+        }
+    }
+
+    #[test]
+    fn vnode_state_round_trips_and_rejects_damage() {
+        let bytes = sample().encode();
+        assert_eq!(VnodeState::decode(&bytes).unwrap(), sample());
+        assert_eq!(
+            VnodeState::decode(&VnodeState::default().encode())
+                .unwrap()
+                .entries,
+            vec![]
+        );
+        let error = |bytes: &[u8]| VnodeState::decode(bytes).unwrap_err().to_string();
+        assert!(error(&bytes[..bytes.len() - 1]).contains("truncated"));
+        assert!(error(&[&bytes[..], &[0]].concat()).contains("trailing"));
+        let mut newer = bytes.to_vec();
+        newer[3] = 2;
+        assert!(error(&newer).contains("unknown version 2"));
+        assert!(error(b"PK\x03\x04").contains("not a vnode state"));
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_random_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = VnodeState::decode(&bytes);
+            // Past the magic too, where the lengths are read.
+            let _ = VnodeState::decode(&[&MAGIC[..], &bytes].concat());
+        }
+
+        #[test]
+        fn any_state_round_trips(entries in proptest::collection::vec(
+            (any::<u64>(), any::<u32>(), proptest::collection::vec(any::<u8>(), 0..20),
+             proptest::option::of(proptest::collection::vec(any::<u8>(), 0..20))),
+            0..20,
+        )) {
+            let state = VnodeState {
+                entries: entries
+                    .into_iter()
+                    .map(|(o, n, key, value)| (ObjectId(o), n, StateEntry { key, value }))
+                    .collect(),
+            };
+            prop_assert_eq!(VnodeState::decode(&state.encode()).unwrap(), state);
+        }
+    }
+
+    const T: &str = "k text, x int";
+    const P2: &str = "k text, s int, c int";
+    const TABLE: ObjectId = ObjectId(1);
+
+    fn sum_and_count() -> Vec<AggregateCall> {
+        let input = schema(T);
+        [(sum_udaf(), "s"), (count_udaf(), "c")]
+            .into_iter()
+            .map(|(udaf, name)| AggregateCall {
+                function: Arc::new(
+                    AggregateExprBuilder::new(udaf, vec![col("x", &input).unwrap()])
+                        .schema(input.clone())
+                        .alias(name)
+                        .build()
+                        .unwrap(),
+                ),
+                filter: None,
+            })
+            .collect()
+    }
+
+    /// 2: `SELECT k, sum(x) s, count(x) c FROM t GROUP BY k`;
+    /// 3: the two largest `s` of 2, numbered;
+    /// 4: `t JOIN 2 USING (k)`.
+    fn projections() -> Vec<(ObjectId, Graph, Vec<SourceBinding>, SchemaRef)> {
+        let (t, p2) = (schema(T), schema(P2));
+        let bind = |object, schema: &SchemaRef| SourceBinding {
+            object,
+            schema: schema.clone(),
+        };
+        let mut two = Graph::new(1);
+        let group_by = vec![col("k", &t).unwrap()];
+        let agg = Aggregate::new(t.clone(), group_by, sum_and_count(), p2.clone()).unwrap();
+        two.add(Box::new(agg), vec![Input::Source(0)]).unwrap();
+
+        let three_schema = schema("k text, s int, c int, n int");
+        let mut three = Graph::new(1);
+        let top = TopN::new(TopNSpec {
+            input_schema: p2.clone(),
+            partition_by: vec![],
+            order_by: vec![(col("s", &p2).unwrap(), Default::default())],
+            offset: 0,
+            limit: 2,
+            numbering: Numbering::RowNumber,
+            output_schema: three_schema.clone(),
+        })
+        .unwrap();
+        three.add(Box::new(top), vec![Input::Source(0)]).unwrap();
+
+        let four_schema = schema("k text, x int, k2 text, s int, c int");
+        let mut four = Graph::new(2);
+        let join = Join::new(JoinSpec {
+            kind: JoinKind::Left,
+            left_schema: t.clone(),
+            right_schema: p2.clone(),
+            on: vec![(col("k", &t).unwrap(), col("k", &p2).unwrap())],
+            residual: None,
+            output_schema: four_schema.clone(),
+        })
+        .unwrap();
+        four.add(Box::new(join), vec![Input::Source(0), Input::Source(1)])
+            .unwrap();
+        vec![
+            (ObjectId(2), two, vec![bind(TABLE, &t)], p2.clone()),
+            (
+                ObjectId(3),
+                three,
+                vec![bind(ObjectId(2), &p2)],
+                three_schema,
+            ),
+            (
+                ObjectId(4),
+                four,
+                vec![bind(TABLE, &t), bind(ObjectId(2), &p2)],
+                four_schema,
+            ),
+        ]
+    }
+
+    fn results(coordinator: &Coordinator) -> BTreeMap<ObjectId, (Vec<String>, u64)> {
+        let view = coordinator.view();
+        view.projections
+            .iter()
+            .map(|(id, p)| {
+                let rows = render(&p.result.as_inserts().unwrap());
+                (*id, (rows, p.result.row_count()))
+            })
+            .collect()
+    }
+
+    fn encoded(vnodes: BTreeMap<u32, VnodeState>) -> BTreeMap<u32, Bytes> {
+        vnodes.into_iter().map(|(v, s)| (v, s.encode())).collect()
+    }
+
+    fn all_entries(c: &Coordinator) -> Vec<(u32, VnodeState)> {
+        c.checkpoint_full().unwrap().into_iter().collect()
+    }
+
+    #[test]
+    fn a_restored_coordinator_equals_the_original_and_goes_on_alike() {
+        for seed in 0..6 {
+            let mut rng = Rng::new(seed);
+            let mut input = RandomInput::new(T, &[&["a", "b", "c", "null"], &["1", "2", "5"]]);
+            let mut original = Coordinator::new();
+            let nothing = |_: ObjectId| -> Result<Option<ChangeBatch>, EngineError> { Ok(None) };
+            for (id, graph, sources, schema) in projections() {
+                original
+                    .deploy(id, graph, sources, schema, &nothing)
+                    .unwrap();
+            }
+            let (epochs, snapshot_at) = (10u64, 1 + rng.below(8) as u64);
+            let mut snapshot = BTreeMap::new();
+            let mut deltas = Vec::new();
+            for epoch in 1..=epochs {
+                original.push(TABLE, input.next(&mut rng));
+                original.run_epoch().unwrap();
+                let delta = encoded(original.checkpoint_changes().unwrap());
+                if epoch == snapshot_at {
+                    snapshot = encoded(original.checkpoint_full().unwrap());
+                } else if epoch > snapshot_at {
+                    deltas.push(delta);
+                }
+            }
+
+            let mut restored = Coordinator::new();
+            for (id, graph, sources, schema) in projections() {
+                restored
+                    .deploy_for_restore(id, graph, sources, schema)
+                    .unwrap();
+            }
+            assert!(restored.run_epoch().is_err(), "epochs wait for the restore");
+            // Each vnode's chain in order: its snapshot, then its deltas.
+            for vnode in 0..VNODES {
+                let chain = snapshot
+                    .get(&vnode)
+                    .into_iter()
+                    .chain(deltas.iter().filter_map(|d| d.get(&vnode)));
+                for blob in chain {
+                    restored
+                        .restore_vnode(&VnodeState::decode(blob).unwrap())
+                        .unwrap();
+                }
+            }
+            restored.finish_restore(Epoch(epochs)).unwrap();
+            assert_eq!(restored.view().epoch, original.view().epoch);
+            assert_eq!(results(&restored), results(&original), "seed {seed}");
+            assert!(restored.checkpoint_changes().unwrap().is_empty());
+            assert_eq!(all_entries(&restored), all_entries(&original));
+
+            for _ in 0..5 {
+                let next = input.next(&mut rng);
+                for c in [&mut original, &mut restored] {
+                    c.push(TABLE, next.clone());
+                    assert!(c.run_epoch().unwrap().failed.is_empty());
+                }
+                assert_eq!(results(&restored), results(&original), "seed {seed}");
+                assert_eq!(
+                    encoded(restored.checkpoint_changes().unwrap()),
+                    encoded(original.checkpoint_changes().unwrap())
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn entries_of_dropped_projections_are_skipped_and_live_ones_refused() {
+        let mut coordinator = Coordinator::new();
+        let (id, graph, sources, schema) = projections().remove(0);
+        coordinator
+            .deploy_for_restore(id, graph, sources, schema)
+            .unwrap();
+        let dropped = VnodeState {
+            entries: vec![(ObjectId(99), 0, StateEntry::set(vec![1], vec![2]))],
+        };
+        coordinator.restore_vnode(&dropped).unwrap();
+        coordinator.finish_restore(Epoch(3)).unwrap();
+        assert_eq!(coordinator.view().projections[&id].last_epoch, Epoch(3));
+        let live = VnodeState {
+            entries: vec![(id, 0, StateEntry::set(vec![1], vec![2]))],
+        };
+        assert!(coordinator.restore_vnode(&live).is_err());
+    }
+
+    #[test]
+    fn an_epoch_writes_state_in_proportion_to_its_change() {
+        // 10 000 groups; one epoch updates a row in each of 3 groups.
+        let rows: Vec<String> = (0..10_000).map(|g| format!("g{g} 1 +1")).collect();
+        let contents = change(T, &rows.join("; "));
+        let backfill = |_: ObjectId| Ok(Some(contents.clone()));
+        let mut coordinator = Coordinator::new();
+        let (id, graph, sources, schema) = projections().remove(0);
+        coordinator
+            .deploy(id, graph, sources, schema, &backfill)
+            .unwrap();
+        let deployed: usize = coordinator
+            .checkpoint_changes()
+            .unwrap()
+            .values()
+            .map(|v| v.entries.len())
+            .sum();
+        assert!(deployed > 30_000, "{deployed}");
+
+        coordinator.push(
+            TABLE,
+            change(
+                T,
+                "g1 1 -1; g1 2 +1; g20 1 -1; g20 2 +1; g300 1 -1; g300 2 +1",
+            ),
+        );
+        coordinator.run_epoch().unwrap();
+        let delta = coordinator.checkpoint_changes().unwrap();
+        let entries: usize = delta.values().map(|v| v.entries.len()).sum();
+        // Per group: two input rows and the output row of the aggregate,
+        // the old and the new result row.
+        assert_eq!(entries, 3 * (3 + 2));
+        let bytes: usize = delta.values().map(|v| v.encode().len()).sum();
+        assert!(bytes < 2_000, "{bytes} bytes");
+        assert!(delta.len() <= 15);
+    }
+}
