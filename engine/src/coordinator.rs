@@ -103,6 +103,14 @@ impl Coordinator {
         }
     }
 
+    /// Numbers the next epoch after `epoch`: epochs up to it were taken by
+    /// earlier runs (their seals are in the state store).
+    pub fn resume_after(&mut self, epoch: Epoch) {
+        if self.epoch.0 < epoch.0 {
+            self.epoch = epoch;
+        }
+    }
+
     /// The latest completed epoch's results.
     pub fn view(&self) -> Arc<EpochView> {
         self.view.clone()

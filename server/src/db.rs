@@ -17,6 +17,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 use weir_common::ObjectId;
 use weir_engine::{EpochView, TableState};
+use weir_storage::StateBackend as _;
 use weir_storage::{ControlLog, DataDirLock, TableLog};
 
 use datafusion::execution::SessionState;
@@ -274,8 +275,14 @@ impl Database {
         );
         let metrics = Arc::new(Metrics::default());
         let query_runtime = crate::query_runtime::QueryRuntime::new()?;
-        let projections =
-            Projections::start(&query_runtime, config.barrier_interval, metrics.clone());
+        let sealed_epoch = state.latest_committed_epoch().await?.unwrap_or(0);
+        let projections = Projections::start(
+            &query_runtime,
+            config.barrier_interval,
+            metrics.clone(),
+            state.clone(),
+            sealed_epoch,
+        );
         Ok(Arc::new(Self {
             config,
             state,

@@ -8,6 +8,8 @@
 //!   Flight SQL front ends, translating their protocols to sessions.
 //! - [`http`]: `/health`, `/ready`, `/metrics`.
 //! - [`catalog`]: catalog model, control-log entries, DataFusion providers.
+//! - [`checkpoints`]: writes each completed projection epoch to the state
+//!   backend as per-vnode partials and a seal.
 //! - [`system`]: the `weir_catalog` system tables.
 //! - [`query_runtime`] and [`yield_points`]: execution runs apart from the
 //!   front ends and yields, so one heavy query cannot starve the others.
@@ -18,6 +20,7 @@
 //! for DDL, the control log, before the next snapshot is published.
 
 pub mod catalog;
+pub mod checkpoints;
 pub mod config;
 pub mod db;
 pub mod error;

@@ -21,6 +21,10 @@ pub struct Metrics {
     epoch_seconds: Histogram,
     operator_rows_in: Family<Labels, Counter>,
     operator_rows_out: Family<Labels, Counter>,
+    checkpoints: Counter,
+    checkpoint_failures: Counter,
+    checkpoint_seconds: Histogram,
+    checkpoint_bytes: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -42,6 +46,30 @@ impl Default for Metrics {
         let epoch_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         let operator_rows_in = Family::<Labels, Counter>::default();
         let operator_rows_out = Family::<Labels, Counter>::default();
+        let checkpoints = Counter::default();
+        let checkpoint_failures = Counter::default();
+        let checkpoint_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        let checkpoint_bytes = Counter::default();
+        registry.register(
+            "checkpoints",
+            "Epochs sealed in the state backend",
+            checkpoints.clone(),
+        );
+        registry.register(
+            "checkpoint_failures",
+            "Checkpoints that failed (the next one is written in full)",
+            checkpoint_failures.clone(),
+        );
+        registry.register(
+            "checkpoint_duration_seconds",
+            "Time to write an epoch's partials and seal it",
+            checkpoint_seconds.clone(),
+        );
+        registry.register(
+            "checkpoint_bytes",
+            "Bytes of partial state written",
+            checkpoint_bytes.clone(),
+        );
         registry.register("epochs", "Epochs completed", epochs.clone());
         registry.register(
             "epoch_duration_seconds",
@@ -88,6 +116,10 @@ impl Default for Metrics {
             epoch_seconds,
             operator_rows_in,
             operator_rows_out,
+            checkpoints,
+            checkpoint_failures,
+            checkpoint_seconds,
+            checkpoint_bytes,
         }
     }
 }
@@ -141,6 +173,16 @@ impl Metrics {
                     .inc_by(node.rows_out);
             }
         }
+    }
+
+    pub fn checkpoint(&self, duration: std::time::Duration, bytes: u64) {
+        self.checkpoints.inc();
+        self.checkpoint_seconds.observe(duration.as_secs_f64());
+        self.checkpoint_bytes.inc_by(bytes);
+    }
+
+    pub fn checkpoint_failed(&self) {
+        self.checkpoint_failures.inc();
     }
 
     /// The Prometheus text exposition of every metric.

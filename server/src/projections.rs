@@ -70,10 +70,14 @@ struct Shared {
 
 impl Projections {
     /// Starts the coordinator task on the query threads.
+    /// Epochs are numbered after `sealed_epoch`, the latest in `state`;
+    /// each completed epoch is checkpointed there.
     pub fn start(
         runtime: &crate::query_runtime::QueryRuntime,
         barrier_interval: Duration,
         metrics: Arc<Metrics>,
+        state: Arc<weir_storage::ObjectStateBackend>,
+        sealed_epoch: u64,
     ) -> Self {
         let (commands, receiver) = mpsc::channel(CHANNEL_CAPACITY);
         let shared = Arc::new(Shared {
@@ -81,7 +85,14 @@ impl Projections {
             covered: AtomicU64::new(0),
             barrier_interval_ms: AtomicU64::new(barrier_interval.as_millis().max(1) as u64),
         });
-        runtime.spawn(run(receiver, shared.clone(), metrics));
+        let checkpointer = crate::checkpoints::Checkpointer::new(state);
+        runtime.spawn(run(
+            receiver,
+            shared.clone(),
+            metrics,
+            checkpointer,
+            sealed_epoch,
+        ));
         Self { commands, shared }
     }
 
@@ -138,8 +149,15 @@ impl Projections {
     }
 }
 
-async fn run(mut commands: mpsc::Receiver<Command>, shared: Arc<Shared>, metrics: Arc<Metrics>) {
+async fn run(
+    mut commands: mpsc::Receiver<Command>,
+    shared: Arc<Shared>,
+    metrics: Arc<Metrics>,
+    mut checkpointer: crate::checkpoints::Checkpointer,
+    sealed_epoch: u64,
+) {
     let mut coordinator = Coordinator::new();
+    coordinator.resume_after(weir_common::Epoch(sealed_epoch));
     let mut received: u64 = 0;
     loop {
         let interval = Duration::from_millis(shared.barrier_interval_ms.load(Ordering::Relaxed));
@@ -190,6 +208,11 @@ async fn run(mut commands: mpsc::Receiver<Command>, shared: Arc<Shared>, metrics
                 *shared.view.write() = coordinator.view();
             }
         }
+        // A no-op unless an epoch completed; `covered` is what it includes.
+        let covered = shared.covered.load(Ordering::Acquire);
+        checkpointer
+            .checkpoint(&mut coordinator, covered, &metrics)
+            .await;
     }
 }
 

@@ -1,0 +1,191 @@
+//! Writes each completed epoch of the projection coordinator to the state
+//! backend: one partial per changed vnode, then the epoch's seal.
+//!
+//! A partial is a delta (the vnode's entries that changed in the epoch)
+//! unless the vnode's chain of deltas has grown long or outweighs its last
+//! snapshot; then it is a full snapshot of the vnode, which resets the
+//! chain. So a checkpoint writes O(changed state), and restoring a vnode
+//! reads one snapshot and a bounded number of deltas.
+//!
+//! The first checkpoint of a process, and the one after a failed
+//! checkpoint, snapshots every vnode (empty ones too): chains carried in the
+//! store from earlier runs, or from a checkpoint whose change records were
+//! drained but never sealed, must not describe the current state.
+//!
+//! Each seal names the table-log LSN of the last commit the epoch covers,
+//! which is where replay resumes after restoring from it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use weir_engine::Coordinator;
+use weir_engine::{VNODES, VnodeState};
+use weir_storage::{ObjectStateBackend, PartialKind, SealExtras, StateBackend};
+
+use crate::error::ServerError;
+use crate::metrics::Metrics;
+
+/// A vnode's chain is cut by a snapshot after this many deltas.
+const MAX_DELTAS: u32 = 32;
+/// Partials written at once.
+const WRITE_CONCURRENCY: usize = 16;
+/// Seals between two prunes of what no retained seal references.
+const PRUNE_EVERY: u32 = 16;
+/// The seal's source-offset key for the table log.
+pub const TABLE_LOG_OFFSET: &str = "table_log_lsn";
+
+#[derive(Default, Clone, Copy)]
+struct Chain {
+    deltas: u32,
+    delta_bytes: u64,
+    snapshot_bytes: u64,
+}
+
+impl Chain {
+    fn wants_snapshot(&self) -> bool {
+        self.deltas >= MAX_DELTAS || self.delta_bytes > self.snapshot_bytes.max(4096)
+    }
+}
+
+pub struct Checkpointer {
+    state: Arc<ObjectStateBackend>,
+    chains: HashMap<u32, Chain>,
+    /// Every vnode is snapshotted at the next checkpoint.
+    needs_full: bool,
+    last_sealed: u64,
+    seals_since_prune: u32,
+}
+
+impl Checkpointer {
+    pub fn new(state: Arc<ObjectStateBackend>) -> Self {
+        Self {
+            state,
+            chains: HashMap::new(),
+            needs_full: true,
+            last_sealed: 0,
+            seals_since_prune: 0,
+        }
+    }
+
+    /// Checkpoints the coordinator's latest completed epoch, covering
+    /// commits up to `covered_lsn`, unless it is sealed already. A failure
+    /// is logged and counted; the next checkpoint is then written in full.
+    pub async fn checkpoint(
+        &mut self,
+        coordinator: &mut Coordinator,
+        covered_lsn: u64,
+        metrics: &Metrics,
+    ) {
+        let epoch = coordinator.view().epoch.0;
+        if epoch <= self.last_sealed {
+            return;
+        }
+        let started = Instant::now();
+        match self.write_and_seal(coordinator, epoch, covered_lsn).await {
+            Ok(bytes) => {
+                metrics.checkpoint(started.elapsed(), bytes);
+                self.last_sealed = epoch;
+                self.needs_full = false;
+                self.seals_since_prune += 1;
+                if self.seals_since_prune >= PRUNE_EVERY {
+                    self.seals_since_prune = 0;
+                    if let Err(e) = self.state.prune_before(epoch).await {
+                        tracing::warn!(error = %e, epoch, "pruning old checkpoints failed");
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, epoch, "checkpoint failed; the next one is written in full");
+                metrics.checkpoint_failed();
+                self.needs_full = true;
+            }
+        }
+    }
+
+    /// Returns the bytes of partials written.
+    async fn write_and_seal(
+        &mut self,
+        coordinator: &mut Coordinator,
+        epoch: u64,
+        covered_lsn: u64,
+    ) -> Result<u64, ServerError> {
+        let changes = coordinator.checkpoint_changes()?;
+        let (snapshot_vnodes, mut snapshots): (BTreeSet<u32>, BTreeMap<u32, VnodeState>) =
+            if self.needs_full {
+                ((0..VNODES).collect(), coordinator.checkpoint_full()?)
+            } else {
+                let wanted: BTreeSet<u32> = changes
+                    .keys()
+                    .copied()
+                    .filter(|v| self.chains.get(v).is_none_or(Chain::wants_snapshot))
+                    .collect();
+                let states = if wanted.is_empty() {
+                    BTreeMap::new()
+                } else {
+                    coordinator.checkpoint_vnodes(&wanted)?
+                };
+                (wanted, states)
+            };
+        let mut partials: Vec<(u32, PartialKind, Bytes)> = Vec::new();
+        for &vnode in &snapshot_vnodes {
+            let state = snapshots.remove(&vnode).unwrap_or_default();
+            partials.push((vnode, PartialKind::Snapshot, state.encode()));
+        }
+        for (vnode, delta) in changes {
+            if !snapshot_vnodes.contains(&vnode) {
+                partials.push((vnode, PartialKind::Delta, delta.encode()));
+            }
+        }
+        let version = self.state.authoritative_version();
+        let written: Vec<(u32, PartialKind, u64)> = futures::stream::iter(partials)
+            .map(|(vnode, kind, bytes)| {
+                let state = self.state.clone();
+                async move {
+                    let len = bytes.len() as u64;
+                    state
+                        .write_partial_kind(vnode, epoch, version, kind, bytes)
+                        .await
+                        .map(|()| (vnode, kind, len))
+                }
+            })
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .try_collect()
+            .await?;
+        let vnodes: Vec<u32> = written.iter().map(|(v, _, _)| *v).collect();
+        let extras = SealExtras {
+            source_offsets: BTreeMap::from([(
+                TABLE_LOG_OFFSET.to_string(),
+                covered_lsn.to_string(),
+            )]),
+            sink_descriptors: BTreeMap::new(),
+        };
+        let outcome = self.state.seal_epoch(epoch, &vnodes, extras).await?;
+        if !outcome.is_sealed() {
+            return Err(ServerError::internal(format!(
+                "epoch {epoch} was not sealed: {outcome:?}"
+            )));
+        }
+        let mut bytes = 0;
+        for (vnode, kind, len) in written {
+            bytes += len;
+            let chain = self.chains.entry(vnode).or_default();
+            match kind {
+                PartialKind::Snapshot => {
+                    *chain = Chain {
+                        deltas: 0,
+                        delta_bytes: 0,
+                        snapshot_bytes: len,
+                    }
+                }
+                PartialKind::Delta => {
+                    chain.deltas += 1;
+                    chain.delta_bytes += len;
+                }
+            }
+        }
+        Ok(bytes)
+    }
+}
