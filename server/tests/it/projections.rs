@@ -118,3 +118,100 @@ async fn writers_read_their_writes_and_others_read_completed_epochs() {
     )
     .await;
 }
+
+/// The seals in the data directory's state store: (epoch, committer generation, JSON).
+fn seals(server: &WeirServer) -> Vec<(u64, u64, String)> {
+    let dir = server.data_dir().join("state").join("seals");
+    let mut out: Vec<(u64, u64, String)> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                .filter_map(|text| {
+                    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+                    Some((json["epoch"].as_u64()?, json["generation"].as_u64()?, text))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort_by_key(|(epoch, _, _)| *epoch);
+    out
+}
+
+/// Waits (bounded) for a seal of `generation` that covers a table-log LSN.
+async fn wait_for_checkpoint(server: &WeirServer, generation: u64) -> u64 {
+    for _ in 0..150 {
+        if let Some((epoch, _, _)) = seals(server)
+            .into_iter()
+            .rev()
+            .find(|(_, g, text)| *g == generation && text.contains("table_log_lsn"))
+        {
+            return epoch;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "no checkpoint sealed by generation {generation} within 30 s; seals: {:?}\n{}",
+        seals(server)
+            .iter()
+            .map(|(e, g, _)| (*e, *g))
+            .collect::<Vec<_>>(),
+        server.log_tail()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn epochs_are_checkpointed_and_a_restart_fences_the_old_generation() {
+    let mut server = WeirServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE pr_items (id INT PRIMARY KEY, g TEXT, v INT);
+             INSERT INTO pr_items VALUES (1, 'a', 5), (2, 'a', 7), (3, 'b', 1);
+             CREATE PROJECTION pr_by_g AS {QUERY};
+             FLUSH;"
+        ))
+        .await
+        .expect("setup");
+    let first = wait_for_checkpoint(&server, 1).await;
+    let backends = rows(
+        &client,
+        "SELECT generation FROM weir_catalog.backends WHERE resource LIKE 'state:%'",
+    )
+    .await;
+    assert_eq!(backends, vec!["1"]);
+    drop(client);
+
+    server.kill();
+    server.restart();
+    let client = server.connect().await;
+    let backends = rows(
+        &client,
+        "SELECT generation FROM weir_catalog.backends WHERE resource LIKE 'state:%'",
+    )
+    .await;
+    assert_eq!(backends, vec!["2"], "a restart claims the next generation");
+    client
+        .batch_execute("INSERT INTO pr_items VALUES (4, 'c', 3); FLUSH")
+        .await
+        .expect("write after restart");
+    let second = wait_for_checkpoint(&server, 2).await;
+    assert!(
+        second > first,
+        "epochs keep increasing across restarts: {first} then {second}"
+    );
+    let all = seals(&server);
+    let epochs: Vec<u64> = all.iter().map(|(e, _, _)| *e).collect();
+    let mut unique = epochs.clone();
+    unique.dedup();
+    assert_eq!(epochs, unique, "every epoch is sealed once");
+    assert!(
+        all.iter()
+            .filter(|(e, _, _)| *e > second)
+            .all(|(_, g, _)| *g == 2),
+        "nothing after generation 2's checkpoint is sealed by generation 1"
+    );
+    assert_eq!(
+        rows(&client, "SELECT * FROM pr_by_g").await,
+        rows(&client, QUERY).await
+    );
+}
