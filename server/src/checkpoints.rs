@@ -14,10 +14,16 @@
 //!
 //! Each seal names the table-log LSN of the last commit the epoch covers,
 //! which is where replay resumes after restoring from it.
+//!
+//! Checkpoints are at most one per barrier interval: epochs closed on
+//! demand (FLUSH, read-your-writes) in between are folded into the next
+//! one, since change records accumulate per key until drained. Each seal
+//! carries every vnode's chain, so sealing each of hundreds of on-demand
+//! epochs a second would cost far more than the state it protects.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -29,7 +35,7 @@ use crate::error::ServerError;
 use crate::metrics::Metrics;
 
 /// A vnode's chain is cut by a snapshot after this many deltas.
-const MAX_DELTAS: u32 = 32;
+const MAX_DELTAS: u32 = 16;
 /// Partials written at once.
 const WRITE_CONCURRENCY: usize = 16;
 /// Seals between two prunes of what no retained seal references.
@@ -56,6 +62,7 @@ pub struct Checkpointer {
     /// Every vnode is snapshotted at the next checkpoint.
     needs_full: bool,
     last_sealed: u64,
+    last_checkpoint: Option<Instant>,
     seals_since_prune: u32,
 }
 
@@ -66,24 +73,32 @@ impl Checkpointer {
             chains: HashMap::new(),
             needs_full: true,
             last_sealed: 0,
+            last_checkpoint: None,
             seals_since_prune: 0,
         }
     }
 
     /// Checkpoints the coordinator's latest completed epoch, covering
-    /// commits up to `covered_lsn`, unless it is sealed already. A failure
-    /// is logged and counted; the next checkpoint is then written in full.
+    /// commits up to `covered_lsn`, unless it is sealed already or the last
+    /// checkpoint is younger than `min_interval`. A failure is logged and
+    /// counted; the next checkpoint is then written in full.
     pub async fn checkpoint(
         &mut self,
         coordinator: &mut Coordinator,
         covered_lsn: u64,
+        min_interval: Duration,
         metrics: &Metrics,
     ) {
         let epoch = coordinator.view().epoch.0;
-        if epoch <= self.last_sealed {
+        if epoch <= self.last_sealed
+            || self
+                .last_checkpoint
+                .is_some_and(|at| at.elapsed() < min_interval)
+        {
             return;
         }
         let started = Instant::now();
+        self.last_checkpoint = Some(started);
         match self.write_and_seal(coordinator, epoch, covered_lsn).await {
             Ok(bytes) => {
                 metrics.checkpoint(started.elapsed(), bytes);

@@ -208,10 +208,12 @@ async fn run(
                 *shared.view.write() = coordinator.view();
             }
         }
-        // A no-op unless an epoch completed; `covered` is what it includes.
+        // A no-op unless an epoch completed since the last checkpoint and a
+        // barrier interval passed; `covered` is what the epoch includes.
         let covered = shared.covered.load(Ordering::Acquire);
+        let interval = Duration::from_millis(shared.barrier_interval_ms.load(Ordering::Relaxed));
         checkpointer
-            .checkpoint(&mut coordinator, covered, &metrics)
+            .checkpoint(&mut coordinator, covered, interval, &metrics)
             .await;
     }
 }
