@@ -29,6 +29,11 @@ async fn rows(client: &Client, sql: &str) -> Vec<String> {
     out
 }
 
+/// A table and a grouped projection over it; both tests start from this.
+const SETUP: &str = "CREATE TABLE pr_items (id INT PRIMARY KEY, g TEXT, v INT);
+             INSERT INTO pr_items VALUES (1, 'a', 5), (2, 'a', 7), (3, 'b', 1);
+             CREATE PROJECTION pr_by_g AS SELECT g, count(*) AS n, sum(v) AS s, min(v) AS lo FROM pr_items GROUP BY g;";
+
 const QUERY: &str = "SELECT g, count(*) AS n, sum(v) AS s, min(v) AS lo FROM pr_items GROUP BY g";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,9 +42,7 @@ async fn a_projection_survives_kill_9_and_keeps_updating() {
     let client = server.connect().await;
     client
         .batch_execute(&format!(
-            "CREATE TABLE pr_items (id INT PRIMARY KEY, g TEXT, v INT);
-             INSERT INTO pr_items VALUES (1, 'a', 5), (2, 'a', 7), (3, 'b', 1);
-             CREATE PROJECTION pr_by_g AS {QUERY};
+            "{SETUP}
              CREATE PROJECTION pr_top AS SELECT g, n FROM pr_by_g WHERE n > 1;
              DELETE FROM pr_items WHERE id = 1;"
         ))
@@ -165,9 +168,7 @@ async fn epochs_are_checkpointed_and_a_restart_fences_the_old_generation() {
     let client = server.connect().await;
     client
         .batch_execute(&format!(
-            "CREATE TABLE pr_items (id INT PRIMARY KEY, g TEXT, v INT);
-             INSERT INTO pr_items VALUES (1, 'a', 5), (2, 'a', 7), (3, 'b', 1);
-             CREATE PROJECTION pr_by_g AS {QUERY};
+            "{SETUP}
              FLUSH;"
         ))
         .await
