@@ -31,7 +31,7 @@ pub mod table;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub use checkpoint::{VNODES, VnodeState};
+pub use checkpoint::{VNODES, VnodeState, state_fingerprint};
 pub use coordinator::{Coordinator, EpochView, ProjectionView, SourceBinding};
 pub use error::EngineError;
 pub use graph::{Graph, Input};

@@ -13,7 +13,10 @@
 //! drained but never sealed, must not describe the current state.
 //!
 //! Each seal names the table-log LSN of the last commit the epoch covers,
-//! which is where replay resumes after restoring from it.
+//! which is where replay resumes after restoring from it, and, per
+//! projection whose state it holds, that state's fingerprint
+//! ([`weir_engine::state_fingerprint`]) under `projection:<id>`. A failed
+//! projection is not named: its state is not checkpointed.
 //!
 //! Checkpoints are at most one per barrier interval: epochs closed on
 //! demand (FLUSH, read-your-writes) in between are folded into the next
@@ -42,6 +45,13 @@ const WRITE_CONCURRENCY: usize = 16;
 const PRUNE_EVERY: u32 = 16;
 /// The seal's source-offset key for the table log.
 pub const TABLE_LOG_OFFSET: &str = "table_log_lsn";
+/// The seal's key for the identity of the table log `TABLE_LOG_OFFSET`
+/// is a position in.
+pub const TABLE_LOG_ID: &str = "table_log_id";
+/// The seal's key for the fingerprint of projection `id`'s state.
+pub fn projection_key(id: weir_common::ObjectId) -> String {
+    format!("projection:{}", id.0)
+}
 
 #[derive(Default, Clone, Copy)]
 struct Chain {
@@ -56,26 +66,69 @@ impl Chain {
     }
 }
 
+/// What this process's checkpoints did, for `weir_catalog.epochs` and
+/// `weir_catalog.checkpoints` (seals themselves do not record durations or
+/// per-object sizes).
+#[derive(Debug, Default)]
+pub struct CheckpointLog {
+    /// Per sealed epoch: how long writing and sealing it took.
+    pub durations: BTreeMap<u64, Duration>,
+    /// Per projection: the last epoch that wrote state of it, and the bytes
+    /// of its entries in that epoch's partials.
+    pub objects: HashMap<weir_common::ObjectId, (u64, u64)>,
+}
+
+/// Epoch durations kept in [`CheckpointLog`].
+const LOGGED_EPOCHS: usize = 1024;
+
 pub struct Checkpointer {
     state: Arc<ObjectStateBackend>,
+    table_log_id: String,
+    log: Arc<parking_lot::Mutex<CheckpointLog>>,
     chains: HashMap<u32, Chain>,
     /// Every vnode is snapshotted at the next checkpoint.
     needs_full: bool,
     last_sealed: u64,
     last_checkpoint: Option<Instant>,
     seals_since_prune: u32,
+    /// Set once another process claimed the state: no more checkpoints.
+    fenced: Option<String>,
+    /// The table-log LSN the latest seal of this process covers.
+    last_sealed_lsn: Option<u64>,
 }
 
 impl Checkpointer {
-    pub fn new(state: Arc<ObjectStateBackend>) -> Self {
+    pub fn new(
+        state: Arc<ObjectStateBackend>,
+        table_log_id: String,
+        log: Arc<parking_lot::Mutex<CheckpointLog>>,
+    ) -> Self {
         Self {
             state,
+            table_log_id,
+            log,
             chains: HashMap::new(),
             needs_full: true,
             last_sealed: 0,
             last_checkpoint: None,
             seals_since_prune: 0,
+            fenced: None,
+            last_sealed_lsn: None,
         }
+    }
+
+    /// The table-log LSN the latest seal of this process covers.
+    pub fn last_sealed_lsn(&self) -> Option<u64> {
+        self.last_sealed_lsn
+    }
+
+    /// Why this process may no longer checkpoint (or write), if it may not.
+    pub fn fenced(&self) -> Option<&str> {
+        self.fenced.as_deref()
+    }
+
+    pub fn backend(&self) -> &Arc<ObjectStateBackend> {
+        &self.state
     }
 
     /// Checkpoints the coordinator's latest completed epoch, covering
@@ -86,11 +139,13 @@ impl Checkpointer {
         &mut self,
         coordinator: &mut Coordinator,
         covered_lsn: u64,
+        fingerprints: &HashMap<weir_common::ObjectId, String>,
         min_interval: Duration,
         metrics: &Metrics,
     ) {
         let epoch = coordinator.view().epoch.0;
-        if epoch <= self.last_sealed
+        if self.fenced.is_some()
+            || epoch <= self.last_sealed
             || self
                 .last_checkpoint
                 .is_some_and(|at| at.elapsed() < min_interval)
@@ -99,10 +154,21 @@ impl Checkpointer {
         }
         let started = Instant::now();
         self.last_checkpoint = Some(started);
-        match self.write_and_seal(coordinator, epoch, covered_lsn).await {
+        match self
+            .write_and_seal(coordinator, epoch, covered_lsn, fingerprints)
+            .await
+        {
             Ok(bytes) => {
                 metrics.checkpoint(started.elapsed(), bytes);
+                {
+                    let mut log = self.log.lock();
+                    log.durations.insert(epoch, started.elapsed());
+                    while log.durations.len() > LOGGED_EPOCHS {
+                        log.durations.pop_first();
+                    }
+                }
                 self.last_sealed = epoch;
+                self.last_sealed_lsn = Some(covered_lsn);
                 self.needs_full = false;
                 self.seals_since_prune += 1;
                 if self.seals_since_prune >= PRUNE_EVERY {
@@ -111,6 +177,11 @@ impl Checkpointer {
                         tracing::warn!(error = %e, epoch, "pruning old checkpoints failed");
                     }
                 }
+            }
+            Err(ServerError::State(e)) if e.is_fenced() => {
+                tracing::error!(error = %e, epoch, "another process claimed the state backend: no more checkpoints, and writes are refused from now on");
+                metrics.checkpoint_failed();
+                self.fenced = Some(e.to_string());
             }
             Err(e) => {
                 tracing::error!(error = %e, epoch, "checkpoint failed; the next one is written in full");
@@ -126,6 +197,7 @@ impl Checkpointer {
         coordinator: &mut Coordinator,
         epoch: u64,
         covered_lsn: u64,
+        fingerprints: &HashMap<weir_common::ObjectId, String>,
     ) -> Result<u64, ServerError> {
         let changes = coordinator.checkpoint_changes()?;
         let (snapshot_vnodes, mut snapshots): (BTreeSet<u32>, BTreeMap<u32, VnodeState>) =
@@ -145,13 +217,24 @@ impl Checkpointer {
                 (wanted, states)
             };
         let mut partials: Vec<(u32, PartialKind, Bytes)> = Vec::new();
+        let mut object_bytes: HashMap<weir_common::ObjectId, u64> = HashMap::new();
+        let mut add = |vnode: u32, kind: PartialKind, state: VnodeState| {
+            for (object, _, entry) in &state.entries {
+                *object_bytes.entry(*object).or_default() +=
+                    (entry.key.len() + entry.value.as_ref().map_or(0, Vec::len)) as u64;
+            }
+            partials.push((vnode, kind, state.encode()));
+        };
         for &vnode in &snapshot_vnodes {
-            let state = snapshots.remove(&vnode).unwrap_or_default();
-            partials.push((vnode, PartialKind::Snapshot, state.encode()));
+            add(
+                vnode,
+                PartialKind::Snapshot,
+                snapshots.remove(&vnode).unwrap_or_default(),
+            );
         }
         for (vnode, delta) in changes {
             if !snapshot_vnodes.contains(&vnode) {
-                partials.push((vnode, PartialKind::Delta, delta.encode()));
+                add(vnode, PartialKind::Delta, delta);
             }
         }
         let version = self.state.authoritative_version();
@@ -170,11 +253,22 @@ impl Checkpointer {
             .try_collect()
             .await?;
         let vnodes: Vec<u32> = written.iter().map(|(v, _, _)| *v).collect();
+        let mut source_offsets = BTreeMap::from([
+            (TABLE_LOG_OFFSET.to_string(), covered_lsn.to_string()),
+            (TABLE_LOG_ID.to_string(), self.table_log_id.clone()),
+        ]);
+        let view = coordinator.view();
+        for (id, fingerprint) in fingerprints {
+            if view
+                .projections
+                .get(id)
+                .is_some_and(|p| p.failure.is_none())
+            {
+                source_offsets.insert(projection_key(*id), fingerprint.clone());
+            }
+        }
         let extras = SealExtras {
-            source_offsets: BTreeMap::from([(
-                TABLE_LOG_OFFSET.to_string(),
-                covered_lsn.to_string(),
-            )]),
+            source_offsets,
             sink_descriptors: BTreeMap::new(),
         };
         let outcome = self.state.seal_epoch(epoch, &vnodes, extras).await?;
@@ -182,6 +276,12 @@ impl Checkpointer {
             return Err(ServerError::internal(format!(
                 "epoch {epoch} was not sealed: {outcome:?}"
             )));
+        }
+        {
+            let mut log = self.log.lock();
+            for (object, bytes) in object_bytes {
+                log.objects.insert(object, (epoch, bytes));
+            }
         }
         let mut bytes = 0;
         for (vnode, kind, len) in written {

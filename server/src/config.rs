@@ -62,6 +62,11 @@ pub struct ServeConfig {
     /// Interval between epoch barriers (e.g. 1s, 100ms).
     #[arg(long, env = "WEIR_BARRIER_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub barrier_interval: Duration,
+    /// Table-log growth (bytes) after which the tables are snapshotted and
+    /// the log before the snapshot is truncated; also at least the size of
+    /// the previous snapshot, so compaction costs O(bytes written).
+    #[arg(long, env = "WEIR_LOG_COMPACTION_BYTES", default_value_t = 64 << 20)]
+    pub log_compaction_bytes: u64,
 }
 
 impl ServeConfig {

@@ -181,6 +181,8 @@ pub struct Database {
     backends: Mutex<HashMap<i32, BackendEntry>>,
     next_pid: AtomicI32,
     ready: AtomicBool,
+    /// What the recovery after open needs; taken by [`crate::recovery::recover`].
+    recovery: Mutex<Option<crate::recovery::Recovery>>,
     _lock: DataDirLock,
 }
 
@@ -235,10 +237,33 @@ impl Database {
         Arc::make_mut(&mut snapshot.catalog).revision = entries.len() as u64;
 
         let (table_log, records) = TableLog::open(&config.data_dir.join("tablelog"))?;
+        let table_log_id = table_log_identity(&config.data_dir)?;
         let mut max_row_id = 0i64;
         let mut replayed = 0usize;
-        let last_lsn = records.last().map_or(0, |(lsn, _)| *lsn);
-        for (_, bytes) in &records {
+        // The tables as of the latest table snapshot, then the log after it.
+        let mut snapshot_lsn = 0;
+        let mut snapshot_bytes = 0;
+        if let Some((lsn, record)) = crate::table_snapshot::load_latest(&config.data_dir)? {
+            let ops: Vec<_> = record
+                .ops
+                .into_iter()
+                .filter(|(id, _)| snapshot.catalog.tables.contains_key(id))
+                .collect();
+            max_row_id = max_row_id.max(max_row_id_of(&snapshot, &ops));
+            snapshot.apply_writes(&ops)?;
+            snapshot_lsn = lsn;
+            snapshot_bytes = crate::table_snapshot::size_of(&config.data_dir, lsn);
+        }
+        let last_lsn = records.last().map_or(0, |(lsn, _)| *lsn).max(snapshot_lsn);
+        let mut recovery =
+            crate::recovery::Recovery::start(&state, &table_log_id, snapshot_lsn, last_lsn).await?;
+        if snapshot.catalog.projections.is_empty() {
+            recovery.seal = None;
+        }
+        for (lsn, bytes) in &records {
+            if *lsn <= snapshot_lsn {
+                continue;
+            }
             let record = WalRecord::decode(bytes)?;
             if record.has_ddl && !committed.contains(&record.txn) {
                 // Its catalog entry never landed: the transaction did not commit.
@@ -249,21 +274,12 @@ impl Database {
                 .into_iter()
                 .filter(|(id, _)| snapshot.catalog.tables.contains_key(id))
                 .collect();
-            for (id, op) in &ops {
-                if let (TableWrite::Changes(c), Some(def)) = (op, snapshot.catalog.tables.get(id))
-                    && def.has_row_id()
-                    && let Some(ids) = c
-                        .rows()
-                        .columns()
-                        .last()
-                        .and_then(|a| a.as_any().downcast_ref::<Int64Array>())
-                    && let Some(m) = arrow::compute::max(ids)
-                {
-                    max_row_id = max_row_id.max(m);
-                }
-            }
+            max_row_id = max_row_id.max(max_row_id_of(&snapshot, &ops));
+            let before = recovery.replays(*lsn).then(|| snapshot.clone());
             if let Err(e) = snapshot.apply_writes(&ops) {
                 tracing::error!(txn = %record.txn, error = %e, "skipping a table-log record that no longer applies");
+            } else if let Some(before) = before {
+                recovery.push(*lsn, projection_changes(&before, &snapshot, &ops)?);
             }
             replayed += 1;
         }
@@ -282,7 +298,19 @@ impl Database {
             metrics.clone(),
             state.clone(),
             sealed_epoch,
+            last_lsn,
+            table_log_id,
+            snapshot.tables.clone(),
+            crate::table_snapshot::Compactor::new(
+                config.data_dir.clone(),
+                table_log.clone(),
+                config.log_compaction_bytes,
+                (snapshot_lsn, snapshot_bytes),
+            ),
         );
+        // Projections come back (restored or rebuilt) after the listeners
+        // are up: until then managed statements answer 57P03.
+        let ready = snapshot.catalog.projections.is_empty();
         Ok(Arc::new(Self {
             config,
             state,
@@ -299,7 +327,8 @@ impl Database {
             next_row_id: AtomicI64::new(max_row_id + 1),
             backends: Mutex::new(HashMap::new()),
             next_pid: AtomicI32::new(1000),
-            ready: AtomicBool::new(true),
+            ready: AtomicBool::new(ready),
+            recovery: Mutex::new(Some(recovery)),
             _lock: lock,
         }))
     }
@@ -328,8 +357,24 @@ impl Database {
         &self.metrics
     }
 
+    /// Every projection restored or rebuilt after the start, and the
+    /// state backend still ours: what `/ready` reports.
     pub fn is_ready(&self) -> bool {
+        self.is_recovered() && self.projections.fenced().is_none()
+    }
+
+    /// Every projection restored or rebuilt after the start.
+    pub fn is_recovered(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_ready(&self) {
+        self.projections.recovered();
+        self.ready.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn take_recovery(&self) -> Option<crate::recovery::Recovery> {
+        self.recovery.lock().take()
     }
 
     /// The latest committed snapshot, with projections at the latest
@@ -358,17 +403,10 @@ impl Database {
     /// Starts maintaining a committed projection, backfilled from the
     /// tables as of now. Holds the commit lock so no commit slips between
     /// the backfill and the changes that follow it.
-    pub async fn deploy_projection(
-        &self,
-        id: ObjectId,
-        graph: weir_engine::Graph,
-        sources: Vec<weir_engine::SourceBinding>,
-        schema: arrow::datatypes::SchemaRef,
-    ) -> Result<(), ServerError> {
+    pub async fn deploy_projection(&self, mut deployment: Deployment) -> Result<(), ServerError> {
         let _guard = self.commit_lock.lock().await;
         let current = self.current.read().clone();
-        let mut tables = HashMap::new();
-        for source in &sources {
+        for source in &deployment.sources {
             if let (Some(def), Some(state)) = (
                 current.catalog.tables.get(&source.object),
                 current.tables.get(&source.object),
@@ -377,18 +415,10 @@ impl Database {
                     state: state.clone(),
                     user_columns: def.columns.len(),
                 };
-                tables.insert(source.object, contents);
+                deployment.tables.insert(source.object, contents);
             }
         }
-        self.projections
-            .deploy(Deployment {
-                id,
-                graph,
-                sources,
-                schema,
-                tables,
-            })
-            .await
+        self.projections.deploy(deployment).await
     }
 
     /// Reserves `n` hidden row ids for inserts into tables without a key.
@@ -403,6 +433,9 @@ impl Database {
     pub async fn commit(&self, base: &Snapshot, writes: TxnWrites) -> Result<u64, ServerError> {
         if writes.is_empty() {
             return Ok(self.commit_seq());
+        }
+        if let Some(reason) = self.projections.fenced() {
+            return Err(ServerError::Fenced(reason.to_string()));
         }
         let _guard = self.commit_lock.lock().await;
         let previous = self.current.read().clone();
@@ -444,6 +477,7 @@ impl Database {
         } else {
             projection_changes(&previous, &next, &writes.tables)?
         };
+        let tables = next.tables.clone();
         let next = Arc::new(next);
         *self.current.write() = next;
         if writes.tables.is_empty() {
@@ -453,7 +487,7 @@ impl Database {
         // so a checkpoint can name the last commit it covers.
         self.commit_seq.store(lsn, Ordering::Release);
         // Still under the commit lock: the coordinator sees commits in order.
-        self.projections.changes(lsn, changes).await;
+        self.projections.changes(lsn, changes, tables).await;
         Ok(lsn)
     }
 
@@ -527,11 +561,10 @@ impl Database {
     }
 }
 
-/// SCRAM-SHA-256 credentials for a password (RFC 5802 SaltedPassword).
 /// A transaction's table writes as the changes projections read: user
 /// columns only; a truncated table retracts everything it held and inserts
 /// what it holds at commit.
-fn projection_changes(
+pub(crate) fn projection_changes(
     previous: &Snapshot,
     next: &Snapshot,
     ops: &[(ObjectId, TableWrite)],
@@ -579,6 +612,55 @@ fn projection_changes(
     Ok(out)
 }
 
+/// The largest hidden row id `ops` insert into tables that have one.
+fn max_row_id_of(snapshot: &Snapshot, ops: &[(ObjectId, TableWrite)]) -> i64 {
+    let mut max_row_id = 0;
+    for (id, op) in ops {
+        if let (TableWrite::Changes(c), Some(def)) = (op, snapshot.catalog.tables.get(id))
+            && def.has_row_id()
+            && let Some(ids) = c
+                .rows()
+                .columns()
+                .last()
+                .and_then(|a| a.as_any().downcast_ref::<Int64Array>())
+            && let Some(m) = arrow::compute::max(ids)
+        {
+            max_row_id = max_row_id.max(m);
+        }
+    }
+    max_row_id
+}
+
+/// The identity of this data directory's table log, created with it: a
+/// seal names the log its LSNs refer to, so state sealed for another data
+/// directory (two servers pointed at one bucket) is never replayed against
+/// this log.
+fn table_log_identity(data_dir: &std::path::Path) -> Result<String, ServerError> {
+    let path = data_dir.join("tablelog").join("IDENTITY");
+    match std::fs::read_to_string(&path) {
+        Ok(id) => return Ok(id.trim().to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(ServerError::internal(format!(
+                "reading {}: {e}",
+                path.display()
+            )));
+        }
+    }
+    let id = uuid::Uuid::new_v4().to_string();
+    let tmp = path.with_extension("tmp");
+    let write = || -> std::io::Result<()> {
+        let mut file = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut file, id.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        std::fs::File::open(path.parent().unwrap_or(data_dir))?.sync_all()
+    };
+    write().map_err(|e| ServerError::internal(format!("writing {}: {e}", path.display())))?;
+    Ok(id)
+}
+
+/// SCRAM-SHA-256 credentials for a password (RFC 5802 SaltedPassword).
 pub fn scram_secret(password: &str, salt: Vec<u8>) -> ScramSecret {
     const ITERATIONS: usize = 4096;
     let salted_password =

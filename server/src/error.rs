@@ -75,6 +75,10 @@ pub enum ServerError {
     InvalidPassword(String),
     #[error("the server is starting: {0}")]
     NotReady(String),
+    /// Another process claimed the state backend: this one serves reads
+    /// only, as a PostgreSQL standby does.
+    #[error("cannot write: this server was fenced ({0})")]
+    Fenced(String),
     #[error("{0}")]
     Planning(String),
     #[error("{0}")]
@@ -140,6 +144,7 @@ impl ServerError {
             Self::QueryCanceled => "57014",
             Self::InvalidPassword(_) => "28P01",
             Self::NotReady(_) => "57P03",
+            Self::Fenced(_) => "25006",
             Self::Planning(_) => "42000",
             Self::DataFusion(e) => datafusion_sqlstate(e),
             Self::Storage(StorageError::RevisionConflict { .. }) => "40001",
@@ -168,6 +173,9 @@ impl ServerError {
                 Some("check the name and search_path; SHOW TABLES lists the tables".into())
             }
             Self::NotReady(_) => Some("retry shortly, or SELECT weir_wait_ready('10s')".into()),
+            Self::Fenced(_) => Some(
+                "another weir process took over this state; write through it, or restart this one to take the state back".into(),
+            ),
             _ => None,
         }
     }

@@ -10,6 +10,10 @@
 //! - [`catalog`]: catalog model, control-log entries, DataFusion providers.
 //! - [`checkpoints`]: writes each completed projection epoch to the state
 //!   backend as per-vnode partials and a seal.
+//! - [`recovery`]: after a start, restores projections from the latest
+//!   sealed epoch and replays the table log after it (or rebuilds them).
+//! - [`table_snapshot`]: snapshots of every table, after which the table
+//!   log before them is truncated.
 //! - [`system`]: the `weir_catalog` system tables.
 //! - [`query_runtime`] and [`yield_points`]: execution runs apart from the
 //!   front ends and yields, so one heavy query cannot starve the others.
@@ -31,9 +35,11 @@ pub mod pgsem;
 pub mod pgwire;
 pub mod projections;
 pub mod query_runtime;
+pub mod recovery;
 pub mod server;
 pub mod session;
 pub mod system;
+pub mod table_snapshot;
 pub mod text_input;
 pub mod text_output;
 pub mod types;

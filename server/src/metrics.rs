@@ -25,6 +25,7 @@ pub struct Metrics {
     checkpoint_failures: Counter,
     checkpoint_seconds: Histogram,
     checkpoint_bytes: Counter,
+    restore_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -50,6 +51,12 @@ impl Default for Metrics {
         let checkpoint_failures = Counter::default();
         let checkpoint_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         let checkpoint_bytes = Counter::default();
+        let restore_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "restore_duration_seconds",
+            "Time the last start took to restore or rebuild every projection",
+            restore_seconds.clone(),
+        );
         registry.register(
             "checkpoints",
             "Epochs sealed in the state backend",
@@ -120,6 +127,7 @@ impl Default for Metrics {
             checkpoint_failures,
             checkpoint_seconds,
             checkpoint_bytes,
+            restore_seconds,
         }
     }
 }
@@ -179,6 +187,10 @@ impl Metrics {
         self.checkpoints.inc();
         self.checkpoint_seconds.observe(duration.as_secs_f64());
         self.checkpoint_bytes.inc_by(bytes);
+    }
+
+    pub fn restored(&self, duration: std::time::Duration) {
+        self.restore_seconds.set(duration.as_secs_f64());
     }
 
     pub fn checkpoint_failed(&self) {

@@ -22,7 +22,6 @@ pub async fn run(config: ServeConfig, shutdown: CancellationToken) -> Result<(),
     let flight = bind(config.flight_addr).await?;
     let http = bind(config.http_addr).await?;
     let db: Arc<Database> = Database::open(config.clone()).await?;
-    crate::session::redeploy_projections(&db).await;
     tracing::info!(
         pg = %config.pg_addr,
         flight = %config.flight_addr,
@@ -33,6 +32,7 @@ pub async fn run(config: ServeConfig, shutdown: CancellationToken) -> Result<(),
     let pg_task = tokio::spawn(crate::pgwire::serve(db.clone(), pg, shutdown.clone()));
     let flight_task = tokio::spawn(crate::flight::serve(db.clone(), flight, shutdown.clone()));
     let http_task = tokio::spawn(crate::http::serve(db.clone(), http, shutdown.clone()));
+    tokio::spawn(crate::recovery::recover(db.clone()));
     shutdown.cancelled().await;
     let _ = tokio::join!(pg_task, flight_task, http_task);
     tracing::info!("weir stopped");

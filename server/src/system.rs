@@ -7,19 +7,37 @@
 //! - `sessions`: the open connections.
 //! - `projections`: every projection with its query, status, the last epoch
 //!   it applied and its row count at the latest epoch.
+//! - `epochs`: the retained seals of the state backend (epoch, kind, when,
+//!   committer, generation, bytes written; the duration for seals this
+//!   process wrote).
+//! - `checkpoints`: per projection, the latest seal holding its state, its
+//!   fingerprint, and the last epoch that wrote state of it with the bytes.
+//! - `vnodes`: per vnode, its chain at the latest seal (snapshot epoch,
+//!   deltas, bytes).
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{
+    ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use datafusion::catalog::{SchemaProvider, TableProvider};
 use datafusion::datasource::MemTable;
 use datafusion::error::Result as DfResult;
+use weir_storage::StateBackend as _;
 
 use crate::db::Database;
 
-const TABLES: &[&str] = &["backends", "projections", "sessions", "tables"];
+const TABLES: &[&str] = &[
+    "backends",
+    "checkpoints",
+    "epochs",
+    "projections",
+    "sessions",
+    "tables",
+    "vnodes",
+];
 
 #[derive(Debug)]
 pub struct SystemSchema {
@@ -55,6 +73,37 @@ impl SystemSchema {
                 utf8("readiness"),
             ],
             "sessions" => vec![int8("backends")],
+            "epochs" => vec![
+                int8("epoch"),
+                utf8("kind"),
+                Field::new(
+                    "sealed_at",
+                    DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+                    false,
+                ),
+                utf8("committer"),
+                int8("generation"),
+                int8("bytes_written"),
+                Field::new("duration_ms", DataType::Float64, true),
+                utf8("table_log_lsn"),
+            ],
+            "checkpoints" => vec![
+                utf8("schema"),
+                utf8("name"),
+                int8("id"),
+                Field::new("sealed_epoch", DataType::Int64, true),
+                Field::new("fingerprint", DataType::Utf8, true),
+                Field::new("last_written_epoch", DataType::Int64, true),
+                Field::new("last_written_bytes", DataType::Int64, true),
+            ],
+            "vnodes" => vec![
+                int8("vnode"),
+                int8("sealed_epoch"),
+                Field::new("snapshot_epoch", DataType::Int64, true),
+                int8("deltas"),
+                int8("snapshot_bytes"),
+                int8("delta_bytes"),
+            ],
             "projections" => vec![
                 utf8("schema"),
                 utf8("name"),
@@ -71,8 +120,10 @@ impl SystemSchema {
         Some(Arc::new(Schema::new(fields)))
     }
 
-    fn build(&self, name: &str) -> Option<RecordBatch> {
-        let schema = self.table_schema(name)?;
+    async fn build(&self, name: &str) -> DfResult<Option<RecordBatch>> {
+        let Some(schema) = self.table_schema(name) else {
+            return Ok(None);
+        };
         let text = |v: Vec<String>| Arc::new(StringArray::from(v)) as ArrayRef;
         let int = |v: Vec<i64>| Arc::new(Int64Array::from(v)) as ArrayRef;
         let columns: Vec<ArrayRef> = match name {
@@ -93,10 +144,14 @@ impl SystemSchema {
                 ]
             }
             "backends" => {
-                let readiness = if self.db.is_ready() {
+                // The catalog and the table log are replayed before the
+                // listeners open; projections are restored after.
+                let state_readiness = if self.db.projections().fenced().is_some() {
+                    "fenced"
+                } else if self.db.is_recovered() {
                     "ready"
                 } else {
-                    "replaying"
+                    "restoring"
                 };
                 let data_dir = self.db.config().data_dir.display().to_string();
                 vec![
@@ -111,7 +166,7 @@ impl SystemSchema {
                         "group-commit,fsync".into(),
                         "per-vnode-partials,create-only-seals,generation-fence".into(),
                     ]),
-                    text(vec![readiness.into(), readiness.into(), readiness.into()]),
+                    text(vec!["ready".into(), "ready".into(), state_readiness.into()]),
                 ]
             }
             "sessions" => vec![int(vec![self.db.backend_count() as i64])],
@@ -141,10 +196,140 @@ impl SystemSchema {
                     stat(&|v| v.rows_out),
                 ]
             }
-            _ => return None,
+            "epochs" => self.epochs().await?,
+            "checkpoints" => self.checkpoints().await?,
+            "vnodes" => self.vnodes().await?,
+            _ => return Ok(None),
         };
-        RecordBatch::try_new(schema, columns).ok()
+        Ok(Some(RecordBatch::try_new(schema, columns)?))
     }
+
+    async fn epochs(&self) -> DfResult<Vec<ArrayRef>> {
+        let seals = self.db.state().list_seals().await.map_err(external)?;
+        let log = self.db.projections().checkpoint_log();
+        Ok(vec![
+            Arc::new(Int64Array::from_iter_values(
+                seals.iter().map(|m| m.epoch as i64),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                seals.iter().map(|m| format!("{:?}", m.kind).to_lowercase()),
+            )),
+            Arc::new(
+                TimestampMillisecondArray::from_iter_values(
+                    seals.iter().map(|m| m.sealed_at_ms as i64),
+                )
+                .with_timezone("UTC"),
+            ),
+            Arc::new(StringArray::from_iter_values(
+                seals.iter().map(|m| m.committer.clone()),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                seals.iter().map(|m| m.generation as i64),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                seals.iter().map(|m| m.bytes_written as i64),
+            )),
+            Arc::new(Float64Array::from_iter(seals.iter().map(|m| {
+                log.durations
+                    .get(&m.epoch)
+                    .map(|d| d.as_secs_f64() * 1000.0)
+            }))),
+            Arc::new(StringArray::from_iter_values(seals.iter().map(|m| {
+                m.source_offsets
+                    .get(crate::checkpoints::TABLE_LOG_OFFSET)
+                    .cloned()
+                    .unwrap_or_default()
+            }))),
+        ])
+    }
+
+    async fn checkpoints(&self) -> DfResult<Vec<ArrayRef>> {
+        let latest = self.latest_seal().await?;
+        let snapshot = self.db.snapshot();
+        let defs: Vec<_> = snapshot.catalog.projections.values().collect();
+        let log = self.db.projections().checkpoint_log();
+        let fingerprint = |id| {
+            latest.as_ref().and_then(|m| {
+                m.source_offsets
+                    .get(&crate::checkpoints::projection_key(id))
+                    .cloned()
+            })
+        };
+        let written = |id: &weir_common::ObjectId| log.objects.get(id).copied();
+        Ok(vec![
+            Arc::new(StringArray::from_iter_values(
+                defs.iter().map(|d| d.schema.clone()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                defs.iter().map(|d| d.name.clone()),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                defs.iter().map(|d| d.id.0 as i64),
+            )),
+            Arc::new(Int64Array::from_iter(defs.iter().map(|d| {
+                fingerprint(d.id).and(latest.as_ref().map(|m| m.epoch as i64))
+            }))),
+            Arc::new(StringArray::from_iter(
+                defs.iter().map(|d| fingerprint(d.id)),
+            )),
+            Arc::new(Int64Array::from_iter(
+                defs.iter().map(|d| written(&d.id).map(|(e, _)| e as i64)),
+            )),
+            Arc::new(Int64Array::from_iter(
+                defs.iter().map(|d| written(&d.id).map(|(_, b)| b as i64)),
+            )),
+        ])
+    }
+
+    async fn vnodes(&self) -> DfResult<Vec<ArrayRef>> {
+        let latest = self.latest_seal().await?;
+        let mut rows: Vec<(u32, u64, Option<u64>, u64, u64, u64)> = Vec::new();
+        if let Some(seal) = &latest {
+            for (vnode, chain) in &seal.vnodes {
+                let mut row = (*vnode, seal.epoch, None, 0, 0, 0);
+                for entry in chain {
+                    match entry.kind {
+                        weir_storage::PartialKind::Snapshot => {
+                            row.2 = Some(entry.epoch);
+                            row.4 += entry.len;
+                        }
+                        weir_storage::PartialKind::Delta => {
+                            row.3 += 1;
+                            row.5 += entry.len;
+                        }
+                    }
+                }
+                rows.push(row);
+            }
+        }
+        let int = |f: &dyn Fn(&(u32, u64, Option<u64>, u64, u64, u64)) -> u64| {
+            Arc::new(Int64Array::from_iter_values(
+                rows.iter().map(|r| f(r) as i64),
+            )) as ArrayRef
+        };
+        Ok(vec![
+            int(&|r| r.0 as u64),
+            int(&|r| r.1),
+            Arc::new(Int64Array::from_iter(
+                rows.iter().map(|r| r.2.map(|e| e as i64)),
+            )),
+            int(&|r| r.3),
+            int(&|r| r.4),
+            int(&|r| r.5),
+        ])
+    }
+
+    async fn latest_seal(&self) -> DfResult<Option<Arc<weir_storage::SealManifest>>> {
+        let state = self.db.state();
+        let Some(epoch) = state.latest_committed_epoch().await.map_err(external)? else {
+            return Ok(None);
+        };
+        state.read_seal(epoch).await.map_err(external)
+    }
+}
+
+fn external(e: weir_storage::StateBackendError) -> datafusion::error::DataFusionError {
+    datafusion::error::DataFusionError::External(Box::new(e))
 }
 
 #[async_trait]
@@ -154,7 +339,7 @@ impl SchemaProvider for SystemSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let Some(batch) = self.build(name) else {
+        let Some(batch) = self.build(name).await? else {
             return Ok(None);
         };
         Ok(Some(Arc::new(MemTable::try_new(

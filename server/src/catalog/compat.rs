@@ -297,6 +297,19 @@ pub fn rewrite(mut statement: Statement) -> Statement {
 /// Whether every table `statement` reads is a system table (`pg_catalog`,
 /// `information_schema`, `weir_catalog`, or an unqualified `pg_*` name).
 pub fn reads_only_catalog(statement: &Statement) -> bool {
+    let (any, system) = relations_are_system(statement);
+    any && system
+}
+
+/// Whether every relation `statement` reads (possibly none, as in
+/// `SELECT weir_wait_ready('10s')`) is a system table.
+pub fn reads_only_system(statement: &Statement) -> bool {
+    relations_are_system(statement).1
+}
+
+/// (whether `statement` reads any relation, whether all it reads are
+/// system tables).
+fn relations_are_system(statement: &Statement) -> (bool, bool) {
     use datafusion::sql::sqlparser::ast::visit_relations;
     const SYSTEM: [&str; 3] = ["pg_catalog", "information_schema", "weir_catalog"];
     let mut any = false;
@@ -318,7 +331,7 @@ pub fn reads_only_catalog(statement: &Statement) -> bool {
             ControlFlow::Break(())
         }
     });
-    any && flow.is_continue()
+    (any, flow.is_continue())
 }
 
 /// How many scalar subqueries the select lists of `statement` hold.

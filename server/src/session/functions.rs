@@ -139,6 +139,51 @@ pub(super) fn register_session_functions(
         setting,
     ));
 
+    // weir_wait_ready('10s'): true once the database is ready (every
+    // projection restored or rebuilt after a start), false if it is not
+    // within the given time. Polls like pg_advisory_lock: readiness is a
+    // flag another task sets.
+    let ready_db = db.clone();
+    ctx.register_udf(create_udf(
+        "weir_wait_ready",
+        vec![DataType::Utf8],
+        DataType::Boolean,
+        Volatility::Volatile,
+        Arc::new(move |args| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let texts = arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
+            let texts = texts
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .ok_or_else(|| {
+                    DataFusionError::Execution(
+                        "weir_wait_ready takes a duration such as '10s'".into(),
+                    )
+                })?;
+            let out = texts
+                .iter()
+                .map(|text| {
+                    let Some(text) = text else { return Ok(None) };
+                    let limit = crate::config::parse_duration(text)
+                        .map_err(|e| DataFusionError::Execution(format!("weir_wait_ready: {e}")))?;
+                    let started = Instant::now();
+                    Ok(Some(tokio::task::block_in_place(|| {
+                        loop {
+                            if ready_db.is_recovered() {
+                                return true;
+                            }
+                            if started.elapsed() >= limit {
+                                return false;
+                            }
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                    })))
+                })
+                .collect::<Result<BooleanArray, DataFusionError>>()?;
+            Ok(ColumnarValue::Array(Arc::new(out)))
+        }),
+    ));
+
     let lock_db = db.clone();
     ctx.register_udf(create_udf(
         "pg_advisory_lock",

@@ -22,7 +22,6 @@ mod eval;
 mod functions;
 pub(crate) mod prepared;
 mod projection;
-pub use projection::redeploy_projections;
 pub(crate) use show::projection_status;
 mod query;
 mod show;
@@ -345,8 +344,10 @@ impl Session {
         if self.txn.as_ref().is_some_and(|t| t.failed) {
             return Err(ServerError::InFailedTransaction);
         }
-        if !self.db.is_ready() {
-            return Err(ServerError::NotReady("recovery is in progress".into()));
+        if !self.db.is_recovered() && !available_while_recovering(&statement) {
+            return Err(ServerError::NotReady(
+                "Weir is restoring its projections after a start; until then only reads of system catalogs and session settings are served".into(),
+            ));
         }
         if self.txn.is_none() {
             self.read_your_writes().await?;
@@ -498,7 +499,7 @@ impl Session {
     }
 
     /// Points the planning view at what the current statement must read.
-    fn refresh_view(&self) {
+    pub(crate) fn refresh_view(&self) {
         let snapshot = match &self.txn {
             Some(t) => Arc::new(t.overlay.clone()),
             None => self.db.snapshot(),
@@ -700,4 +701,18 @@ fn statement_name(statement: &Statement) -> String {
     let name = words.join(" ").to_uppercase();
     name.trim_end_matches(|c: char| !c.is_ascii_alphabetic())
         .to_string()
+}
+
+/// What a session may run before the database is ready
+/// ([`crate::recovery`]): nothing that reads or changes tables or
+/// projections, so no commit reaches projections before the replay.
+fn available_while_recovering(statement: &Statement) -> bool {
+    match statement {
+        Statement::Query(_) => crate::catalog::compat::reads_only_system(statement),
+        Statement::Set(_)
+        | Statement::ShowVariable { .. }
+        | Statement::ShowVariables { .. }
+        | Statement::Discard { .. } => true,
+        _ => false,
+    }
 }

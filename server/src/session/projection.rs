@@ -152,17 +152,32 @@ impl Session {
 
     /// Plans a committed projection and starts maintaining it.
     pub(crate) async fn deploy(&self, def: &ProjectionDef) -> Result<(), ServerError> {
+        let deployment = self.plan_deployment(def).await?;
+        self.db.deploy_projection(deployment).await
+    }
+
+    /// Plans a committed projection into what the coordinator deploys
+    /// (without table contents, which the caller adds under the commit lock).
+    pub(crate) async fn plan_deployment(
+        &self,
+        def: &ProjectionDef,
+    ) -> Result<crate::projections::Deployment, ServerError> {
         let query = parse_query(&def.query)?;
         let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
-        let planned = self.plan_projection(&query, &names).await?;
         let PlannedProjection {
             mut stream,
             bindings,
-        } = planned;
+        } = self.plan_projection(&query, &names).await?;
         stream.conform_to(def.arrow_schema())?;
-        self.db
-            .deploy_projection(def.id, stream.graph, bindings, def.arrow_schema())
-            .await
+        let schema = def.arrow_schema();
+        Ok(crate::projections::Deployment {
+            id: def.id,
+            fingerprint: weir_engine::state_fingerprint(&stream.explain, &schema),
+            graph: stream.graph,
+            sources: bindings,
+            schema,
+            tables: Default::default(),
+        })
     }
 
     pub(super) async fn flush(&mut self) -> Result<StatementResult, ServerError> {
@@ -304,28 +319,4 @@ pub(super) fn drop_readers(
         }
     }
     Ok(())
-}
-
-/// Deploys every projection of the catalog (at start: their state is not
-/// durable yet, so each is rebuilt from its inputs). Catalog ids grow with
-/// creation, so id order deploys a projection after the ones it reads.
-pub async fn redeploy_projections(db: &std::sync::Arc<crate::db::Database>) {
-    let catalog = db.snapshot().catalog.clone();
-    if catalog.projections.is_empty() {
-        return;
-    }
-    let session = Session::new(
-        db.clone(),
-        crate::catalog::model::SUPERUSER,
-        crate::catalog::model::DATABASE_NAME,
-    );
-    for def in catalog.projections.values() {
-        session.refresh_view();
-        match session.deploy(def).await {
-            Ok(()) => tracing::info!(projection = %def.qualified_name(), "projection rebuilt"),
-            Err(e) => {
-                tracing::error!(projection = %def.qualified_name(), error = %e, "projection could not be rebuilt")
-            }
-        }
-    }
 }

@@ -74,6 +74,9 @@ pub struct Options {
     pub args: Vec<String>,
     /// Overrides [`DEFAULT_WATCHDOG`].
     pub watchdog: Option<Duration>,
+    /// Return once the server listens, before `/ready` answers 200 (to
+    /// watch it recover).
+    pub no_wait_ready: bool,
 }
 
 impl Options {
@@ -246,6 +249,24 @@ impl WeirServer {
         self.launch_with_retries();
     }
 
+    /// Waits until `/ready` answers 200: every projection is restored or
+    /// rebuilt after a start.
+    pub fn wait_ready(&self) -> Result<(), String> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let status = crate::http::http_get(self.http_port, "/ready").map(|r| r.status);
+            if matches!(status, Ok(200)) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "/ready did not answer 200 within {START_TIMEOUT:?} (last: {status:?})"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         match &mut self.child {
@@ -349,7 +370,11 @@ impl WeirServer {
             .map_err(|e| format!("spawn {}: {e}", env!("CARGO_BIN_EXE_weir")))?;
         *self.pid.lock().unwrap_or_else(|e| e.into_inner()) = Some(child.id());
         self.child = Some(child);
-        self.wait_until_listening(log_offset)
+        self.wait_until_listening(log_offset)?;
+        if self.options.no_wait_ready {
+            return Ok(());
+        }
+        self.wait_ready()
     }
 
     fn wait_until_listening(&mut self, log_offset: u64) -> Result<(), String> {

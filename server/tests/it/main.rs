@@ -12,7 +12,9 @@
 //!   `pg_cursors_copy`: cursors, binary COPY, statements after COPY FROM STDIN.
 //! - `psql`, `python`, `jdbc`: real clients (psql; psycopg, asyncpg,
 //!   SQLAlchemy and the Flight SQL scripts in `tests/clients/`; pgjdbc).
-//! - `crash`: `kill -9` during ingestion loses no acknowledged row.
+//! - `crash`: `kill -9` during ingestion loses no acknowledged row;
+//!   `crash_projections`: 20 `kill -9` rounds under projections, which must
+//!   equal their queries ad hoc after each restore.
 //! - `projections`: projections across `kill -9`, read-your-writes, epochs.
 //! - `projections_diff`: every projection shape against its query run ad hoc,
 //!   after random writes (seeded by `WEIR_DIFF_SEED`).
@@ -27,6 +29,7 @@ mod postgres;
 
 mod auth;
 mod crash;
+mod crash_projections;
 mod http;
 mod jdbc;
 mod pg_cursors_copy;
