@@ -589,3 +589,69 @@ async fn the_table_log_is_truncated_behind_table_snapshots_and_disk_stays_bounde
         rows(&client, QUERY).await
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_projections_are_restored_managed_statements_answer_57p03() {
+    let mut options = crate::harness::Options::default()
+        .arg("--barrier-interval")
+        .arg("100ms");
+    options.no_wait_ready = true;
+    let mut server = WeirServer::start_with(options);
+    server.wait_ready().expect("a fresh server is ready");
+    let client = server.connect().await;
+    // Enough state that restoring it takes a while in a debug build.
+    client
+        .batch_execute(
+            "CREATE TABLE rd_big (id BIGINT PRIMARY KEY, v BIGINT);
+             INSERT INTO rd_big SELECT value, value % 7 FROM generate_series(1, 300000) AS t(value);
+             CREATE PROJECTION rd_copy AS SELECT id, v FROM rd_big WHERE v > 0;
+             FLUSH;",
+        )
+        .await
+        .expect("setup");
+    wait_for_seal(&server, 1, 1).await;
+    let expected = rows(&client, "SELECT count(*) FROM rd_copy").await;
+    drop(client);
+
+    server.kill();
+    server.restart();
+    let client = server.connect().await;
+    let readiness = || async {
+        rows(
+            &client,
+            "SELECT readiness FROM weir_catalog.backends WHERE resource LIKE 'state:%'",
+        )
+        .await
+        .join("")
+    };
+    let mut refused = false;
+    while readiness().await == "restoring" {
+        let read = client.simple_query("SELECT count(*) FROM rd_copy").await;
+        let write = client.simple_query("INSERT INTO rd_big VALUES (0, 1)").await;
+        let ready = crate::http::http_get(server.http_port, "/ready").map(|r| r.status);
+        if readiness().await != "restoring" {
+            break; // it became ready meanwhile: the answers may be either
+        }
+        for outcome in [read.map(|_| ()), write.map(|_| ())] {
+            let error = outcome.expect_err("a managed statement during the restore");
+            let db = error.as_db_error().expect("a server error");
+            assert_eq!(db.code().code(), "57P03", "{db:?}");
+            assert!(db.hint().unwrap_or("").contains("weir_wait_ready"), "{db:?}");
+        }
+        assert_eq!(ready.expect("GET /ready"), 503);
+        refused = true;
+        break;
+    }
+    assert!(
+        refused,
+        "the restore ended before a statement could observe it\n{}",
+        server.log_tail()
+    );
+    assert_eq!(
+        rows(&client, "SELECT weir_wait_ready('60s')").await,
+        vec!["t"]
+    );
+    assert_eq!(rows(&client, "SELECT count(*) FROM rd_copy").await, expected);
+    let ready = crate::http::http_get(server.http_port, "/ready").expect("GET /ready");
+    assert_eq!(ready.status, 200);
+}
