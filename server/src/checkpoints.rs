@@ -41,6 +41,9 @@ use crate::metrics::Metrics;
 const MAX_DELTAS: u32 = 16;
 /// Partials written at once.
 const WRITE_CONCURRENCY: usize = 16;
+/// Attempts of one partial write or seal on transient store errors (both
+/// are idempotent), before the checkpoint fails as a whole.
+const ATTEMPTS: u32 = 4;
 /// Seals between two prunes of what no retained seal references.
 const PRUNE_EVERY: u32 = 16;
 /// The seal's source-offset key for the table log.
@@ -80,6 +83,25 @@ pub struct CheckpointLog {
 
 /// Epoch durations kept in [`CheckpointLog`].
 const LOGGED_EPOCHS: usize = 1024;
+
+/// Runs `op` until it succeeds, fails with a non-transient error, or
+/// [`ATTEMPTS`] are used, backing off 10 ms, 20 ms, 40 ms in between.
+async fn retrying<T, F, Fut>(mut op: F) -> Result<T, weir_storage::StateBackendError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, weir_storage::StateBackendError>>,
+{
+    let mut attempt = 1;
+    loop {
+        match op().await {
+            Err(e) if e.is_retryable() && attempt < ATTEMPTS => {
+                tokio::time::sleep(Duration::from_millis(10 << (attempt - 1))).await;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
 
 pub struct Checkpointer {
     state: Arc<ObjectStateBackend>,
@@ -243,10 +265,11 @@ impl Checkpointer {
                 let state = self.state.clone();
                 async move {
                     let len = bytes.len() as u64;
-                    state
-                        .write_partial_kind(vnode, epoch, version, kind, bytes)
-                        .await
-                        .map(|()| (vnode, kind, len))
+                    retrying(|| {
+                        state.write_partial_kind(vnode, epoch, version, kind, bytes.clone())
+                    })
+                    .await
+                    .map(|()| (vnode, kind, len))
                 }
             })
             .buffer_unordered(WRITE_CONCURRENCY)
@@ -271,7 +294,7 @@ impl Checkpointer {
             source_offsets,
             sink_descriptors: BTreeMap::new(),
         };
-        let outcome = self.state.seal_epoch(epoch, &vnodes, extras).await?;
+        let outcome = retrying(|| self.state.seal_epoch(epoch, &vnodes, extras.clone())).await?;
         if !outcome.is_sealed() {
             return Err(ServerError::internal(format!(
                 "epoch {epoch} was not sealed: {outcome:?}"

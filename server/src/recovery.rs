@@ -275,3 +275,6 @@ fn run_replay_epoch(coordinator: &mut Coordinator, metrics: &Metrics) -> Result<
     metrics.epoch(&report);
     Ok(())
 }
+
+#[cfg(test)]
+mod fault_tests;

@@ -627,7 +627,9 @@ async fn while_projections_are_restored_managed_statements_answer_57p03() {
     let mut refused = false;
     while readiness().await == "restoring" {
         let read = client.simple_query("SELECT count(*) FROM rd_copy").await;
-        let write = client.simple_query("INSERT INTO rd_big VALUES (0, 1)").await;
+        let write = client
+            .simple_query("INSERT INTO rd_big VALUES (0, 1)")
+            .await;
         let ready = crate::http::http_get(server.http_port, "/ready").map(|r| r.status);
         if readiness().await != "restoring" {
             break; // it became ready meanwhile: the answers may be either
@@ -636,7 +638,10 @@ async fn while_projections_are_restored_managed_statements_answer_57p03() {
             let error = outcome.expect_err("a managed statement during the restore");
             let db = error.as_db_error().expect("a server error");
             assert_eq!(db.code().code(), "57P03", "{db:?}");
-            assert!(db.hint().unwrap_or("").contains("weir_wait_ready"), "{db:?}");
+            assert!(
+                db.hint().unwrap_or("").contains("weir_wait_ready"),
+                "{db:?}"
+            );
         }
         assert_eq!(ready.expect("GET /ready"), 503);
         refused = true;
@@ -651,7 +656,10 @@ async fn while_projections_are_restored_managed_statements_answer_57p03() {
         rows(&client, "SELECT weir_wait_ready('60s')").await,
         vec!["t"]
     );
-    assert_eq!(rows(&client, "SELECT count(*) FROM rd_copy").await, expected);
+    assert_eq!(
+        rows(&client, "SELECT count(*) FROM rd_copy").await,
+        expected
+    );
     let ready = crate::http::http_get(server.http_port, "/ready").expect("GET /ready");
     assert_eq!(ready.status, 200);
 }
