@@ -43,7 +43,8 @@ stop() {
     wait "$pid" 2>/dev/null || true
 }
 
-for state in memory file; do
+# SKIP_OVERHEAD=1 runs only the restart-to-ready part.
+[ -n "${SKIP_OVERHEAD:-}" ] || for state in memory file; do
     for interval in 100ms 1s 10s; do
         dir="$work/$state-$interval"
         if [ "$state" = memory ]; then url=memory://; else url="file://$dir/state"; fi
@@ -77,6 +78,8 @@ done
 sleep 5 # a checkpoint after the last epoch
 state_bytes=$(du -sb "$dir/state" | cut -f1)
 log_bytes=$(du -sb "$dir/tablelog" | cut -f1)
+snapshot_bytes=$(du -sb "$dir/tables" 2>/dev/null | cut -f1 || echo 0)
+log_lines=$(wc -l <"$work/weir.log")
 kill -9 "$pid"
 wait "$pid" 2>/dev/null || true
 began=$(date +%s.%N)
@@ -85,6 +88,8 @@ ready=$(date +%s.%N)
 restored=$(grep -c "projections restored from the sealed epoch" "$work/weir.log" || true)
 rows_back=$("${psql_cmd[@]}" -At -c "SELECT count(*) FROM big_copy")
 echo "== restart to ready: $(echo "$ready - $began" | bc) s for $rows_back rows," \
-    "state store $((state_bytes / 1048576)) MB, table log $((log_bytes / 1048576)) MB" \
+    "state store $((state_bytes / 1048576)) MB, table log $((log_bytes / 1048576)) MB," \
+    "table snapshot $((${snapshot_bytes:-0} / 1048576)) MB" \
     "(restored from a seal: $([ "$restored" -gt 0 ] && echo yes || echo no))"
+tail -n +"$log_lines" "$work/weir.log" | grep -E "opened database|restored|rebuilt|ready" | sed 's/\x1b\[[0-9;]*m//g'
 stop

@@ -76,9 +76,18 @@ impl Chain {
 pub struct CheckpointLog {
     /// Per sealed epoch: how long writing and sealing it took.
     pub durations: BTreeMap<u64, Duration>,
-    /// Per projection: the last epoch that wrote state of it, and the bytes
-    /// of its entries in that epoch's partials.
-    pub objects: HashMap<weir_common::ObjectId, (u64, u64)>,
+    /// Per projection and vnode holding state of it: its chain there.
+    pub chains: HashMap<(weir_common::ObjectId, u32), ObjectChain>,
+}
+
+/// One projection's share of one vnode's chain (entry bytes, not blob bytes).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ObjectChain {
+    pub snapshot_epoch: u64,
+    pub snapshot_bytes: u64,
+    pub deltas: u32,
+    pub delta_bytes: u64,
+    pub last_written_epoch: u64,
 }
 
 /// Epoch durations kept in [`CheckpointLog`].
@@ -239,10 +248,10 @@ impl Checkpointer {
                 (wanted, states)
             };
         let mut partials: Vec<(u32, PartialKind, Bytes)> = Vec::new();
-        let mut object_bytes: HashMap<weir_common::ObjectId, u64> = HashMap::new();
+        let mut object_bytes: HashMap<(weir_common::ObjectId, u32), u64> = HashMap::new();
         let mut add = |vnode: u32, kind: PartialKind, state: VnodeState| {
             for (object, _, entry) in &state.entries {
-                *object_bytes.entry(*object).or_default() +=
+                *object_bytes.entry((*object, vnode)).or_default() +=
                     (entry.key.len() + entry.value.as_ref().map_or(0, Vec::len)) as u64;
             }
             partials.push((vnode, kind, state.encode()));
@@ -301,9 +310,20 @@ impl Checkpointer {
             )));
         }
         {
+            // A snapshot replaces everything the vnode held, of every object.
             let mut log = self.log.lock();
-            for (object, bytes) in object_bytes {
-                log.objects.insert(object, (epoch, bytes));
+            log.chains
+                .retain(|(_, vnode), _| !snapshot_vnodes.contains(vnode));
+            for ((object, vnode), bytes) in object_bytes {
+                let chain = log.chains.entry((object, vnode)).or_default();
+                chain.last_written_epoch = epoch;
+                if snapshot_vnodes.contains(&vnode) {
+                    chain.snapshot_epoch = epoch;
+                    chain.snapshot_bytes = bytes;
+                } else {
+                    chain.deltas += 1;
+                    chain.delta_bytes += bytes;
+                }
             }
         }
         let mut bytes = 0;

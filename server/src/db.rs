@@ -437,6 +437,13 @@ impl Database {
         if let Some(reason) = self.projections.fenced() {
             return Err(ServerError::Fenced(reason.to_string()));
         }
+        // Every path that writes (statements, COPY, Flight ingest) ends
+        // here: no commit may reach projections ahead of the restore's replay.
+        if !self.is_recovered() {
+            return Err(ServerError::NotReady(
+                "Weir is restoring its projections after a start; writes are accepted once it is ready".into(),
+            ));
+        }
         let _guard = self.commit_lock.lock().await;
         let previous = self.current.read().clone();
         let mut next = (*previous).clone();

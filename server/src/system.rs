@@ -10,8 +10,10 @@
 //! - `epochs`: the retained seals of the state backend (epoch, kind, when,
 //!   committer, generation, bytes written; the duration for seals this
 //!   process wrote).
-//! - `checkpoints`: per projection, the latest seal holding its state, its
-//!   fingerprint, and the last epoch that wrote state of it with the bytes.
+//! - `checkpoints`: per projection and vnode holding state of it, its chain
+//!   there (snapshot epoch, deltas, bytes, last epoch written) as this
+//!   process checkpointed it, with the latest seal naming the projection
+//!   and its state fingerprint.
 //! - `vnodes`: per vnode, its chain at the latest seal (snapshot epoch,
 //!   deltas, bytes).
 
@@ -26,6 +28,8 @@ use datafusion::catalog::{SchemaProvider, TableProvider};
 use datafusion::datasource::MemTable;
 use datafusion::error::Result as DfResult;
 use weir_storage::StateBackend as _;
+
+use crate::checkpoints::ObjectChain;
 
 use crate::db::Database;
 
@@ -91,10 +95,14 @@ impl SystemSchema {
                 utf8("schema"),
                 utf8("name"),
                 int8("id"),
+                int8("vnode"),
+                int8("snapshot_epoch"),
+                int8("deltas"),
+                int8("snapshot_bytes"),
+                int8("delta_bytes"),
+                int8("last_written_epoch"),
                 Field::new("sealed_epoch", DataType::Int64, true),
                 Field::new("fingerprint", DataType::Utf8, true),
-                Field::new("last_written_epoch", DataType::Int64, true),
-                Field::new("last_written_bytes", DataType::Int64, true),
             ],
             "vnodes" => vec![
                 int8("vnode"),
@@ -243,11 +251,24 @@ impl SystemSchema {
         ])
     }
 
+    /// One row per (projection, vnode) holding state of it, as this
+    /// process checkpointed it (its first checkpoint snapshots every vnode).
     async fn checkpoints(&self) -> DfResult<Vec<ArrayRef>> {
         let latest = self.latest_seal().await?;
         let snapshot = self.db.snapshot();
-        let defs: Vec<_> = snapshot.catalog.projections.values().collect();
         let log = self.db.projections().checkpoint_log();
+        let mut rows: Vec<(&crate::catalog::model::ProjectionDef, u32, ObjectChain)> = log
+            .chains
+            .iter()
+            .filter_map(|((id, vnode), chain)| {
+                Some((
+                    snapshot.catalog.projections.get(id)?.as_ref(),
+                    *vnode,
+                    *chain,
+                ))
+            })
+            .collect();
+        rows.sort_by_key(|(def, vnode, _)| (def.id, *vnode));
         let fingerprint = |id| {
             latest.as_ref().and_then(|m| {
                 m.source_offsets
@@ -255,28 +276,34 @@ impl SystemSchema {
                     .cloned()
             })
         };
-        let written = |id: &weir_common::ObjectId| log.objects.get(id).copied();
+        let int = |f: &dyn Fn(&ObjectChain) -> u64| {
+            Arc::new(Int64Array::from_iter_values(
+                rows.iter().map(|(_, _, c)| f(c) as i64),
+            )) as ArrayRef
+        };
         Ok(vec![
             Arc::new(StringArray::from_iter_values(
-                defs.iter().map(|d| d.schema.clone()),
+                rows.iter().map(|(d, _, _)| d.schema.clone()),
             )),
             Arc::new(StringArray::from_iter_values(
-                defs.iter().map(|d| d.name.clone()),
+                rows.iter().map(|(d, _, _)| d.name.clone()),
             )),
             Arc::new(Int64Array::from_iter_values(
-                defs.iter().map(|d| d.id.0 as i64),
+                rows.iter().map(|(d, _, _)| d.id.0 as i64),
             )),
-            Arc::new(Int64Array::from_iter(defs.iter().map(|d| {
+            Arc::new(Int64Array::from_iter_values(
+                rows.iter().map(|(_, v, _)| *v as i64),
+            )),
+            int(&|c| c.snapshot_epoch),
+            int(&|c| c.deltas as u64),
+            int(&|c| c.snapshot_bytes),
+            int(&|c| c.delta_bytes),
+            int(&|c| c.last_written_epoch),
+            Arc::new(Int64Array::from_iter(rows.iter().map(|(d, _, _)| {
                 fingerprint(d.id).and(latest.as_ref().map(|m| m.epoch as i64))
             }))),
             Arc::new(StringArray::from_iter(
-                defs.iter().map(|d| fingerprint(d.id)),
-            )),
-            Arc::new(Int64Array::from_iter(
-                defs.iter().map(|d| written(&d.id).map(|(e, _)| e as i64)),
-            )),
-            Arc::new(Int64Array::from_iter(
-                defs.iter().map(|d| written(&d.id).map(|(_, b)| b as i64)),
+                rows.iter().map(|(d, _, _)| fingerprint(d.id)),
             )),
         ])
     }

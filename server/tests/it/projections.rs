@@ -330,20 +330,28 @@ async fn a_restart_restores_projections_from_the_seal_and_replays_the_log_after_
         );
     }
     assert_restored_answers(&client, "after restore").await;
-    let fingerprints = rows(
-        &client,
-        "SELECT name, fingerprint IS NOT NULL, sealed_epoch > 0 FROM weir_catalog.checkpoints",
+    // The first checkpoint after the restore snapshots every vnode.
+    crate::harness::eventually(
+        Duration::from_secs(10),
+        "per-vnode checkpoint rows",
+        || async {
+            let fingerprints = rows(
+            &client,
+            "SELECT DISTINCT name, fingerprint IS NOT NULL, sealed_epoch > 0, snapshot_bytes > 0
+             FROM weir_catalog.checkpoints",
+        )
+        .await;
+            (fingerprints
+                == [
+                    "rs_lonely|t|t|t",
+                    "rs_named|t|t|t",
+                    "rs_top|t|t|t",
+                    "rs_totals|t|t|t",
+                ])
+            .then_some(())
+        },
     )
     .await;
-    assert_eq!(
-        fingerprints,
-        vec![
-            "rs_lonely|t|t",
-            "rs_named|t|t",
-            "rs_top|t|t",
-            "rs_totals|t|t"
-        ]
-    );
     assert_eq!(
         rows(&client, "SELECT count(*) FROM weir_catalog.vnodes").await,
         vec!["256"],
