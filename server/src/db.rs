@@ -244,11 +244,7 @@ impl Database {
         let mut snapshot_lsn = 0;
         let mut snapshot_bytes = 0;
         if let Some((lsn, record)) = crate::table_snapshot::load_latest(&config.data_dir)? {
-            let ops: Vec<_> = record
-                .ops
-                .into_iter()
-                .filter(|(id, _)| snapshot.catalog.tables.contains_key(id))
-                .collect();
+            let ops = ops_of_live_tables(&snapshot, record);
             max_row_id = max_row_id.max(max_row_id_of(&snapshot, &ops));
             snapshot.apply_writes(&ops)?;
             snapshot_lsn = lsn;
@@ -269,15 +265,12 @@ impl Database {
                 // Its catalog entry never landed: the transaction did not commit.
                 continue;
             }
-            let ops: Vec<_> = record
-                .ops
-                .into_iter()
-                .filter(|(id, _)| snapshot.catalog.tables.contains_key(id))
-                .collect();
+            let txn = record.txn;
+            let ops = ops_of_live_tables(&snapshot, record);
             max_row_id = max_row_id.max(max_row_id_of(&snapshot, &ops));
             let before = recovery.replays(*lsn).then(|| snapshot.clone());
             if let Err(e) = snapshot.apply_writes(&ops) {
-                tracing::error!(txn = %record.txn, error = %e, "skipping a table-log record that no longer applies");
+                tracing::error!(%txn, error = %e, "skipping a table-log record that no longer applies");
             } else if let Some(before) = before {
                 recovery.push(*lsn, projection_changes(&before, &snapshot, &ops)?);
             }
@@ -617,6 +610,16 @@ pub(crate) fn projection_changes(
         }
     }
     Ok(out)
+}
+
+/// The writes of `record` to tables the catalog still has (a dropped
+/// table's records stay in the log until it is compacted).
+fn ops_of_live_tables(snapshot: &Snapshot, record: WalRecord) -> Vec<(ObjectId, TableWrite)> {
+    record
+        .ops
+        .into_iter()
+        .filter(|(id, _)| snapshot.catalog.tables.contains_key(id))
+        .collect()
 }
 
 /// The largest hidden row id `ops` insert into tables that have one.

@@ -637,3 +637,27 @@ pub fn known_gap_sync<F: FnOnce()>(reason: &str, body: F) {
         Err(_) => eprintln!("known gap: {reason}"),
     }
 }
+
+/// The rows of a simple query, each as its values joined by `|` (NULL as
+/// `NULL`), sorted: a result to compare regardless of row order.
+pub async fn try_rows(
+    client: &tokio_postgres::Client,
+    sql: &str,
+) -> Result<Vec<String>, tokio_postgres::Error> {
+    let mut out: Vec<String> = client
+        .simple_query(sql)
+        .await?
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                (0..r.len())
+                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
+                    .collect::<Vec<_>>()
+                    .join("|"),
+            ),
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}

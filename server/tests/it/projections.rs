@@ -11,23 +11,9 @@ use tokio_postgres::Client;
 use crate::harness::WeirServer;
 
 async fn rows(client: &Client, sql: &str) -> Vec<String> {
-    let mut out: Vec<String> = client
-        .simple_query(sql)
+    crate::harness::try_rows(client, sql)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-        .into_iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
-                (0..r.len())
-                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
-                    .collect::<Vec<_>>()
-                    .join("|"),
-            ),
-            _ => None,
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 /// A table and a grouped projection over it; both tests start from this.
