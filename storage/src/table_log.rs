@@ -158,16 +158,7 @@ impl TableLog {
                 ),
             ));
         }
-        let (done, wait) = oneshot::channel();
-        self.requests
-            .send(Request::Append { payload, done })
-            .await
-            .map_err(|_| StorageError::LogClosed)?;
-        match wait.await {
-            Ok(Ok(lsn)) => Ok(lsn),
-            Ok(Err(message)) => Err(StorageError::io(&self.path, std::io::Error::other(message))),
-            Err(_) => Err(StorageError::LogClosed),
-        }
+        self.call(|done| Request::Append { payload, done }).await
     }
 
     /// Drops every record with an LSN up to `before`, which must be an LSN
@@ -175,13 +166,21 @@ impl TableLog {
     /// Returns the bytes dropped. Costs a rewrite of the records after it,
     /// so call it when few records follow (right after a table snapshot).
     pub async fn truncate_before(&self, before: Lsn) -> Result<u64, StorageError> {
+        self.call(|done| Request::Truncate { before, done }).await
+    }
+
+    /// Sends a request to the writer thread and waits for its answer.
+    async fn call(
+        &self,
+        request: impl FnOnce(oneshot::Sender<Result<u64, String>>) -> Request,
+    ) -> Result<u64, StorageError> {
         let (done, wait) = oneshot::channel();
         self.requests
-            .send(Request::Truncate { before, done })
+            .send(request(done))
             .await
             .map_err(|_| StorageError::LogClosed)?;
         match wait.await {
-            Ok(Ok(dropped)) => Ok(dropped),
+            Ok(Ok(answer)) => Ok(answer),
             Ok(Err(message)) => Err(StorageError::io(&self.path, std::io::Error::other(message))),
             Err(_) => Err(StorageError::LogClosed),
         }
