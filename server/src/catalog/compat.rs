@@ -74,7 +74,20 @@ fn args_of<'a>(f: &'a Function, name: &str) -> Option<Vec<&'a Expr>> {
         .collect()
 }
 
-const AGGREGATES: &[&str] = &["max", "min", "count", "sum", "avg", "bool_and", "bool_or"];
+const AGGREGATES: &[&str] = &[
+    "max",
+    "min",
+    "count",
+    "sum",
+    "avg",
+    "bool_and",
+    "bool_or",
+    "every",
+    "array_agg",
+    "string_agg",
+    "json_agg",
+    "jsonb_agg",
+];
 
 /// Table qualifiers a column reference may use for the subquery's own
 /// relations (names and aliases, lowercased); `None` unless every relation
@@ -345,6 +358,9 @@ mod tests {
             ),
             "SELECT lower(CASE WHEN a.atthasdef THEN (SELECT max(d.adbin) FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid) END) FROM pg_catalog.pg_attribute a"
         );
+        // asyncpg's introspection collects a composite type's attributes.
+        let aggregated = "SELECT CASE WHEN t.typtype = 'c' THEN (SELECT array_agg(ia.atttypid ORDER BY ia.attnum) FROM pg_catalog.pg_attribute ia WHERE ia.attrelid = t.typrelid) END FROM pg_catalog.pg_type t";
+        assert_eq!(rewritten(aggregated), aggregated);
         let user_table = "SELECT x FROM t WHERE x > (SELECT y FROM u WHERE u.k = t.k)";
         assert_eq!(rewritten(user_table), user_table);
     }
