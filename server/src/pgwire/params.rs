@@ -174,6 +174,11 @@ pub(crate) fn decode_value(
         decode_uuid(idx, bytes, binary)
     } else if *wire == Type::JSON || *wire == Type::JSONB {
         decode_json(idx, bytes, binary, *wire == Type::JSONB)
+    } else if *wire == Type::OID_ARRAY {
+        // arrow-pg reads `oid` but not `oid[]`. Both forms are laid out as
+        // `int4[]`'s (the binary header's element OID is not checked), and
+        // oids are stored as int4, wrapping above 2^31 as `oid` does.
+        decode_with_arrow_pg(idx, Type::INT4_ARRAY, arrow, binary, bytes)
     } else {
         decode_with_arrow_pg(idx, wire.clone(), arrow, binary, bytes)
     }
