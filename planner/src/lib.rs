@@ -27,5 +27,5 @@ pub use datafusion::sql::sqlparser;
 pub use error::PlanError;
 pub use lower::{SourceRef, StreamPlan, lower};
 pub use parse::{ParseError, parse_sql};
-pub use types::{PG_TYPE_METADATA_KEY, SqlType};
+pub use types::{OID_ALIAS_METADATA_KEY, PG_TYPE_METADATA_KEY, SqlType};
 pub use window_tvf::rewrite_window_tvfs;

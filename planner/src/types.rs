@@ -4,7 +4,10 @@
 //! each [`SqlType`] has an Arrow type, a PostgreSQL type OID and a canonical
 //! name. Types Arrow has no native form for (`varchar`, `uuid`, `json`,
 //! `jsonb`) are `Utf8` columns tagged with [`PG_TYPE_METADATA_KEY`] so the
-//! wire layer still reports and encodes them as PostgreSQL does.
+//! wire layer still reports and encodes them as PostgreSQL does. `oid` is an
+//! `Int32` tagged with [`OID_ALIAS_METADATA_KEY`], the tag
+//! datafusion-pg-catalog puts on its catalog columns (`pg_type.oid`,
+//! `pg_attribute.atttypid`, ...), so those columns are `oid` on the wire.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +20,11 @@ use datafusion::sql::sqlparser::ast::{
 /// Field metadata key naming the PostgreSQL type of a `Utf8` column when it
 /// is not plain `text`.
 pub const PG_TYPE_METADATA_KEY: &str = "weir.pg_type";
+
+/// Field metadata key datafusion-pg-catalog (and arrow-pg) use to mark an
+/// `Int32` column as an object identifier; the value names its alias kind
+/// (`oid`, `regclass`, `regtype`, ...).
+pub const OID_ALIAS_METADATA_KEY: &str = "pg.oid_alias";
 
 /// Precision and scale of `numeric` without a declared precision, as
 /// DataFusion plans it.
@@ -43,6 +51,9 @@ pub enum SqlType {
     Uuid,
     Json,
     Jsonb,
+    /// PostgreSQL's object identifier: only catalog columns and `::oid`
+    /// casts have it, DDL does not accept it.
+    Oid,
     Array(Box<SqlType>),
 }
 
@@ -120,7 +131,7 @@ impl SqlType {
         match self {
             Self::Bool => DataType::Boolean,
             Self::Int2 => DataType::Int16,
-            Self::Int4 => DataType::Int32,
+            Self::Int4 | Self::Oid => DataType::Int32,
             Self::Int8 => DataType::Int64,
             Self::Float4 => DataType::Float32,
             Self::Float8 => DataType::Float64,
@@ -144,20 +155,20 @@ impl SqlType {
     pub fn field(&self, name: &str, nullable: bool) -> Field {
         let field = Field::new(name, self.arrow_type(), nullable);
         match self.metadata_tag() {
-            Some(tag) => field.with_metadata(HashMap::from([(
-                PG_TYPE_METADATA_KEY.to_string(),
-                tag.to_string(),
-            )])),
+            Some((key, tag)) => {
+                field.with_metadata(HashMap::from([(key.to_string(), tag.to_string())]))
+            }
             None => field,
         }
     }
 
-    fn metadata_tag(&self) -> Option<&'static str> {
+    fn metadata_tag(&self) -> Option<(&'static str, &'static str)> {
         match self {
-            Self::Varchar(_) => Some("varchar"),
-            Self::Uuid => Some("uuid"),
-            Self::Json => Some("json"),
-            Self::Jsonb => Some("jsonb"),
+            Self::Varchar(_) => Some((PG_TYPE_METADATA_KEY, "varchar")),
+            Self::Uuid => Some((PG_TYPE_METADATA_KEY, "uuid")),
+            Self::Json => Some((PG_TYPE_METADATA_KEY, "json")),
+            Self::Jsonb => Some((PG_TYPE_METADATA_KEY, "jsonb")),
+            Self::Oid => Some((OID_ALIAS_METADATA_KEY, "oid")),
             _ => None,
         }
     }
@@ -183,6 +194,7 @@ impl SqlType {
             Self::Uuid => 2950,
             Self::Json => 114,
             Self::Jsonb => 3802,
+            Self::Oid => 26,
             Self::Array(inner) => match inner.pg_oid() {
                 16 => 1000,
                 21 => 1005,
@@ -201,6 +213,7 @@ impl SqlType {
                 1186 => 1187,
                 2950 => 2951,
                 114 => 199,
+                26 => 1028,
                 _ => 3807,
             },
         }
@@ -220,6 +233,13 @@ impl SqlType {
             (DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8, Some("json")) => Self::Json,
             (DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8, Some("jsonb")) => {
                 Self::Jsonb
+            }
+            // Every alias kind, because PostgreSQL's own catalog columns that
+            // datafusion-pg-catalog tags `regclass`/`regtype`/`regnamespace`
+            // (`attrelid`, `atttypid`, `relnamespace`) are plain `oid`, and
+            // Weir prints reg* values as numbers, which is what `oid` prints.
+            (DataType::Int32, _) if field.metadata().contains_key(OID_ALIAS_METADATA_KEY) => {
+                Self::Oid
             }
             (data_type, _) => Self::from_arrow(data_type)?,
         })
@@ -276,6 +296,7 @@ impl SqlType {
             Self::Uuid => "uuid".into(),
             Self::Json => "json".into(),
             Self::Jsonb => "jsonb".into(),
+            Self::Oid => "oid".into(),
             Self::Array(inner) => format!("{}[]", inner.display_name()),
         }
     }
@@ -301,6 +322,7 @@ impl SqlType {
             Self::Uuid => "uuid".into(),
             Self::Json => "json".into(),
             Self::Jsonb => "jsonb".into(),
+            Self::Oid => "oid".into(),
             Self::Array(inner) => format!("_{}", inner.pg_type_name()),
         }
     }
@@ -360,6 +382,8 @@ mod tests {
             SqlType::Json,
             SqlType::Jsonb,
             SqlType::Varchar(None),
+            SqlType::Oid,
+            SqlType::Array(Box::new(SqlType::Oid)),
         ] {
             assert_eq!(SqlType::from_field(&t.field("x", true)), Some(t));
         }

@@ -147,6 +147,9 @@ impl QueryEnv {
         for udf in crate::pgsem::functions() {
             ctx.register_udf(udf);
         }
+        for udaf in crate::pgsem::aggregate_functions() {
+            ctx.register_udaf(udaf);
+        }
         let mut builder =
             datafusion::execution::SessionStateBuilder::new_from_existing(ctx.state())
                 .with_type_planner(Arc::new(crate::types::WeirTypePlanner::default()))

@@ -43,6 +43,7 @@ pub fn sql_type_of_pg_oid(oid: u32) -> Option<SqlType> {
             2950 => S::Uuid,
             114 => S::Json,
             3802 => S::Jsonb,
+            26 => S::Oid,
             _ => return None,
         })
     };
@@ -68,14 +69,15 @@ pub fn sql_type_of_pg_oid(oid: u32) -> Option<SqlType> {
         2951 => 2950,
         199 => 114,
         3807 => 3802,
+        1028 => 26,
         _ => return None,
     };
     scalar(element).map(|t| S::Array(Box::new(t)))
 }
 
 /// Lets queries name the PostgreSQL types DataFusion lacks (`::jsonb`,
-/// `CAST(x AS uuid)`, `varchar(n)`): they plan to the same tagged fields a
-/// table column of that type has. Everything else goes to
+/// `CAST(x AS uuid)`, `varchar(n)`, `::oid`): they plan to the same tagged
+/// fields a table column of that type has. Everything else goes to
 /// datafusion-pg-catalog's planner (`regclass`, `pg_catalog.text`, ...).
 #[derive(Debug, Default)]
 pub struct WeirTypePlanner {
@@ -118,6 +120,9 @@ impl datafusion::logical_expr::planner::TypePlanner for WeirTypePlanner {
             D::JSON | D::JSONB | D::Uuid => SqlType::from_sql(sql_type).ok(),
             D::Custom(name, _) => match name.to_string().to_ascii_lowercase().as_str() {
                 "jsonb" | "json" | "uuid" => SqlType::from_sql(sql_type).ok(),
+                // datafusion-pg-catalog plans `oid` as a bare `int4`; the tag
+                // makes `$1::oid[]` an `oid[]` parameter, as drivers expect.
+                "oid" | "pg_catalog.oid" => Some(SqlType::Oid),
                 _ => None,
             },
             _ => None,
@@ -137,7 +142,7 @@ mod tests {
     fn every_mapped_oid_round_trips() {
         for oid in [
             16, 21, 23, 20, 700, 701, 1700, 25, 1043, 17, 1082, 1083, 1114, 1184, 1186, 2950, 114,
-            3802, 1007, 1009, 1016,
+            3802, 1007, 1009, 1016, 26, 1028,
         ] {
             let t = sql_type_of_pg_oid(oid).unwrap();
             assert_eq!(t.pg_oid(), oid);

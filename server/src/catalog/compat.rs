@@ -32,8 +32,8 @@ use datafusion::sql::sqlparser::ast::helpers::attached_token::AttachedToken;
 use datafusion::sql::sqlparser::ast::{
     AccessExpr, BinaryOperator, CaseWhen, CastKind, DataType as SqlDataType, Expr, Function,
     FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, GroupByExpr, Ident,
-    ObjectName, ObjectNamePart, Query, Select, SelectItem, SetExpr, Statement, TableFactor, Value,
-    Visit, Visitor, visit_expressions_mut,
+    ObjectName, ObjectNamePart, Query, Select, SelectItem, SetExpr, SetOperator, Statement,
+    TableFactor, Value, Visit, Visitor, visit_expressions_mut,
 };
 
 fn call(name: &str, args: Vec<Expr>) -> Expr {
@@ -74,7 +74,20 @@ fn args_of<'a>(f: &'a Function, name: &str) -> Option<Vec<&'a Expr>> {
         .collect()
 }
 
-const AGGREGATES: &[&str] = &["max", "min", "count", "sum", "avg", "bool_and", "bool_or"];
+const AGGREGATES: &[&str] = &[
+    "max",
+    "min",
+    "count",
+    "sum",
+    "avg",
+    "bool_and",
+    "bool_or",
+    "every",
+    "array_agg",
+    "string_agg",
+    "json_agg",
+    "jsonb_agg",
+];
 
 /// Table qualifiers a column reference may use for the subquery's own
 /// relations (names and aliases, lowercased); `None` unless every relation
@@ -209,6 +222,69 @@ fn aggregate_catalog_lookup(query: &mut Query) -> Option<Expr> {
     and_all(outer)
 }
 
+/// asyncpg's type introspection finds a domain's base type with a recursive
+/// CTE correlated to the outer `pg_type` row, which DataFusion cannot
+/// decorrelate: `WITH RECURSIVE typebases(oid, depth) AS (SELECT
+/// t2.typbasetype, 0 FROM pg_type t2 WHERE t2.oid = t.oid UNION ALL <one
+/// step further>) SELECT oid FROM typebases ORDER BY depth DESC LIMIT 1`.
+/// Weir has no `CREATE DOMAIN`, so no type's base type is itself a domain and
+/// the walk ends after its first step; that step is the lookup returned here
+/// (`SELECT t2.typbasetype FROM pg_catalog.pg_type t2 WHERE t2.oid = t.oid`),
+/// which [`aggregate_catalog_lookup`] then makes plannable.
+fn domain_base_type_walk(query: &Query) -> Option<Query> {
+    let with = query.with.as_ref()?;
+    let [cte] = with.cte_tables.as_slice() else {
+        return None;
+    };
+    let SetExpr::SetOperation {
+        op: SetOperator::Union,
+        left,
+        right,
+        ..
+    } = cte.query.body.as_ref()
+    else {
+        return None;
+    };
+    let (SetExpr::Select(anchor), SetExpr::Select(step)) = (left.as_ref(), right.as_ref()) else {
+        return None;
+    };
+    let first_column = |select: &Select| match select.projection.first() {
+        Some(SelectItem::UnnamedExpr(Expr::CompoundIdentifier(parts)))
+        | Some(SelectItem::ExprWithAlias {
+            expr: Expr::CompoundIdentifier(parts),
+            ..
+        }) => parts.last().map(|p| p.value.to_ascii_lowercase()),
+        _ => None,
+    };
+    let walks_base_types = with.recursive
+        && first_column(anchor).as_deref() == Some("typbasetype")
+        && first_column(step).as_deref() == Some("typbasetype")
+        && own_qualifiers(anchor).is_some_and(|own| own.iter().any(|q| q == "pg_type"));
+    if !walks_base_types {
+        return None;
+    }
+    let mut lookup = Select::clone(anchor);
+    // Unaliased: an output named `oid` next to the correlated `t2.oid` makes
+    // DataFusion's decorrelation fail on an ambiguous name.
+    let base_type = match lookup.projection.swap_remove(0) {
+        SelectItem::ExprWithAlias { expr, .. } | SelectItem::UnnamedExpr(expr) => expr,
+        _ => return None,
+    };
+    lookup.projection = vec![SelectItem::UnnamedExpr(base_type)];
+    Some(Query {
+        with: None,
+        body: Box::new(SetExpr::Select(Box::new(lookup))),
+        order_by: None,
+        limit_clause: None,
+        fetch: None,
+        locks: vec![],
+        for_clause: None,
+        settings: None,
+        format_clause: None,
+        pipe_operators: vec![],
+    })
+}
+
 /// Applies the rewrites to one statement.
 pub fn rewrite(mut statement: Statement) -> Statement {
     let _ = visit_expressions_mut(&mut statement, |expr| {
@@ -229,6 +305,9 @@ pub fn rewrite(mut statement: Statement) -> Statement {
                 return ControlFlow::Continue(());
             }
             Expr::Subquery(query) => {
+                if let Some(lookup) = domain_base_type_walk(query) {
+                    **query = lookup;
+                }
                 if let Some(condition) = aggregate_catalog_lookup(query) {
                     *expr = Expr::Case {
                         case_token: AttachedToken::empty(),
@@ -462,6 +541,15 @@ mod tests {
                 "SELECT lower((SELECT d.adbin FROM pg_catalog.pg_attrdef d WHERE a.atthasdef AND d.adrelid = a.attrelid)) FROM pg_catalog.pg_attribute a"
             ),
             "SELECT lower(CASE WHEN a.atthasdef THEN (SELECT max(d.adbin) FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid) END) FROM pg_catalog.pg_attribute a"
+        );
+        // asyncpg's introspection collects a composite type's attributes.
+        let aggregated = "SELECT CASE WHEN t.typtype = 'c' THEN (SELECT array_agg(ia.atttypid ORDER BY ia.attnum) FROM pg_catalog.pg_attribute ia WHERE ia.attrelid = t.typrelid) END FROM pg_catalog.pg_type t";
+        assert_eq!(rewritten(aggregated), aggregated);
+        // asyncpg's domain base-type walk becomes its first step.
+        let walk = "SELECT CASE WHEN t.typtype = 'd' THEN (WITH RECURSIVE typebases(oid, depth) AS (SELECT t2.typbasetype AS oid, 0 AS depth FROM pg_type t2 WHERE t2.oid = t.oid UNION ALL SELECT t2.typbasetype AS oid, tb.depth + 1 AS depth FROM pg_type t2, typebases tb WHERE tb.oid = t2.oid AND t2.typbasetype <> 0) SELECT oid FROM typebases ORDER BY depth DESC LIMIT 1) END FROM pg_type t";
+        assert_eq!(
+            rewritten(walk),
+            "SELECT CASE WHEN t.typtype = 'd' THEN (SELECT max(t2.typbasetype) FROM pg_catalog.pg_type t2 WHERE t2.oid = t.oid) END FROM pg_catalog.pg_type t"
         );
         let user_table = "SELECT x FROM t WHERE x > (SELECT y FROM u WHERE u.k = t.k)";
         assert_eq!(rewritten(user_table), user_table);

@@ -93,7 +93,7 @@ pub fn storage(t: &SqlType) -> (i64, bool, &'static str, &'static str) {
     match t {
         SqlType::Bool => (1, true, "c", "p"),
         SqlType::Int2 => (2, true, "s", "p"),
-        SqlType::Int4 | SqlType::Float4 | SqlType::Date => (4, true, "i", "p"),
+        SqlType::Int4 | SqlType::Float4 | SqlType::Date | SqlType::Oid => (4, true, "i", "p"),
         SqlType::Int8
         | SqlType::Float8
         | SqlType::Time

@@ -11,8 +11,9 @@
 //!   to bytea, arrays, interval, uuid, json, jsonb and varchar(n) read the
 //!   text as PostgreSQL does; integer `+ - *` fail with 22003 on overflow;
 //!   a cast to unconstrained `numeric` keeps the value's own scale.
-//! - `pg_typeof`.
+//! - `pg_typeof`; `array_agg` keeps its argument's type ([`array_agg`]).
 
+mod array_agg;
 mod colname;
 pub mod json;
 mod udfs;
@@ -53,6 +54,12 @@ pub fn install(builder: &mut SessionStateBuilder) {
 /// The functions this module defines for SQL: `pg_typeof`.
 pub fn functions() -> Vec<datafusion::logical_expr::ScalarUDF> {
     vec![udfs::PgTypeof::udf(), udfs::TimeZoneFn::udf()]
+}
+
+/// The aggregates this module defines, replacing DataFusion's of the same
+/// name: `array_agg`.
+pub fn aggregate_functions() -> Vec<datafusion::logical_expr::AggregateUDF> {
+    vec![array_agg::udaf()]
 }
 
 /// What a rewrite may do in the plan node it is rewriting.

@@ -204,9 +204,14 @@ impl RowEncoder {
                 continue;
             }
             let tagged = self.tagged.get(col).copied().flatten();
-            match tagged.filter(|_| is_string(array)) {
-                Some(kind) => encode_tagged(&mut self.writer, kind, array, row, pg_field)?,
-                None => encode_value(&mut self.writer, array, row, arrow_field, pg_field)?,
+            if let Some(kind) = tagged.filter(|_| is_string(array)) {
+                encode_tagged(&mut self.writer, kind, array, row, pg_field)?;
+            } else if let Some(bytes) =
+                tagged_list_binary(self.schema_fields.get(col).map(|f| f.as_ref()), array, row)?
+            {
+                self.writer.put(Some(&bytes));
+            } else {
+                encode_value(&mut self.writer, array, row, arrow_field, pg_field)?;
             }
         }
         Ok(self.writer.take_row())
@@ -236,7 +241,12 @@ fn encode_tagged(
     row: usize,
     pg_field: &FieldInfo,
 ) -> PgWireResult<()> {
-    let Some(text) = string_at(array, row) else {
+    let text = if array.is_null(row) {
+        None
+    } else {
+        string_at(array, row)
+    };
+    let Some(text) = text else {
         writer.put(None);
         return Ok(());
     };
@@ -261,6 +271,44 @@ fn encode_tagged(
         }
     }
     Ok(())
+}
+
+/// The binary form of row `row` of a list of tagged text (`uuid[]`,
+/// `jsonb[]`, ...), which arrow_pg would write element by element as plain
+/// text; `None` for any other array. Layout as PostgreSQL's `array_send`.
+/// The tag is read from the statement's field (`declared`), since the
+/// batch's own item field may have lost it (`ARRAY[...]` of tagged values).
+fn tagged_list_binary(
+    declared: Option<&Field>,
+    array: &ArrayRef,
+    row: usize,
+) -> PgWireResult<Option<Vec<u8>>> {
+    let Some(DataType::List(item)) = declared.map(Field::data_type) else {
+        return Ok(None);
+    };
+    let (Some(kind), DataType::List(_)) = (tagged_text(item), array.data_type()) else {
+        return Ok(None);
+    };
+    let element_oid = match kind {
+        TaggedText::Uuid => Type::UUID.oid(),
+        TaggedText::Json => Type::JSON.oid(),
+        TaggedText::Jsonb => Type::JSONB.oid(),
+        TaggedText::Varchar => Type::VARCHAR.oid(),
+    };
+    let values = array.as_list::<i32>().value(row);
+    let mut out = Vec::new();
+    out.extend_from_slice(&1i32.to_be_bytes());
+    out.extend_from_slice(&i32::from(values.null_count() > 0).to_be_bytes());
+    out.extend_from_slice(&element_oid.to_be_bytes());
+    out.extend_from_slice(&(values.len() as i32).to_be_bytes());
+    out.extend_from_slice(&1i32.to_be_bytes());
+    let binary = FieldInfo::new(String::new(), None, None, Type::TEXT, FieldFormat::Binary);
+    let mut element = RowWriter::default();
+    for i in 0..values.len() {
+        encode_tagged(&mut element, kind, &values, i, &binary)?;
+    }
+    out.extend_from_slice(&element.buf);
+    Ok(Some(out))
 }
 
 /// Lazily encodes all rows of `batches`; the iterator owns its inputs so it

@@ -19,6 +19,7 @@
 //! decoder sees them, protocol violations get a FATAL ErrorResponse, and
 //! shutdown closes idle connections.
 
+mod array_params;
 mod auth;
 mod copy;
 pub mod copy_binary;

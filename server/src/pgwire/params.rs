@@ -5,7 +5,8 @@
 //! the OID it named in Parse, else the type we reported in
 //! ParameterDescription. Both are stored per statement at Parse time (see
 //! `StoredStatement::parameter_types`). uuid, json and jsonb are decoded here
-//! into Utf8 strings; every other type goes through
+//! into Utf8 strings, arrays element by element (`array_params`); every other
+//! type goes through
 //! `arrow_pg::datatypes::df::deserialize_parameters`.
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use pgwire::api::stmt::StoredStatement;
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::data::FORMAT_CODE_BINARY;
 use pgwire::messages::extendedquery::Bind;
+use postgres_types::Kind;
 
 use super::encode::pg_type_of;
 use super::errors;
@@ -174,6 +176,8 @@ pub(crate) fn decode_value(
         decode_uuid(idx, bytes, binary)
     } else if *wire == Type::JSON || *wire == Type::JSONB {
         decode_json(idx, bytes, binary, *wire == Type::JSONB)
+    } else if let (Kind::Array(element), DataType::List(item)) = (wire.kind(), arrow) {
+        super::array_params::decode_array(idx, element, item, binary, bytes)
     } else {
         decode_with_arrow_pg(idx, wire.clone(), arrow, binary, bytes)
     }
