@@ -5,10 +5,19 @@
 //! expression is (`count`, `?column?`), by the rules of its
 //! `FigureColname`. Drivers that key rows by column name, and users reading
 //! psql's header, expect PostgreSQL's. The top-level select list gets those
-//! names as aliases, where they stay unique: DataFusion cannot have two
-//! output columns of one name, so colliding items keep DataFusion's names
-//! (`SELECT 1, 2` is `Int64(1)`, `Int64(2)` rather than two `?column?`).
+//! names as aliases.
+//!
+//! PostgreSQL lets a result have two columns of one name (`SELECT i, i`,
+//! `SELECT 1, 2` is two `?column?`); a DataFusion plan cannot. An item whose
+//! name an earlier item already has is aliased `name` + [`REPEAT_MARK`] +
+//! its position, which no SQL identifier can contain, and
+//! [`presented_schema`] takes the mark off again where results leave the
+//! plan. Columns a `*` expands to are not known here, so `SELECT *, i` over
+//! a table with an `i` still gets DataFusion's error.
 
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::sql::sqlparser::ast::{
     AccessExpr, DataType as SqlDataType, Expr, Ident, Query, SelectItem, SetExpr, Statement,
 };
@@ -33,22 +42,58 @@ pub fn name_columns(statement: &mut Statement) {
         return;
     };
     let names: Vec<Option<String>> = items.iter().map(output_name).collect();
-    for (item, name) in items.iter_mut().zip(&names) {
-        let SelectItem::UnnamedExpr(expr) = item else {
-            continue;
-        };
-        if matches!(expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) {
-            continue; // DataFusion names a column reference the same way
-        }
+    for (position, (item, name)) in items.iter_mut().zip(&names).enumerate() {
         let Some(name) = name else { continue };
-        if names.iter().filter(|n| n.as_ref() == Some(name)).count() != 1 {
-            continue;
-        }
+        let repeat = names[..position].contains(&Some(name.clone()));
+        let expr = match item {
+            SelectItem::UnnamedExpr(expr) => expr,
+            SelectItem::ExprWithAlias { expr, .. } if repeat => expr,
+            _ => continue,
+        };
+        let alias = if repeat {
+            format!("{name}{REPEAT_MARK}{position}")
+        } else if matches!(expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) {
+            continue; // DataFusion names a column reference the same way
+        } else {
+            name.clone()
+        };
         *item = SelectItem::ExprWithAlias {
             expr: expr.clone(),
-            alias: Ident::with_quote('"', name.clone()),
+            alias: Ident::with_quote('"', alias),
         };
     }
+}
+
+/// Ends the alias of a select item whose name an earlier item has (see the
+/// module comment).
+pub const REPEAT_MARK: char = '\0';
+
+/// The column name a client sees for a plan's output field name.
+pub fn presented_name(name: &str) -> &str {
+    name.split(REPEAT_MARK).next().unwrap_or(name)
+}
+
+/// `schema` with [`REPEAT_MARK`]s taken off its field names, when it has any.
+pub fn presented_schema(schema: &Schema) -> Option<SchemaRef> {
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| f.name().contains(REPEAT_MARK))
+    {
+        return None;
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let name = presented_name(f.name()).to_string();
+            f.as_ref().clone().with_name(name)
+        })
+        .collect();
+    Some(Arc::new(Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    )))
 }
 
 /// The select list whose names a query's result takes: the first SELECT,
@@ -190,11 +235,21 @@ mod tests {
     }
 
     #[test]
-    fn colliding_names_are_left_to_datafusion() {
-        assert_eq!(named("SELECT 1, 2"), "SELECT 1, 2");
+    fn repeated_names_are_marked_and_presented_without_the_mark() {
         assert_eq!(
-            named("SELECT count(*), count(x), sum(x) AS count, max(x) FROM t"),
-            "SELECT count(*), count(x), sum(x) AS count, max(x) AS \"max\" FROM t"
+            named("SELECT 1, 2"),
+            "SELECT 1 AS \"?column?\", 2 AS \"?column?\u{0}1\""
         );
+        assert_eq!(
+            named("SELECT i, t.i, count(*), sum(x) AS count FROM t"),
+            "SELECT i, t.i AS \"i\u{0}1\", count(*) AS \"count\", sum(x) AS \"count\u{0}3\" FROM t"
+        );
+        let schema = Schema::new(vec![
+            Field::new("i", arrow::datatypes::DataType::Int32, true),
+            Field::new("i\u{0}1", arrow::datatypes::DataType::Int32, true),
+        ]);
+        let presented = presented_schema(&schema).expect("marked");
+        assert_eq!(presented.field(1).name(), "i");
+        assert!(presented_schema(&presented).is_none());
     }
 }

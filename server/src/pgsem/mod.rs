@@ -18,7 +18,7 @@ mod colname;
 pub mod json;
 mod udfs;
 
-pub use colname::name_columns;
+pub use colname::{name_columns, presented_name, presented_schema};
 
 use std::sync::Arc;
 

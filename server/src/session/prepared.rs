@@ -127,7 +127,9 @@ impl Session {
         match statement {
             Statement::Query(_) | Statement::Explain { .. } => {
                 let plan = self.plan_statement(statement).await?;
-                let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+                let planned = plan.schema().as_arrow();
+                let schema = crate::pgsem::presented_schema(planned)
+                    .unwrap_or_else(|| Arc::new(planned.clone()));
                 Ok((parameter_types(&plan)?, Some(schema)))
             }
             Statement::Insert(mut insert) => {

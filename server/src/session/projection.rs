@@ -267,8 +267,11 @@ fn column_defs(stream: &StreamPlan) -> Result<Vec<ColumnDef>, ServerError> {
         .fields()
         .iter()
         .map(|f| {
-            if !seen.insert(f.name().clone()) {
-                return Err(ServerError::DuplicateColumn(f.name().clone()));
+            // A repeated select-list name is marked to plan (see
+            // `pgsem::colname`); a projection's columns must be unique.
+            let name = crate::pgsem::presented_name(f.name());
+            if !seen.insert(name.to_string()) {
+                return Err(ServerError::DuplicateColumn(name.to_string()));
             }
             let sql_type = SqlType::from_field(f).ok_or_else(|| {
                 ServerError::feature_not_supported(format!(

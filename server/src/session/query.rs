@@ -93,7 +93,8 @@ impl Session {
         plan: LogicalPlan,
     ) -> Result<(SchemaRef, Vec<RecordBatch>), ServerError> {
         let df = self.ctx.execute_logical_plan(plan).await?;
-        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let planned: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let presented = crate::pgsem::presented_schema(&planned);
         // On the query threads, so the session's select! sees a cancel while
         // the plan computes. Dropping the handle (cancel, disconnect) aborts it.
         let task = self.db.query_runtime().spawn(df.collect());
@@ -101,7 +102,16 @@ impl Session {
         let batches = task
             .await
             .map_err(|e| ServerError::internal(format!("query task failed: {e}")))??;
-        Ok((schema, batches))
+        match presented {
+            None => Ok((planned, batches)),
+            Some(schema) => {
+                let batches = batches
+                    .into_iter()
+                    .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok((schema, batches))
+            }
+        }
     }
 
     /// PostgreSQL prints timestamptz values in the session's TimeZone; the

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
 use futures::{SinkExt, StreamExt, pin_mut};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
@@ -366,6 +367,42 @@ async fn literals_have_postgresql_types() {
     assert_eq!(row.get::<_, i16>(6), 2);
     assert_eq!(row.get::<_, i64>(7), 2);
     assert_eq!(row.get::<_, f64>(8), 5.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_may_repeat_a_column_name_as_in_postgresql() {
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute("CREATE TABLE rep (i int PRIMARY KEY, j int); INSERT INTO rep VALUES (1, 2)")
+        .await
+        .expect("setup");
+    let sql = "SELECT i, i, rep.i, 1, 2, j AS x, $1::int AS x FROM rep ORDER BY i";
+    let statement = client.prepare(sql).await.expect("prepare");
+    let names: Vec<&str> = statement.columns().iter().map(|c| c.name()).collect();
+    assert_eq!(names, ["i", "i", "i", "?column?", "?column?", "x", "x"]);
+    let row = client.query_one(&statement, &[&7i32]).await.expect("run");
+    let values: Vec<i32> = (0..7).map(|k| row.get(k)).collect();
+    assert_eq!(values, [1, 1, 1, 1, 2, 2, 7]);
+    let simple = client
+        .simple_query("SELECT count(*), count(*) FROM rep")
+        .await
+        .expect("simple");
+    let SimpleQueryMessage::Row(row) = &simple[1] else {
+        panic!("expected a row, got {:?}", simple.len());
+    };
+    let names: Vec<&str> = row.columns().iter().map(|c| c.name()).collect();
+    assert_eq!(names, ["count", "count"]);
+    // A projection's columns are a relation's: they must be unique.
+    let err = client
+        .batch_execute("CREATE PROJECTION rep_twice AS SELECT i, i FROM rep")
+        .await
+        .expect_err("repeated projection column");
+    assert_eq!(err.code(), Some(&SqlState::DUPLICATE_COLUMN), "{err:?}");
+    client
+        .batch_execute("CREATE PROJECTION rep_named (a, b) AS SELECT i, i FROM rep")
+        .await
+        .expect("named apart");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
