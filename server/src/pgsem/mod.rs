@@ -10,12 +10,14 @@
 //! - [`PgSemantics`] (an analyzer rule after type coercion): casts from text
 //!   to bytea, arrays, interval, uuid, json, jsonb and varchar(n) read the
 //!   text as PostgreSQL does; integer `+ - *` fail with 22003 on overflow;
-//!   a cast to unconstrained `numeric` keeps the value's own scale.
+//!   a cast to unconstrained `numeric` keeps the value's own scale;
+//!   `numeric / numeric` keeps 16 decimals at least ([`numeric_div`]).
 //! - `pg_typeof`; `array_agg` keeps its argument's type ([`array_agg`]).
 
 mod array_agg;
 mod colname;
 pub mod json;
+mod numeric_div;
 mod udfs;
 
 pub use colname::{name_columns, presented_name, presented_schema};
@@ -66,7 +68,7 @@ pub fn aggregate_functions() -> Vec<datafusion::logical_expr::AggregateUDF> {
 #[derive(Debug, Clone, Copy)]
 struct NodeKind {
     may_change_type: bool,
-    computes_output: bool,
+    checks_overflow: bool,
 }
 
 /// Rewrites each node's expressions bottom-up (subqueries included),
@@ -90,15 +92,17 @@ fn rewrite_plan(
         let node = NodeKind {
             // Values keeps the schema it was built with, so types must not change there.
             may_change_type: !matches!(plan, LogicalPlan::Values(_)),
-            // Overflow checks go where values are computed for output;
-            // predicates keep DataFusion's own operators, which its join
-            // planning understands (and which stay cancellable in long joins).
-            computes_output: matches!(
+            // Overflow checks go wherever integers are computed: outputs,
+            // and predicates, where a wrapped sum would silently pick the
+            // wrong rows (PostgreSQL fails the statement with 22003).
+            checks_overflow: matches!(
                 plan,
                 LogicalPlan::Projection(_)
                     | LogicalPlan::Aggregate(_)
                     | LogicalPlan::Window(_)
                     | LogicalPlan::Values(_)
+                    | LogicalPlan::Filter(_)
+                    | LogicalPlan::Join(_)
             ),
         };
         let preserver = NamePreserver::new(&plan);
@@ -331,8 +335,20 @@ fn rewrite_expr(expr: Expr, schema: &DFSchema, node: NodeKind) -> Result<Transfo
             }
             Ok(Transformed::no(Expr::Cast(Cast { expr: inner, field })))
         }
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Divide,
+            right,
+        }) if node.may_change_type
+            && matches!(left.get_type(schema)?, DataType::Decimal128(..))
+            && matches!(right.get_type(schema)?, DataType::Decimal128(..)) =>
+        {
+            Ok(Transformed::yes(
+                numeric_div::NumericDiv::udf().call(vec![*left, *right]),
+            ))
+        }
         Expr::BinaryExpr(BinaryExpr { left, op, right })
-            if node.computes_output
+            if node.checks_overflow
                 && matches!(op, Operator::Plus | Operator::Minus | Operator::Multiply) =>
         {
             let (lt, rt) = (left.get_type(schema)?, right.get_type(schema)?);

@@ -105,9 +105,14 @@ impl Session {
         match presented {
             None => Ok((planned, batches)),
             Some(schema) => {
+                // Each batch keeps its own field types, which constant
+                // folding may have made narrower than the plan's.
                 let batches = batches
                     .into_iter()
-                    .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
+                    .map(|b| match crate::pgsem::presented_schema(&b.schema()) {
+                        Some(own) => RecordBatch::try_new(own, b.columns().to_vec()),
+                        None => Ok(b),
+                    })
                     .collect::<Result<Vec<_>, _>>()?;
                 Ok((schema, batches))
             }
