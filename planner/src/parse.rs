@@ -227,8 +227,11 @@ fn array_cast_elements(expr: &mut datafusion::sql::sqlparser::ast::Expr) {
     let Value::SingleQuotedString(text) = &value.value else {
         return;
     };
-    // Malformed text is left for the cast to reject with its own error.
     let Ok(elements) = crate::parse_array_literal(text) else {
+        // Malformed text is left for the cast, which rejects it with 22P02
+        // as PostgreSQL does; parenthesized so the compatibility parser does
+        // not split it on commas into an array first.
+        **inner = Expr::Nested(inner.clone());
         return;
     };
     let elements = elements

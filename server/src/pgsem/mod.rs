@@ -291,7 +291,11 @@ fn text_target(field: &Field) -> Option<SqlType> {
         (DataType::Binary, _) => Some(SqlType::Bytea),
         (DataType::Interval(_), _) => Some(SqlType::Interval),
         (DataType::List(_), _) => match SqlType::from_field(field)? {
-            t @ SqlType::Array(_) if t.arrow_type() == *field.data_type() => Some(t),
+            t @ SqlType::Array(_)
+                if arrow::compute::can_cast_types(&t.arrow_type(), field.data_type()) =>
+            {
+                Some(t)
+            }
             _ => None,
         },
         _ => None,
@@ -305,9 +309,14 @@ fn rewrite_expr(expr: Expr, schema: &DFSchema, node: NodeKind) -> Result<Transfo
             if is_text(&from)
                 && let Some(target) = text_target(&field)
             {
-                return Ok(Transformed::yes(
-                    udfs::TextIn::udf(target).call(vec![*inner]),
-                ));
+                let read = udfs::TextIn::udf(target.clone()).call(vec![*inner]);
+                // `text[]` plans as a list of Utf8View; the reader makes
+                // Utf8 elements, cast on to the planned type.
+                return Ok(Transformed::yes(if target.arrow_type() == *field.data_type() {
+                    read
+                } else {
+                    Expr::Cast(Cast { expr: Box::new(read), field })
+                }));
             }
             if matches!(from, DataType::Decimal128(..))
                 && matches!(field.data_type(), DataType::Float64 | DataType::Float32)
