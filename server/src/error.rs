@@ -26,6 +26,8 @@ pub enum ServerError {
     DuplicateColumn(String),
     #[error("role \"{0}\" already exists")]
     DuplicateRole(String),
+    #[error("multiple assignments to same column \"{0}\"")]
+    DuplicateAssignment(String),
     #[error("unrecognized configuration parameter \"{0}\"")]
     UndefinedParameter(String),
     #[error(
@@ -125,6 +127,7 @@ impl ServerError {
             Self::DuplicateTable(_) => "42P07",
             Self::DuplicateSchema(_) => "42P06",
             Self::DuplicateColumn(_) => "42701",
+            Self::DuplicateAssignment(_) => "42601",
             Self::DuplicateRole(_) => "42710",
             Self::UndefinedParameter(_) => "42704",
             Self::UniqueViolation { .. } => "23505",

@@ -45,3 +45,9 @@ pub mod text_output;
 pub mod types;
 pub mod wal;
 pub mod yield_points;
+
+/// Stack size of the threads that plan and run statements (the server's
+/// and the query runtime's). Planning recurses over the statement, so deep
+/// statements need more than tokio's 2 MiB default; untouched stack pages
+/// cost no memory.
+pub const WORKER_STACK_BYTES: usize = 16 * 1024 * 1024;

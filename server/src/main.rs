@@ -11,7 +11,11 @@ fn main() -> std::process::ExitCode {
         )
         .init();
     let cli = Cli::parse();
+    // Sessions plan statements on these threads. DataFusion plans by
+    // recursion, and an unoptimized build's async frames are large; 2 MiB
+    // (tokio's default) ran out on an UPDATE ... FROM in a debug build.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(weir_server::WORKER_STACK_BYTES)
         .enable_all()
         .build()
     {

@@ -28,6 +28,7 @@ impl QueryRuntime {
         let runtime = Builder::new_multi_thread()
             .worker_threads(workers)
             .thread_name("weir-query")
+            .thread_stack_size(crate::WORKER_STACK_BYTES)
             .enable_all()
             .build()
             .map_err(|e| ServerError::internal(format!("cannot start the query runtime: {e}")))?;

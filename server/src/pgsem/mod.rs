@@ -312,11 +312,16 @@ fn rewrite_expr(expr: Expr, schema: &DFSchema, node: NodeKind) -> Result<Transfo
                 let read = udfs::TextIn::udf(target.clone()).call(vec![*inner]);
                 // `text[]` plans as a list of Utf8View; the reader makes
                 // Utf8 elements, cast on to the planned type.
-                return Ok(Transformed::yes(if target.arrow_type() == *field.data_type() {
-                    read
-                } else {
-                    Expr::Cast(Cast { expr: Box::new(read), field })
-                }));
+                return Ok(Transformed::yes(
+                    if target.arrow_type() == *field.data_type() {
+                        read
+                    } else {
+                        Expr::Cast(Cast {
+                            expr: Box::new(read),
+                            field,
+                        })
+                    },
+                ));
             }
             if matches!(from, DataType::Decimal128(..))
                 && matches!(field.data_type(), DataType::Float64 | DataType::Float32)

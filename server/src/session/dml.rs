@@ -1,5 +1,6 @@
-//! INSERT (with ON CONFLICT and RETURNING), UPDATE, DELETE, TRUNCATE, and
-//! the bulk paths that end in an insert: COPY FROM STDIN and Flight ingest.
+//! INSERT (with ON CONFLICT and RETURNING), TRUNCATE, and the bulk paths
+//! that end in an insert: COPY FROM STDIN and Flight ingest. UPDATE and
+//! DELETE are in `modify`.
 //!
 //! DataFusion binds each statement (column lists, defaults, casts, WHERE,
 //! SET); the session runs the bound input over the statement's snapshot and
@@ -14,11 +15,11 @@ use arrow::array::{
 };
 use arrow::compute::{cast_with_options, concat_batches, filter_record_batch, take};
 use arrow::datatypes::{DataType, SchemaRef};
-use datafusion::common::{Column, DFSchema, ParamValues};
-use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, Projection};
+use datafusion::common::{DFSchema, ParamValues};
+use datafusion::logical_expr::{ExprSchemable, LogicalPlan};
 use datafusion::sql::sqlparser::ast::{
-    self, Assignment, AssignmentTarget, ConflictTarget, Delete, Ident, Insert, ObjectName,
-    OnConflictAction, OnInsert, Statement, TableFactor, TableObject, Truncate, Update,
+    self, Assignment, AssignmentTarget, ConflictTarget, Ident, Insert, ObjectName,
+    OnConflictAction, OnInsert, Statement, TableObject, Truncate,
 };
 use weir_common::ChangeBatch;
 
@@ -405,158 +406,6 @@ impl Session {
         Ok(RecordBatch::try_new(def.physical_schema(), columns)?)
     }
 
-    pub(super) async fn update(
-        &mut self,
-        mut update: Update,
-        params: Option<&ParamValues>,
-    ) -> Result<StatementResult, ServerError> {
-        if update.from.is_some() {
-            return Err(ServerError::feature_not_supported("UPDATE ... FROM"));
-        }
-        if !update.table.joins.is_empty() {
-            return Err(ServerError::feature_not_supported("UPDATE of a join"));
-        }
-        let TableFactor::Table { name, alias, .. } = &update.table.relation else {
-            return Err(ServerError::feature_not_supported(
-                "UPDATE of a derived table",
-            ));
-        };
-        let def = self.resolve_table(name)?;
-        let qualifier = alias
-            .as_ref()
-            .map(|a| normalize_ident(&a.name))
-            .unwrap_or_else(|| def.name.clone());
-        let returning = update.returning.take();
-        let plan = self.plan_with_hidden(Statement::Update(update)).await?;
-        let LogicalPlan::Dml(dml) = plan else {
-            return Err(ServerError::internal(
-                "UPDATE did not plan to a DML statement",
-            ));
-        };
-        let LogicalPlan::Projection(projection) = Arc::unwrap_or_clone(dml.input) else {
-            return Err(ServerError::internal("UPDATE input is not a projection"));
-        };
-        // Keep the old row next to the new one: the change is -old/+new.
-        let width = def.physical_schema().fields().len();
-        let mut exprs: Vec<Expr> = (0..width)
-            .map(|i| {
-                let (qualifier, field) = projection.input.schema().qualified_field(i);
-                Expr::Column(Column::new(qualifier.cloned(), field.name()))
-                    .alias(format!("__weir_old_{i}"))
-            })
-            .collect();
-        exprs.extend(projection.expr.iter().cloned());
-        let plan = LogicalPlan::Projection(Projection::try_new(exprs, projection.input.clone())?);
-        let (schema, batches) = self.run_plan(Self::bind(plan, params)?).await?;
-        let both = concat_batches(&schema, &batches)?;
-        let old = rebind(
-            both.project(&(0..width).collect::<Vec<_>>())?,
-            def.physical_schema(),
-        )?;
-        let new = both.project(&(width..2 * width).collect::<Vec<_>>())?;
-        let new_user = conform(
-            &def,
-            &new.project(&(0..def.columns.len()).collect::<Vec<_>>())?,
-        )?;
-        let mut new_columns = new_user.columns().to_vec();
-        if def.has_row_id() {
-            new_columns.push(cast_with_options(
-                new.column(width - 1),
-                &arrow::datatypes::DataType::Int64,
-                &strict_cast(),
-            )?);
-        }
-        let new = RecordBatch::try_new(def.physical_schema(), new_columns)?;
-        let count = old.num_rows();
-        let weights: Vec<i64> = std::iter::repeat_n(-1, count)
-            .chain(std::iter::repeat_n(1, count))
-            .collect();
-        let change = ChangeBatch::new(
-            concat_batches(&def.physical_schema(), &[old, new])?,
-            Int64Array::from(weights),
-        )
-        .map_err(|e| ServerError::internal(e.to_string()))?;
-        self.write(TxnWrites {
-            ddl: vec![],
-            tables: vec![(def.id, TableWrite::Changes(change))],
-        })?;
-        self.db.metrics().rows_written(count as u64);
-        match returning {
-            Some(items) => {
-                let (schema, batch) = self.returning(&qualifier, &new_user, items, params)?;
-                let (schema, batches) = self.in_session_time_zone(schema, vec![batch])?;
-                Ok(StatementResult::Rows { schema, batches })
-            }
-            None => Ok(command(&format!("UPDATE {count}"))),
-        }
-    }
-
-    pub(super) async fn delete(
-        &mut self,
-        mut delete: Delete,
-        params: Option<&ParamValues>,
-    ) -> Result<StatementResult, ServerError> {
-        if delete.using.is_some() {
-            return Err(ServerError::feature_not_supported("DELETE ... USING"));
-        }
-        let tables = match &delete.from {
-            ast::FromTable::WithFromKeyword(t) | ast::FromTable::WithoutKeyword(t) => t.clone(),
-        };
-        let [table] = tables.as_slice() else {
-            return Err(ServerError::feature_not_supported(
-                "DELETE from several tables",
-            ));
-        };
-        let TableFactor::Table { name, alias, .. } = &table.relation else {
-            return Err(ServerError::feature_not_supported(
-                "DELETE from a derived table",
-            ));
-        };
-        let def = self.resolve_table(name)?;
-        let qualifier = alias
-            .as_ref()
-            .map(|a| normalize_ident(&a.name))
-            .unwrap_or_else(|| def.name.clone());
-        let returning = delete.returning.take();
-        let plan = self.plan_with_hidden(Statement::Delete(delete)).await?;
-        let LogicalPlan::Dml(dml) = plan else {
-            return Err(ServerError::internal(
-                "DELETE did not plan to a DML statement",
-            ));
-        };
-        let (schema, batches) = self
-            .run_plan(Self::bind(Arc::unwrap_or_clone(dml.input), params)?)
-            .await?;
-        let old = rebind(concat_batches(&schema, &batches)?, def.physical_schema())?;
-        let count = old.num_rows();
-        let old_user = rebind(
-            old.project(&(0..def.columns.len()).collect::<Vec<_>>())?,
-            def.user_schema(),
-        )?;
-        self.write(TxnWrites {
-            ddl: vec![],
-            tables: vec![(def.id, TableWrite::Changes(ChangeBatch::retractions(old)))],
-        })?;
-        self.db.metrics().rows_written(count as u64);
-        match returning {
-            Some(items) => {
-                let (schema, batch) = self.returning(&qualifier, &old_user, items, params)?;
-                let (schema, batches) = self.in_session_time_zone(schema, vec![batch])?;
-                Ok(StatementResult::Rows { schema, batches })
-            }
-            None => Ok(command(&format!("DELETE {count}"))),
-        }
-    }
-
-    /// Plans a statement with hidden row-id columns visible, so DML can
-    /// address rows of tables without a primary key.
-    async fn plan_with_hidden(&self, statement: Statement) -> Result<LogicalPlan, ServerError> {
-        self.view.set_expose_hidden(true);
-        let plan = self.plan_statement(statement).await;
-        self.view.set_expose_hidden(false);
-        plan
-    }
-
     pub(super) fn truncate(&mut self, truncate: Truncate) -> Result<StatementResult, ServerError> {
         let mut writes = TxnWrites::default();
         for target in &truncate.table_names {
@@ -731,7 +580,10 @@ pub(super) fn strict_cast() -> arrow::compute::CastOptions<'static> {
     }
 }
 
-fn take_batch(batch: &RecordBatch, indices: &UInt32Array) -> Result<RecordBatch, ServerError> {
+pub(super) fn take_batch(
+    batch: &RecordBatch,
+    indices: &UInt32Array,
+) -> Result<RecordBatch, ServerError> {
     let columns = batch
         .columns()
         .iter()
@@ -869,7 +721,7 @@ fn fit_varchar(
 
 /// The same columns under the table's schema (names and metadata), whatever
 /// the plan called them.
-fn rebind(batch: RecordBatch, schema: SchemaRef) -> Result<RecordBatch, ServerError> {
+pub(super) fn rebind(batch: RecordBatch, schema: SchemaRef) -> Result<RecordBatch, ServerError> {
     Ok(RecordBatch::try_new_with_options(
         schema,
         batch.columns().to_vec(),

@@ -20,6 +20,7 @@ mod ddl;
 mod dml;
 mod eval;
 mod functions;
+mod modify;
 pub(crate) mod prepared;
 mod projection;
 pub(crate) use show::projection_status;

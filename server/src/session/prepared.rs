@@ -139,36 +139,48 @@ impl Session {
                     TableObject::TableName(n) => Some(n.clone()),
                     _ => None,
                 };
-                insert.table_alias = None;
+                let alias = insert.table_alias.take().map(|a| a.alias);
                 if let Some(name) = &table {
                     let def = self.resolve_table(name)?;
                     self.ensure_defaults(&def)?;
                 }
                 let plan = self.plan_statement(Statement::Insert(insert)).await?;
                 let schema = match (returning, table) {
-                    (Some(items), Some(name)) => Some(self.returning_schema(&name, items)?),
+                    (Some(items), Some(name)) => {
+                        Some(self.returning_schema(&name, alias.as_ref(), items)?)
+                    }
                     _ => None,
                 };
                 Ok((parameter_types(&plan)?, schema))
             }
             Statement::Update(mut update) => {
                 let returning = update.returning.take();
-                let name = match &update.table.relation {
-                    TableFactor::Table { name, .. } => Some(name.clone()),
+                let target = match &update.table.relation {
+                    TableFactor::Table { name, alias, .. } => {
+                        Some((name.clone(), alias.as_ref().map(|a| a.name.clone())))
+                    }
                     _ => None,
                 };
-                let plan = self.plan_statement(Statement::Update(update)).await?;
-                let schema = match (returning, name) {
-                    (Some(items), Some(name)) => Some(self.returning_schema(&name, items)?),
+                let plan = self.plan_update_rows(update).await?;
+                let schema = match (returning, target) {
+                    (Some(items), Some((name, alias))) => {
+                        Some(self.returning_schema(&name, alias.as_ref(), items)?)
+                    }
                     _ => None,
                 };
                 Ok((parameter_types(&plan)?, schema))
             }
             Statement::Delete(mut delete) => {
                 let returning = delete.returning.take();
-                let plan = self.plan_statement(Statement::Delete(delete)).await?;
-                let _ = returning;
-                Ok((parameter_types(&plan)?, None))
+                let plan = self.plan_delete_rows(&mut delete).await?;
+                let schema = match (returning, super::modify::delete_target(&delete)) {
+                    (Some(items), Ok(name)) => {
+                        let alias = super::modify::delete_alias(&delete);
+                        Some(self.returning_schema(&name, alias, items)?)
+                    }
+                    _ => None,
+                };
+                Ok((parameter_types(&plan)?, schema))
             }
             Statement::Declare { stmts } => match stmts.first().and_then(|d| d.for_query.clone()) {
                 // PostgreSQL describes DECLARE as returning no rows.
@@ -192,14 +204,18 @@ impl Session {
         }
     }
 
+    /// The row a RETURNING clause gives, for the target `table`, named
+    /// `alias` in the statement if it has one.
     fn returning_schema(
         &self,
         table: &datafusion::sql::sqlparser::ast::ObjectName,
+        alias: Option<&datafusion::sql::sqlparser::ast::Ident>,
         items: Vec<SelectItem>,
     ) -> Result<SchemaRef, ServerError> {
         let def = self.resolve_table(table)?;
         let empty = RecordBatch::new_empty(def.user_schema());
-        Ok(self.returning(&def.name, &empty, items, None)?.0)
+        let qualifier = alias.map_or_else(|| def.name.clone(), super::dml::normalize_ident);
+        Ok(self.returning(&qualifier, &empty, items, None)?.0)
     }
 }
 

@@ -406,6 +406,55 @@ async fn a_result_may_repeat_a_column_name_as_in_postgresql() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_update_from_and_delete_using_take_parameters_and_describe_returning() {
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE acct (id int PRIMARY KEY, balance bigint NOT NULL); \
+             CREATE TABLE moves (acct int, amount bigint); \
+             INSERT INTO acct VALUES (1, 10), (2, 20); \
+             INSERT INTO moves VALUES (1, 1), (2, 2)",
+        )
+        .await
+        .expect("setup");
+    let update = client
+        .prepare(
+            "UPDATE acct a SET balance = $1 + m.amount FROM moves m \
+             WHERE a.id = m.acct AND m.amount >= $2 RETURNING a.id, a.balance",
+        )
+        .await
+        .expect("prepare UPDATE ... FROM");
+    assert_eq!(update.params(), &[Type::INT8, Type::INT8]);
+    let names: Vec<&str> = update.columns().iter().map(|c| c.name()).collect();
+    assert_eq!(names, ["id", "balance"]);
+    let rows = client
+        .query(&update, &[&100i64, &2i64])
+        .await
+        .expect("run UPDATE ... FROM");
+    let changed: Vec<(i32, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(changed, [(2, 102)]);
+    let delete = client
+        .prepare("DELETE FROM acct a USING moves m WHERE a.id = m.acct AND m.amount = $1 RETURNING a.balance")
+        .await
+        .expect("prepare DELETE ... USING");
+    assert_eq!(delete.params(), &[Type::INT8]);
+    assert_eq!(
+        delete.columns().len(),
+        1,
+        "DELETE ... RETURNING describes its row"
+    );
+    let rows = client
+        .query(&delete, &[&1i64])
+        .await
+        .expect("run DELETE ... USING");
+    assert_eq!(
+        rows.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(),
+        [10]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prepared_statement_is_reused_with_new_parameters() {
     let server = WeirServer::start();
     let client = server.connect().await;
