@@ -155,7 +155,11 @@ impl QueryEnv {
                 .with_type_planner(Arc::new(crate::types::WeirTypePlanner::default()))
                 .with_physical_optimizer_rule(Arc::new(crate::yield_points::YieldAfterExpanders));
         crate::pgsem::install(&mut builder);
-        let template = builder.build();
+        let mut template = builder.build();
+        datafusion::execution::FunctionRegistry::register_expr_planner(
+            &mut template,
+            Arc::new(crate::pgsem::JsonOperators),
+        )?;
         Ok(Self {
             template,
             pg_static,

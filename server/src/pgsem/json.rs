@@ -244,6 +244,90 @@ pub fn normalize_jsonb(text: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// One step into a json value: an object's key or an array's position
+/// (negative counts from the end).
+pub enum Step<'a> {
+    Key(&'a str),
+    Index(i64),
+}
+
+/// The text of the member `step` names in the json `text`, as written
+/// there; `None` when there is none (or `text` is not that kind of value).
+pub fn member<'t>(text: &'t str, step: &Step) -> Result<Option<&'t str>, String> {
+    let mut parser = Parser { text, pos: 0 };
+    parser.skip_ws();
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    let mut found = None;
+    match (parser.text[parser.pos..].chars().next(), step) {
+        (Some('{'), Step::Key(wanted)) => {
+            parser.pos += 1;
+            parser.skip_ws();
+            if parser.eat("}") {
+                return Ok(None);
+            }
+            loop {
+                parser.skip_ws();
+                let key = parser.string()?;
+                parser.skip_ws();
+                if !parser.eat(":") {
+                    return Err(parser.error());
+                }
+                parser.skip_ws();
+                let start = parser.pos;
+                parser.value(1)?;
+                // The last of duplicate keys, as jsonb keeps it.
+                if key == *wanted {
+                    found = Some((start, parser.pos));
+                }
+                parser.skip_ws();
+                if parser.eat("}") {
+                    break;
+                }
+                if !parser.eat(",") {
+                    return Err(parser.error());
+                }
+            }
+        }
+        (Some('['), Step::Index(index)) => {
+            parser.pos += 1;
+            parser.skip_ws();
+            if !parser.eat("]") {
+                loop {
+                    parser.skip_ws();
+                    let start = parser.pos;
+                    parser.value(1)?;
+                    spans.push((start, parser.pos));
+                    parser.skip_ws();
+                    if parser.eat("]") {
+                        break;
+                    }
+                    if !parser.eat(",") {
+                        return Err(parser.error());
+                    }
+                }
+            }
+            let at = if *index < 0 {
+                i64::try_from(spans.len()).unwrap_or(i64::MAX) + index
+            } else {
+                *index
+            };
+            found = usize::try_from(at).ok().and_then(|i| spans.get(i).copied());
+        }
+        _ => {}
+    }
+    Ok(found.map(|(start, end)| &text[start..end]))
+}
+
+/// A json value as `->>` gives it: a string unquoted and unescaped, `null`
+/// as SQL NULL, anything else its json text.
+pub fn as_text(value: &str) -> Result<Option<String>, String> {
+    Ok(match parse(value)? {
+        Json::Null => None,
+        Json::String(s) => Some(s),
+        _ => Some(value.to_string()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,14 +13,17 @@
 //!   a cast to unconstrained `numeric` keeps the value's own scale;
 //!   `numeric / numeric` keeps 16 decimals at least ([`numeric_div`]).
 //! - `pg_typeof`; `array_agg` keeps its argument's type ([`array_agg`]).
+//! - json's `->`, `->>`, `#>`, `#>>` ([`json_ops`]).
 
 mod array_agg;
 mod colname;
 pub mod json;
+mod json_ops;
 mod numeric_div;
 mod udfs;
 
 pub use colname::{name_columns, presented_name, presented_schema};
+pub use json_ops::JsonOperators;
 
 use std::sync::Arc;
 
