@@ -343,6 +343,9 @@ fn match_spelling(tokens: &[TokenWithSpan], i: usize) -> Option<(usize, &'static
 /// `FETCH ... INTO` this name is a `MOVE`: sqlparser has no MOVE statement,
 /// and PostgreSQL's SQL-level FETCH has no INTO clause to clash with.
 pub const MOVE_MARKER: &str = "weir.move";
+/// `FETCH ABSOLUTE|RELATIVE n ... INTO` this name (or a MOVE's, the two
+/// joined by `.`) means `-n`: sqlparser reads only unsigned counts there.
+pub const NEGATED_MARKER: &str = "weir.negated";
 
 /// Rewrites each `FETCH`/`MOVE` statement into the one form sqlparser
 /// reads: `FETCH <direction> FROM cursor`, with `INTO "weir.move"` for a
@@ -369,9 +372,15 @@ fn rewrite_move(sql: &str) -> Option<String> {
         let keyword = significant.first().and_then(|t| plain_word(t));
         let rewritten = match keyword.as_deref() {
             Some(k @ ("FETCH" | "MOVE")) => {
-                canonical_fetch(&significant[1..]).map(|fetch| match k {
-                    "MOVE" => format!("{fetch} INTO \"{MOVE_MARKER}\""),
-                    _ => fetch,
+                canonical_fetch(&significant[1..]).map(|(fetch, negated)| {
+                    match (k == "MOVE", negated) {
+                        (false, false) => fetch,
+                        (true, false) => format!("{fetch} INTO \"{MOVE_MARKER}\""),
+                        (false, true) => format!("{fetch} INTO \"{NEGATED_MARKER}\""),
+                        (true, true) => {
+                            format!("{fetch} INTO \"{MOVE_MARKER}.{NEGATED_MARKER}\"")
+                        }
+                    }
                 })
             }
             _ => None,
@@ -403,9 +412,11 @@ fn plain_word(token: &Token) -> Option<String> {
     }
 }
 
-/// `FETCH <direction> FROM <name>` for the tokens after FETCH/MOVE, or
-/// `None` if they are not a cursor command sqlparser should see rewritten.
-fn canonical_fetch(tokens: &[&Token]) -> Option<String> {
+/// `FETCH <direction> FROM <name>` for the tokens after FETCH/MOVE, and
+/// whether its ABSOLUTE/RELATIVE count stands for its negative; `None` if
+/// they are not a cursor command sqlparser should see rewritten.
+fn canonical_fetch(tokens: &[&Token]) -> Option<(String, bool)> {
+    let mut negated = false;
     let mut i = 0;
     let number = |i: &mut usize| -> Option<i64> {
         let negative = matches!(tokens.get(*i), Some(Token::Minus));
@@ -437,10 +448,8 @@ fn canonical_fetch(tokens: &[&Token]) -> Option<String> {
             i = 1;
             let n = number(&mut i)?;
             // sqlparser reads only unsigned counts here.
-            if n < 0 {
-                return None;
-            }
-            format!("{d} {n}")
+            negated = n < 0;
+            format!("{d} {}", n.unsigned_abs())
         }
         Some(d @ ("FORWARD" | "BACKWARD")) => {
             i = 1;
@@ -467,7 +476,7 @@ fn canonical_fetch(tokens: &[&Token]) -> Option<String> {
         i += 1;
     }
     match &tokens[i..] {
-        [name @ Token::Word(_)] => Some(format!("FETCH {direction} FROM {name}")),
+        [name @ Token::Word(_)] => Some((format!("FETCH {direction} FROM {name}"), negated)),
         _ => None,
     }
 }
@@ -569,6 +578,14 @@ mod tests {
             ("FETCH BACKWARD ALL FROM c", "FETCH BACKWARD ALL FROM c"),
             ("FETCH ABSOLUTE 3 FROM c", "FETCH ABSOLUTE 3 FROM c"),
             ("MOVE LAST IN c", "FETCH LAST FROM c INTO \"weir.move\""),
+            (
+                "FETCH ABSOLUTE -2 FROM c",
+                "FETCH ABSOLUTE 2 FROM c INTO \"weir.negated\"",
+            ),
+            (
+                "MOVE RELATIVE -1 IN c",
+                "FETCH RELATIVE 1 FROM c INTO \"weir.move.weir.negated\"",
+            ),
         ] {
             let statements = parse_sql(sql).unwrap_or_else(|e| panic!("{sql}: {e:?}"));
             assert_eq!(statements[0].to_string(), expected, "{sql}");

@@ -19,7 +19,7 @@ use datafusion::sql::sqlparser::ast::{
     ValueWithSpan,
 };
 
-use weir_planner::parse::MOVE_MARKER;
+use weir_planner::parse::{MOVE_MARKER, NEGATED_MARKER};
 
 use super::dml::normalize_ident;
 use super::{Session, StatementResult, command};
@@ -290,16 +290,23 @@ impl Session {
         direction: &FetchDirection,
         into: Option<&ObjectName>,
     ) -> Result<StatementResult, ServerError> {
-        let is_move = match into {
-            None => false,
-            Some(o) if o.to_string() == format!("\"{MOVE_MARKER}\"") => true,
+        let marker = into.map(ToString::to_string);
+        let (is_move, negated) = match marker.as_deref().map(|m| m.trim_matches('"')) {
+            None => (false, false),
+            Some(m) if m == MOVE_MARKER => (true, false),
+            Some(m) if m == NEGATED_MARKER => (false, true),
+            Some(m) if m == format!("{MOVE_MARKER}.{NEGATED_MARKER}") => (true, true),
             Some(_) => {
                 return Err(ServerError::feature_not_supported("FETCH ... INTO"));
             }
         };
         self.prune_cursors();
         let name = normalize_ident(name);
-        let motion = motion(direction)?;
+        let motion = match (motion(direction)?, negated) {
+            (Motion::Absolute(k), true) => Motion::Absolute(-k),
+            (Motion::Relative(k), true) => Motion::Relative(-k),
+            (motion, _) => motion,
+        };
         let cursor = self
             .cursors
             .get_mut(&name)
