@@ -14,12 +14,14 @@
 //!   `numeric / numeric` keeps 16 decimals at least ([`numeric_div`]).
 //! - `pg_typeof`; `array_agg` keeps its argument's type ([`array_agg`]).
 //! - json's `->`, `->>`, `#>`, `#>>` ([`json_ops`]).
+//! - `to_char` with PostgreSQL's template patterns ([`to_char`]).
 
 mod array_agg;
 mod colname;
 pub mod json;
 mod json_ops;
 mod numeric_div;
+mod to_char;
 mod udfs;
 
 pub use colname::{name_columns, presented_name, presented_schema};
@@ -58,7 +60,11 @@ pub fn install(builder: &mut SessionStateBuilder) {
 
 /// The functions this module defines for SQL: `pg_typeof`.
 pub fn functions() -> Vec<datafusion::logical_expr::ScalarUDF> {
-    vec![udfs::PgTypeof::udf(), udfs::TimeZoneFn::udf()]
+    vec![
+        udfs::PgTypeof::udf(),
+        udfs::TimeZoneFn::udf(),
+        to_char::ToChar::udf(),
+    ]
 }
 
 /// The aggregates this module defines, replacing DataFusion's of the same

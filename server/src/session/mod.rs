@@ -76,6 +76,9 @@ struct Txn {
     statement_only: bool,
     /// Open savepoints, oldest first. Names may repeat; the newest wins.
     savepoints: Vec<Savepoint>,
+    /// Session settings as the block began, and what its SETs did to them:
+    /// ROLLBACK undoes every SET of the block, COMMIT only the SET LOCALs.
+    settings: vars::BlockSettings,
 }
 
 /// What `ROLLBACK TO SAVEPOINT` returns to. Writes only ever grow, so their
@@ -100,6 +103,7 @@ impl Txn {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             statement_only: false,
             savepoints: Vec::new(),
+            settings: vars::BlockSettings::default(),
         }
     }
 
@@ -333,7 +337,9 @@ impl Session {
             Statement::Rollback {
                 savepoint: None, ..
             } => {
-                self.txn = None;
+                if let Some(t) = self.txn.take() {
+                    t.settings.roll_back(&mut self.vars);
+                }
                 return Ok(command("ROLLBACK"));
             }
             Statement::Rollback {
@@ -411,6 +417,10 @@ impl Session {
         } else {
             self.txn = Some(Txn::starting_at(self.db.snapshot(), true));
         }
+        let at_begin = self.vars.snapshot();
+        if let Some(t) = &mut self.txn {
+            t.settings.begin(at_begin);
+        }
         // PostgreSQL only warns about BEGIN inside a block.
         command("BEGIN")
     }
@@ -418,9 +428,15 @@ impl Session {
     async fn commit(&mut self) -> Result<StatementResult, ServerError> {
         match self.txn.take() {
             None => Ok(command("COMMIT")),
-            Some(t) if t.failed => Ok(command("ROLLBACK")),
-            Some(t) => {
-                self.commit_txn(t).await?;
+            Some(t) if t.failed => {
+                t.settings.roll_back(&mut self.vars);
+                Ok(command("ROLLBACK"))
+            }
+            Some(mut t) => {
+                let settings = std::mem::take(&mut t.settings);
+                let committed = self.commit_txn(t).await;
+                settings.commit(&mut self.vars);
+                committed?;
                 Ok(command("COMMIT"))
             }
         }

@@ -1,12 +1,14 @@
 //! Session variables: `SET`, `SHOW`, `RESET`, and what the startup sends.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arrow::array::StringArray;
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
-use datafusion::sql::sqlparser::ast::{Expr, Ident, ObjectName, ResetStatement, Set, Value};
+use datafusion::sql::sqlparser::ast::{
+    ContextModifier, Expr, Ident, ObjectName, ResetStatement, Set, Value,
+};
 use parking_lot::RwLock;
 
 use super::{Session, StatementResult, command};
@@ -154,6 +156,16 @@ impl Vars {
 
     /// Marks the end of startup: later `set`s no longer change what RESET
     /// restores.
+    /// Every setting's value now.
+    pub fn snapshot(&self) -> BTreeMap<String, String> {
+        self.values.read().clone()
+    }
+
+    /// Puts back values a [`Vars::snapshot`] took.
+    pub fn restore(&mut self, values: BTreeMap<String, String>) {
+        *self.values.write() = values;
+    }
+
     pub fn start(&mut self) {
         self.started = true;
     }
@@ -301,7 +313,33 @@ fn one_column(name: &str, values: Vec<String>) -> StatementResult {
 }
 
 impl Session {
+    /// SET, SET LOCAL and their spellings. Inside a transaction block the
+    /// block's [`BlockSettings`] learn what changed; SET LOCAL outside one
+    /// does nothing (PostgreSQL warns), since its transaction ends at once.
     pub(super) fn set(&mut self, set: Set) -> Result<StatementResult, ServerError> {
+        let local = matches!(
+            set,
+            Set::SingleAssignment {
+                scope: Some(ContextModifier::Local),
+                ..
+            } | Set::SetTimeZone { local: true, .. }
+        );
+        let in_block = self.txn.as_ref().is_some_and(|t| t.explicit);
+        if local && !in_block {
+            return Ok(command("SET"));
+        }
+        let before = self.vars.snapshot();
+        let result = self.apply_set(set)?;
+        if in_block {
+            let after = self.vars.snapshot();
+            if let Some(t) = &mut self.txn {
+                t.settings.record(&before, &after, local);
+            }
+        }
+        Ok(result)
+    }
+
+    fn apply_set(&mut self, set: Set) -> Result<StatementResult, ServerError> {
         self.vars.start();
         match set {
             Set::SingleAssignment {
@@ -493,5 +531,72 @@ mod tests {
         assert_eq!(vars.default_schema(), "public");
         vars.set("search_path", "app, public").unwrap();
         assert_eq!(vars.default_schema(), "app");
+    }
+}
+
+/// What a transaction block's SETs did to the session settings.
+#[derive(Debug, Default)]
+pub(super) struct BlockSettings {
+    /// The settings as the block began; `None` outside a block.
+    at_begin: Option<BTreeMap<String, String>>,
+    /// Settings a SET LOCAL changed.
+    local: BTreeSet<String>,
+    /// The last value a plain SET gave each setting in the block (`None`:
+    /// it removed a custom setting).
+    session: BTreeMap<String, Option<String>>,
+}
+
+impl BlockSettings {
+    pub(super) fn begin(&mut self, at_begin: BTreeMap<String, String>) {
+        if self.at_begin.is_none() {
+            self.at_begin = Some(at_begin);
+        }
+    }
+
+    /// Notes the settings one SET changed (`before` to `after`).
+    pub(super) fn record(
+        &mut self,
+        before: &BTreeMap<String, String>,
+        after: &BTreeMap<String, String>,
+        local: bool,
+    ) {
+        let changed = before
+            .keys()
+            .chain(after.keys())
+            .filter(|k| before.get(*k) != after.get(*k));
+        for key in changed {
+            if local {
+                self.local.insert(key.clone());
+            } else {
+                self.session.insert(key.clone(), after.get(key).cloned());
+            }
+        }
+    }
+
+    /// At COMMIT: SET LOCAL values end, plain SETs stay.
+    pub(super) fn commit(self, vars: &mut Vars) {
+        let Some(at_begin) = self.at_begin else {
+            return;
+        };
+        let mut values = vars.snapshot();
+        for key in self.local {
+            let kept = match self.session.get(&key) {
+                Some(set) => set.clone(),
+                None => at_begin.get(&key).cloned(),
+            };
+            match kept {
+                Some(value) => values.insert(key, value),
+                None => values.remove(&key),
+            };
+        }
+        vars.restore(values);
+    }
+
+    /// At ROLLBACK (or the COMMIT of a failed block): every SET of the
+    /// block is undone.
+    pub(super) fn roll_back(self, vars: &mut Vars) {
+        if let Some(at_begin) = self.at_begin {
+            vars.restore(at_begin);
+        }
     }
 }
