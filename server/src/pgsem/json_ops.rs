@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use arrow::datatypes::{DataType, Field, FieldRef};
-use datafusion::common::{DFSchema, Result, ScalarValue, exec_err};
+use datafusion::common::{DFSchema, Result, exec_err};
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{
     ColumnarValue, ExprSchemable, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
@@ -152,10 +152,6 @@ impl ScalarUDFImpl for JsonGet {
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let jsonb = json_kind(&args.arg_fields[0]) == Some("jsonb");
-        let both_scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
         let documents = strings(&arrays[0])?;
         let selector = &arrays[1];
@@ -208,13 +204,6 @@ impl ScalarUDFImpl for JsonGet {
             };
             out.push(value);
         }
-        let result: ArrayRef = Arc::new(StringArray::from(out));
-        if both_scalar {
-            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
-                &result, 0,
-            )?))
-        } else {
-            Ok(ColumnarValue::Array(result))
-        }
+        super::udfs::shaped_like(&args.args, Arc::new(StringArray::from(out)))
     }
 }

@@ -10,7 +10,7 @@
 
 use arrow::array::{Array, AsArray, Decimal128Array};
 use arrow::datatypes::{DataType, Decimal128Type, i256};
-use datafusion::common::{Result, ScalarValue, exec_err};
+use datafusion::common::{Result, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
@@ -96,10 +96,6 @@ impl ScalarUDFImpl for NumericDiv {
         let types: Vec<DataType> = args.args.iter().map(ColumnarValue::data_type).collect();
         let (s1, s2) = scales(&types)?;
         let scale = quotient_scale(s1, s2);
-        let both_scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
         let (l, r) = (
             arrays[0].as_primitive::<Decimal128Type>(),
@@ -115,13 +111,7 @@ impl ScalarUDFImpl for NumericDiv {
             })
             .collect::<Result<Decimal128Array>>()?
             .with_precision_and_scale(38, scale)?;
-        if both_scalar {
-            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
-                &quotients, 0,
-            )?))
-        } else {
-            Ok(ColumnarValue::Array(std::sync::Arc::new(quotients)))
-        }
+        super::udfs::shaped_like(&args.args, std::sync::Arc::new(quotients))
     }
 }
 

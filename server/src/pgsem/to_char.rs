@@ -12,7 +12,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use arrow::datatypes::{DataType, TimeUnit};
 use chrono::{Datelike, NaiveDateTime, Timelike};
-use datafusion::common::{Result, ScalarValue, exec_err};
+use datafusion::common::{Result, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
@@ -184,10 +184,6 @@ impl ScalarUDFImpl for ToChar {
         Ok(DataType::Utf8)
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let both_scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
         let values = date_times(&arrays[0])?;
         let formats = arrow::compute::cast(&arrays[1], &DataType::Utf8)?;
@@ -200,12 +196,7 @@ impl ScalarUDFImpl for ToChar {
                 _ => None,
             })
             .collect();
-        let out: ArrayRef = Arc::new(out);
-        if both_scalar {
-            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?))
-        } else {
-            Ok(ColumnarValue::Array(out))
-        }
+        super::udfs::shaped_like(&args.args, Arc::new(out))
     }
 }
 

@@ -139,6 +139,16 @@ pub enum ArithOp {
     Mul,
 }
 
+/// `out` as a UDF's result: a scalar when every argument was one (so
+/// constant folding keeps working), else the array.
+pub fn shaped_like(args: &[ColumnarValue], out: ArrayRef) -> Result<ColumnarValue> {
+    if args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
+        Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?))
+    } else {
+        Ok(ColumnarValue::Array(out))
+    }
+}
+
 /// Integer `+`, `-`, `*` that raise 22003 on overflow (Arrow's checked
 /// kernels), where DataFusion's operators wrap around.
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -181,10 +191,6 @@ impl ScalarUDFImpl for CheckedArith {
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         use arrow::compute::kernels::numeric::{add, mul, sub};
-        let both_scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
         let (l, r) = (&arrays[0], &arrays[1]);
         let out = match self.op {
@@ -196,11 +202,7 @@ impl ScalarUDFImpl for CheckedArith {
             arrow::error::ArrowError::ArithmeticOverflow(_) => out_of_range(l.data_type()),
             e => e.into(),
         })?;
-        if both_scalar {
-            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?))
-        } else {
-            Ok(ColumnarValue::Array(out))
-        }
+        shaped_like(&args.args, out)
     }
 }
 
@@ -349,10 +351,6 @@ impl ScalarUDFImpl for TimeZoneFn {
         use arrow::array::{AsArray, TimestampMicrosecondArray};
         use arrow::datatypes::{TimeUnit, TimestampMicrosecondType};
         use chrono::{Offset, TimeZone};
-        let both_scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
         let zones = strings(&arrays[0])?;
         let input = &arrays[1];
@@ -392,13 +390,7 @@ impl ScalarUDFImpl for TimeZoneFn {
         } else {
             Arc::new(array.with_timezone("+00:00"))
         };
-        if both_scalar {
-            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
-                &array, 0,
-            )?))
-        } else {
-            Ok(ColumnarValue::Array(array))
-        }
+        shaped_like(&args.args, array)
     }
 }
 

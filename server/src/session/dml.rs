@@ -344,22 +344,11 @@ impl Session {
         let frame = Frame::new(vec![(qualifier, &old_user), ("excluded", &excluded)])?;
         let mut columns: Vec<ArrayRef> = old_user.columns().to_vec();
         for assignment in assignments {
-            let AssignmentTarget::ColumnName(target) = &assignment.target else {
-                return Err(ServerError::feature_not_supported(
-                    "tuple assignment in ON CONFLICT DO UPDATE",
-                ));
-            };
-            let name = target
-                .0
-                .last()
-                .and_then(|p| p.as_ident())
-                .map(normalize_ident)
-                .unwrap_or_default();
-            let index = def
-                .columns
-                .iter()
-                .position(|c| c.name == name)
-                .ok_or_else(|| ServerError::UndefinedColumn(name.clone()))?;
+            let (index, _) = assigned_column(
+                def,
+                &assignment,
+                "tuple assignment in ON CONFLICT DO UPDATE",
+            )?;
             let mut value = assignment.value;
             qualify_bare_columns(&mut value, qualifier);
             let (_, array) = self.evaluate(&frame, value, params)?;
@@ -571,6 +560,30 @@ fn check_conflict_target(
             }
         }
     }
+}
+
+/// The index and name of the column a SET assignment targets; `tuple` names
+/// the statement in the error for `SET (a, b) = ...`.
+pub(super) fn assigned_column(
+    def: &TableDef,
+    assignment: &Assignment,
+    tuple: &str,
+) -> Result<(usize, String), ServerError> {
+    let AssignmentTarget::ColumnName(target) = &assignment.target else {
+        return Err(ServerError::feature_not_supported(tuple));
+    };
+    let name = target
+        .0
+        .last()
+        .and_then(|p| p.as_ident())
+        .map(normalize_ident)
+        .unwrap_or_default();
+    let index = def
+        .columns
+        .iter()
+        .position(|c| c.name == name)
+        .ok_or_else(|| ServerError::UndefinedColumn(name.clone()))?;
+    Ok((index, name))
 }
 
 pub(super) fn strict_cast() -> arrow::compute::CastOptions<'static> {

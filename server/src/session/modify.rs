@@ -24,7 +24,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan, Projection};
 use datafusion::sql::sqlparser::ast::{self, Delete, Statement, TableFactor, Update};
 use weir_common::ChangeBatch;
 
-use super::dml::{conform, normalize_ident, rebind, take_batch};
+use super::dml::{assigned_column, conform, normalize_ident, rebind, take_batch};
 use super::{Session, StatementResult, command};
 use weir_planner::SqlType;
 
@@ -324,22 +324,7 @@ fn joined_update_query(
     let mut items = vec![format!("{wildcard}.*")];
     let mut assigned = Vec::with_capacity(update.assignments.len());
     for assignment in &update.assignments {
-        let ast::AssignmentTarget::ColumnName(target) = &assignment.target else {
-            return Err(ServerError::feature_not_supported(
-                "UPDATE ... SET (a, b) = ...",
-            ));
-        };
-        let column = target
-            .0
-            .last()
-            .and_then(|p| p.as_ident())
-            .map(normalize_ident)
-            .unwrap_or_default();
-        let index = def
-            .columns
-            .iter()
-            .position(|c| c.name == column)
-            .ok_or_else(|| ServerError::UndefinedColumn(column.clone()))?;
+        let (index, column) = assigned_column(def, assignment, "UPDATE ... SET (a, b) = ...")?;
         if assigned.contains(&index) {
             return Err(ServerError::DuplicateAssignment(column));
         }
