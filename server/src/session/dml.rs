@@ -19,7 +19,7 @@ use datafusion::common::{DFSchema, ParamValues};
 use datafusion::logical_expr::{ExprSchemable, LogicalPlan};
 use datafusion::sql::sqlparser::ast::{
     self, Assignment, AssignmentTarget, ConflictTarget, Ident, Insert, ObjectName,
-    OnConflictAction, OnInsert, Statement, TableObject, Truncate,
+    OnConflictAction, OnInsert, SelectItem, Statement, TableObject, Truncate,
 };
 use weir_common::ChangeBatch;
 
@@ -223,14 +223,28 @@ impl Session {
         let rows = concat_batches(&schema, &batches)?;
         let rows = conform(&def, &rows)?;
         let written = self.insert_rows(&def, rows, conflict, &qualifier, params)?;
-        let count = written.num_rows();
+        let tag = format!("INSERT 0 {}", written.num_rows());
+        self.answer_dml(&qualifier, &written, returning, params, &tag)
+    }
+
+    /// What a DML statement answers: its RETURNING rows, computed over the
+    /// `rows` it changed (the table's user columns, `qualifier` naming the
+    /// table), or else its command tag.
+    pub(super) fn answer_dml(
+        &self,
+        qualifier: &str,
+        rows: &RecordBatch,
+        returning: Option<Vec<SelectItem>>,
+        params: Option<&ParamValues>,
+        tag: &str,
+    ) -> Result<StatementResult, ServerError> {
         match returning {
             Some(items) => {
-                let (schema, batch) = self.returning(&qualifier, &written, items, params)?;
+                let (schema, batch) = self.returning(qualifier, rows, items, params)?;
                 let (schema, batches) = self.in_session_time_zone(schema, vec![batch])?;
                 Ok(StatementResult::Rows { schema, batches })
             }
-            None => Ok(command(&format!("INSERT 0 {count}"))),
+            None => Ok(command(tag)),
         }
     }
 

@@ -25,7 +25,7 @@ use datafusion::sql::sqlparser::ast::{self, Delete, Statement, TableFactor, Upda
 use weir_common::ChangeBatch;
 
 use super::dml::{assigned_column, conform, normalize_ident, rebind, take_batch};
-use super::{Session, StatementResult, command};
+use super::{Session, StatementResult};
 use weir_planner::SqlType;
 
 use crate::catalog::TableDef;
@@ -80,14 +80,13 @@ impl Session {
             tables: vec![(def.id, TableWrite::Changes(change))],
         })?;
         self.db.metrics().rows_written(count as u64);
-        match returning {
-            Some(items) => {
-                let (schema, batch) = self.returning(&qualifier, &new_user, items, params)?;
-                let (schema, batches) = self.in_session_time_zone(schema, vec![batch])?;
-                Ok(StatementResult::Rows { schema, batches })
-            }
-            None => Ok(command(&format!("UPDATE {count}"))),
-        }
+        self.answer_dml(
+            &qualifier,
+            &new_user,
+            returning,
+            params,
+            &format!("UPDATE {count}"),
+        )
     }
 
     /// The rows a plain UPDATE changes, as (old physical rows, new user
@@ -190,14 +189,13 @@ impl Session {
             tables: vec![(def.id, TableWrite::Changes(ChangeBatch::retractions(old)))],
         })?;
         self.db.metrics().rows_written(count as u64);
-        match returning {
-            Some(items) => {
-                let (schema, batch) = self.returning(&qualifier, &old_user, items, params)?;
-                let (schema, batches) = self.in_session_time_zone(schema, vec![batch])?;
-                Ok(StatementResult::Rows { schema, batches })
-            }
-            None => Ok(command(&format!("DELETE {count}"))),
-        }
+        self.answer_dml(
+            &qualifier,
+            &old_user,
+            returning,
+            params,
+            &format!("DELETE {count}"),
+        )
     }
 
     /// The plan of the rows a DELETE removes (see [`doomed_rows_query`]).
