@@ -28,4 +28,4 @@ pub use error::PlanError;
 pub use lower::{SourceRef, StreamPlan, lower};
 pub use parse::{ParseError, parse_sql};
 pub use types::{OID_ALIAS_METADATA_KEY, PG_TYPE_METADATA_KEY, SqlType};
-pub use window_tvf::rewrite_window_tvfs;
+pub use window_tvf::{plain_query, rewrite_window_tvfs};

@@ -299,7 +299,7 @@ fn windows_query(call: &WindowCall) -> Query {
             right: Box::new(right),
         })
         .expect("a window holds at least one slide");
-    query(body)
+    plain_query(body)
 }
 
 /// `SELECT *, bin - back AS window_start, bin + (size - back) AS window_end
@@ -443,7 +443,8 @@ fn select(projection: Vec<SelectItem>, from: TableWithJoins, selection: Expr) ->
     }
 }
 
-fn query(body: SetExpr) -> Query {
+/// A query of `body` alone: no WITH, ORDER BY, LIMIT or other clauses.
+pub fn plain_query(body: SetExpr) -> Query {
     Query {
         with: None,
         body: Box::new(body),

@@ -271,18 +271,7 @@ fn domain_base_type_walk(query: &Query) -> Option<Query> {
         _ => return None,
     };
     lookup.projection = vec![SelectItem::UnnamedExpr(base_type)];
-    Some(Query {
-        with: None,
-        body: Box::new(SetExpr::Select(Box::new(lookup))),
-        order_by: None,
-        limit_clause: None,
-        fetch: None,
-        locks: vec![],
-        for_clause: None,
-        settings: None,
-        format_clause: None,
-        pipe_operators: vec![],
-    })
+    Some(weir_planner::plain_query(SetExpr::Select(Box::new(lookup))))
 }
 
 /// Applies the rewrites to one statement.

@@ -62,6 +62,14 @@ fn tagged_item(return_field: &Field) -> Option<FieldRef> {
 }
 
 /// `array` (a list) with `item` as its item field; same buffers.
+/// `inner`, relabelling its lists' items as `item` when there is one.
+fn relabelled(inner: Box<dyn Accumulator>, item: Option<FieldRef>) -> Box<dyn Accumulator> {
+    match item {
+        Some(item) => Box::new(Relabelled { inner, item }),
+        None => inner,
+    }
+}
+
 fn relabel(array: ArrayRef, item: &FieldRef) -> Result<ArrayRef> {
     let Some(list) = array.as_list_opt::<i32>() else {
         return Ok(array);
@@ -136,11 +144,7 @@ impl AggregateUDFImpl for TypedArrayAgg {
 
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
         let item = tagged_item(&args.return_field);
-        let inner = self.imp().accumulator(args)?;
-        Ok(match item {
-            Some(item) => Box::new(Relabelled { inner, item }),
-            None => inner,
-        })
+        Ok(relabelled(self.imp().accumulator(args)?, item))
     }
 
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
@@ -165,11 +169,10 @@ impl AggregateUDFImpl for TypedArrayAgg {
 
     fn create_sliding_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
         let item = tagged_item(&args.return_field);
-        let inner = self.imp().create_sliding_accumulator(args)?;
-        Ok(match item {
-            Some(item) => Box::new(Relabelled { inner, item }),
-            None => inner,
-        })
+        Ok(relabelled(
+            self.imp().create_sliding_accumulator(args)?,
+            item,
+        ))
     }
 
     fn with_beneficial_ordering(
