@@ -1,17 +1,111 @@
-//! PostgreSQL text input of values (COPY text/CSV fields): each column
-//! arrives as strings and is converted to its Arrow type the way PostgreSQL
-//! reads it (`t`/`f` booleans, `\x` hex bytea, `{a,b}` arrays).
+//! PostgreSQL text input of values (COPY text/CSV fields, text inserted
+//! into typed columns, `'...'::type`): each column arrives as strings and
+//! is converted to its Arrow type the way PostgreSQL reads it (`t`/`f`
+//! booleans, `\x` hex bytea, `{a,b}` arrays, dates in the session's
+//! DateStyle order).
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BinaryBuilder, BooleanBuilder, ListArray, StringArray};
+use arrow::array::{
+    Array, ArrayRef, BinaryBuilder, BooleanBuilder, Date32Array, ListArray, StringArray,
+    Time64MicrosecondArray, TimestampMicrosecondArray,
+};
 use arrow::buffer::OffsetBuffer;
 use arrow::compute::cast_with_options;
 use weir_planner::SqlType;
 
-/// Converts text values (NULL stays NULL) to the Arrow type of `sql_type`.
-pub fn parse_column(text: &StringArray, sql_type: &SqlType) -> Result<ArrayRef, String> {
+use crate::pgsem::datetime_in::{self, DateTimeContext, DateTimeError};
+
+/// Text that is not a value of its type, with the SQLSTATE to report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputError {
+    pub sqlstate: &'static str,
+    pub message: String,
+}
+
+impl From<String> for InputError {
+    fn from(message: String) -> Self {
+        Self {
+            sqlstate: "22P02",
+            message,
+        }
+    }
+}
+
+impl From<DateTimeError> for InputError {
+    fn from(e: DateTimeError) -> Self {
+        Self {
+            sqlstate: e.sqlstate,
+            message: e.message,
+        }
+    }
+}
+
+impl InputError {
+    /// As a server error whose message starts with `context` (the column).
+    pub fn in_context(self, context: impl std::fmt::Display) -> crate::error::ServerError {
+        crate::error::ServerError::Value {
+            sqlstate: self.sqlstate,
+            message: format!("{context}: {}", self.message),
+        }
+    }
+}
+
+/// Whether text for `sql_type` must go through [`parse_column`] rather
+/// than Arrow's cast, which reads it differently from PostgreSQL.
+pub fn needs_text_input(sql_type: &SqlType) -> bool {
+    use SqlType as S;
+    matches!(
+        sql_type,
+        S::Bytea
+            | S::Array(_)
+            | S::Uuid
+            | S::Json
+            | S::Jsonb
+            | S::Interval
+            | S::Date
+            | S::Time
+            | S::Timestamp
+            | S::Timestamptz
+    )
+}
+
+/// Converts text values (NULL stays NULL) to the Arrow type of `sql_type`;
+/// dates and times are read with the session's `datetime` settings.
+pub fn parse_column(
+    text: &StringArray,
+    sql_type: &SqlType,
+    datetime: &DateTimeContext,
+) -> Result<ArrayRef, InputError> {
+    let read_each = |read: fn(&str, &DateTimeContext) -> Result<i64, DateTimeError>| {
+        text.iter()
+            .map(|v| v.map(|v| read(v.trim(), datetime)).transpose())
+            .collect::<Result<Vec<_>, _>>()
+    };
     match sql_type {
+        SqlType::Date => {
+            let days = text
+                .iter()
+                .map(|v| {
+                    v.map(|v| {
+                        datetime_in::read_date(v.trim(), datetime)
+                            .map(|d| (d - chrono::NaiveDate::default()).num_days() as i32)
+                    })
+                    .transpose()
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Arc::new(Date32Array::from(days)))
+        }
+        SqlType::Time => Ok(Arc::new(Time64MicrosecondArray::from(read_each(
+            datetime_in::read_time,
+        )?))),
+        SqlType::Timestamp => Ok(Arc::new(TimestampMicrosecondArray::from(read_each(
+            datetime_in::read_timestamp,
+        )?))),
+        SqlType::Timestamptz => Ok(Arc::new(
+            TimestampMicrosecondArray::from(read_each(datetime_in::read_timestamptz)?)
+                .with_timezone("+00:00"),
+        )),
         SqlType::Bool => {
             let mut out = BooleanBuilder::with_capacity(text.len());
             for value in text.iter() {
@@ -43,7 +137,7 @@ pub fn parse_column(text: &StringArray, sql_type: &SqlType) -> Result<ArrayRef, 
                 }
                 offsets.push(items.len() as i32);
             }
-            let values = parse_column(&StringArray::from(items), element)?;
+            let values = parse_column(&StringArray::from(items), element, datetime)?;
             let field = Arc::new(element.field("item", true));
             Ok(Arc::new(
                 ListArray::try_new(
@@ -109,7 +203,7 @@ pub fn parse_column(text: &StringArray, sql_type: &SqlType) -> Result<ArrayRef, 
                 ..Default::default()
             };
             cast_with_options(text, &other.arrow_type(), &options)
-                .map_err(|e| format!("invalid input for type {}: {e}", other.display_name()))
+                .map_err(|e| format!("invalid input for type {}: {e}", other.display_name()).into())
         }
     }
 }
@@ -170,6 +264,7 @@ mod tests {
 
     #[test]
     fn arrays_bytea_and_booleans() {
+        let ctx = DateTimeContext::default();
         assert_eq!(
             parse_array_literal("{1, \"a,b\" ,NULL}").unwrap(),
             vec![Some("1".into()), Some("a,b".into()), None]
@@ -177,6 +272,7 @@ mod tests {
         let list = parse_column(
             &StringArray::from(vec![Some("{1,2}"), None]),
             &SqlType::Array(Box::new(SqlType::Int4)),
+            &ctx,
         )
         .unwrap();
         let list = list.as_any().downcast_ref::<ListArray>().unwrap();
@@ -189,7 +285,8 @@ mod tests {
             &[1, 2]
         );
         assert!(list.is_null(1));
-        let bytes = parse_column(&StringArray::from(vec!["\\x00ff"]), &SqlType::Bytea).unwrap();
+        let bytes =
+            parse_column(&StringArray::from(vec!["\\x00ff"]), &SqlType::Bytea, &ctx).unwrap();
         assert_eq!(
             bytes
                 .as_any()
@@ -198,7 +295,7 @@ mod tests {
                 .value(0),
             &[0, 255]
         );
-        assert!(parse_column(&StringArray::from(vec!["maybe"]), &SqlType::Bool).is_err());
-        assert!(parse_column(&StringArray::from(vec!["12x"]), &SqlType::Int4).is_err());
+        assert!(parse_column(&StringArray::from(vec!["maybe"]), &SqlType::Bool, &ctx).is_err());
+        assert!(parse_column(&StringArray::from(vec!["12x"]), &SqlType::Int4, &ctx).is_err());
     }
 }

@@ -8,7 +8,8 @@ Runs psycopg 3 against a running Weir server's pgwire port:
 * NULL of every type, ``executemany``;
 * ``cursor.copy`` in and out (text rows, and binary COPY);
 * transactions (``conn.transaction()``, commit, rollback, an error inside a block);
-* errors carry SQLSTATEs as psycopg exception classes.
+* errors carry SQLSTATEs as psycopg exception classes;
+* date text parameters and COPY fields follow the session's DateStyle.
 
 Usage: psycopg_clients.py --port PORT [--host HOST] [--flight-port PORT]
 
@@ -293,9 +294,29 @@ def main():
                 ids = [r[0] for r in cur]
             expect_eq(ids, list(range(200)), "ids through a named cursor")
 
+    def date_text_parameters_follow_datestyle():
+        # A Python str goes as text of unknown type; the server reads it as
+        # the date the cast asks for, in the session's DateStyle order, as
+        # PostgreSQL does. COPY reads date fields the same way.
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SET DateStyle = 'ISO, DMY'")
+            got = conn.execute("SELECT %s::date, %s::timestamp", ["02/01/2024", "02/01/2024 10:30"]).fetchone()
+            expect_eq(got, (dt.date(2024, 1, 2), dt.datetime(2024, 1, 2, 10, 30)), "DMY text parameters")
+            conn.execute("CREATE TABLE py_dates (d date)")
+            with conn.cursor().copy("COPY py_dates FROM STDIN") as copy:
+                copy.write("03/01/2024\n")
+            got = conn.execute("SELECT d FROM py_dates").fetchone()
+            expect_eq(got, (dt.date(2024, 1, 3),), "DMY date through COPY")
+            conn.execute("SET DateStyle = 'MDY'")
+            try:
+                conn.execute("SELECT %s::date", ["13/01/2024"])
+                raise Failure("13/01/2024 in MDY should be out of range")
+            except errors.DatetimeFieldOverflow:
+                pass
+
     def cleanup():
         conn = db()
-        for t in ("py_types", "py_many", "py_copy", "py_copy_bin", "py_txn"):
+        for t in ("py_types", "py_many", "py_copy", "py_copy_bin", "py_txn", "py_dates"):
             conn.execute(f"DROP TABLE IF EXISTS {t}")
 
     for fn in (
@@ -311,6 +332,7 @@ def main():
         transactions_commit_and_roll_back,
         errors_carry_sqlstates,
         server_side_cursor_fetches_in_batches,
+        date_text_parameters_follow_datestyle,
         cleanup,
     ):
         check(fn)

@@ -15,9 +15,13 @@
 //! - `pg_typeof`; `array_agg` keeps its argument's type ([`array_agg`]).
 //! - json's `->`, `->>`, `#>`, `#>>` ([`json_ops`]).
 //! - `to_char` with PostgreSQL's template patterns ([`to_char`]).
+//! - Date and time text read as PostgreSQL reads it, in the session's
+//!   DateStyle order and TimeZone ([`datetime_in`]); the analyzer finds
+//!   those in [`SessionSettings`] and `datafusion.execution.time_zone`.
 
 mod array_agg;
 mod colname;
+pub mod datetime_in;
 pub mod json;
 mod json_ops;
 mod numeric_div;
@@ -48,6 +52,36 @@ pub use weir_planner::interval::parse_interval;
 pub const VARCHAR_LEN_KEY: &str = "weir.varchar_len";
 /// Tag value marking a cast to `numeric` without precision.
 pub const UNCONSTRAINED_NUMERIC: &str = "numeric";
+
+datafusion::common::extensions_options! {
+    /// Session variables the analyzer rule reads; the session sets them
+    /// before it plans a statement.
+    pub struct SessionSettings {
+        /// The session's DateStyle (`ISO, MDY`), whose order reads dates.
+        pub date_style: String, default = "ISO, MDY".to_string()
+    }
+}
+
+impl datafusion::common::config::ConfigExtension for SessionSettings {
+    const PREFIX: &'static str = "weir";
+}
+
+/// How date/time text reads under `config` (its DateStyle and TimeZone).
+pub fn datetime_context(config: &ConfigOptions) -> datetime_in::DateTimeContext {
+    let order = config
+        .extensions
+        .get::<SessionSettings>()
+        .map(|s| datetime_in::DateOrder::of_date_style(&s.date_style))
+        .unwrap_or_default();
+    datetime_in::DateTimeContext {
+        order,
+        time_zone: config
+            .execution
+            .time_zone
+            .clone()
+            .unwrap_or_else(|| "+00:00".into()),
+    }
+}
 
 /// Adds the analyzer rule to a session template, after type coercion.
 pub fn install(builder: &mut SessionStateBuilder) {
@@ -265,11 +299,12 @@ impl AnalyzerRule for PgSemantics {
         "weir_pg_semantics"
     }
 
-    fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+    fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
+        let datetime = datetime_context(config);
         rewrite_plan(
             plan,
             |p| matches!(p, LogicalPlan::Dml(_)),
-            |expr, schema, node| expr.transform_up(|e| rewrite_expr(e, schema, node)),
+            |expr, schema, node| expr.transform_up(|e| rewrite_expr(e, schema, node, &datetime)),
         )
     }
 }
@@ -299,6 +334,10 @@ fn text_target(field: &Field) -> Option<SqlType> {
         (DataType::Utf8, Some("jsonb")) => Some(SqlType::Jsonb),
         (DataType::Binary, _) => Some(SqlType::Bytea),
         (DataType::Interval(_), _) => Some(SqlType::Interval),
+        (DataType::Date32, _) => Some(SqlType::Date),
+        (DataType::Time64(_) | DataType::Time32(_), _) => Some(SqlType::Time),
+        (DataType::Timestamp(_, None), _) => Some(SqlType::Timestamp),
+        (DataType::Timestamp(_, Some(_)), _) => Some(SqlType::Timestamptz),
         (DataType::List(_), _) => match SqlType::from_field(field)? {
             t @ SqlType::Array(_)
                 if arrow::compute::can_cast_types(&t.arrow_type(), field.data_type()) =>
@@ -311,14 +350,19 @@ fn text_target(field: &Field) -> Option<SqlType> {
     }
 }
 
-fn rewrite_expr(expr: Expr, schema: &DFSchema, node: NodeKind) -> Result<Transformed<Expr>> {
+fn rewrite_expr(
+    expr: Expr,
+    schema: &DFSchema,
+    node: NodeKind,
+    datetime: &datetime_in::DateTimeContext,
+) -> Result<Transformed<Expr>> {
     match expr {
         Expr::Cast(Cast { expr: inner, field }) => {
             let from = inner.get_type(schema)?;
             if is_text(&from)
                 && let Some(target) = text_target(&field)
             {
-                let read = udfs::TextIn::udf(target.clone()).call(vec![*inner]);
+                let read = udfs::TextIn::udf(target.clone(), datetime.clone()).call(vec![*inner]);
                 // `text[]` plans as a list of Utf8View; the reader makes
                 // Utf8 elements, cast on to the planned type.
                 return Ok(Transformed::yes(

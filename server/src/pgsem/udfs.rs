@@ -14,6 +14,7 @@ use datafusion::logical_expr::{
 };
 use weir_planner::SqlType;
 
+use super::datetime_in::DateTimeContext;
 use crate::error::ServerError;
 use weir_planner::interval::parse_interval;
 
@@ -58,14 +59,19 @@ fn strings(array: &ArrayRef) -> Result<StringArray> {
 pub struct TextIn {
     name: String,
     target: SqlType,
+    /// The session's DateStyle order and TimeZone when the cast was
+    /// planned, as PostgreSQL reads a literal once, with the settings of
+    /// the moment.
+    datetime: DateTimeContext,
     signature: Signature,
 }
 
 impl TextIn {
-    pub fn udf(target: SqlType) -> ScalarUDF {
+    pub fn udf(target: SqlType, datetime: DateTimeContext) -> ScalarUDF {
         ScalarUDF::new_from_impl(TextIn {
             name: format!("{}_in", target.pg_type_name()),
             target,
+            datetime,
             signature: Signature::any(1, Volatility::Immutable),
         })
     }
@@ -107,9 +113,8 @@ impl TextIn {
                     .collect();
                 Ok(Arc::new(out))
             }
-            target => {
-                crate::text_input::parse_column(&text, target).map_err(|e| value_error("22P02", e))
-            }
+            target => crate::text_input::parse_column(&text, target, &self.datetime)
+                .map_err(|e| value_error(e.sqlstate, e.message)),
         }
     }
 }

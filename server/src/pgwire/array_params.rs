@@ -31,6 +31,7 @@ pub(crate) fn decode_array(
     item: &FieldRef,
     binary: bool,
     bytes: &Bytes,
+    datetime: &crate::pgsem::datetime_in::DateTimeContext,
 ) -> PgWireResult<ScalarValue> {
     let values = if binary {
         binary_elements(idx, bytes)?
@@ -42,7 +43,7 @@ pub(crate) fn decode_array(
         .map(|value| match value {
             None => ScalarValue::try_from(item.data_type())
                 .map_err(|e| errors::error("22P02", e.to_string())),
-            Some(raw) => decode_value(idx, element, item.data_type(), binary, &raw)?
+            Some(raw) => decode_value(idx, element, item.data_type(), binary, &raw, datetime)?
                 .cast_to(item.data_type())
                 .map_err(|e| errors::error("22P02", e.to_string())),
         })
@@ -192,8 +193,10 @@ mod tests {
         let item: FieldRef = Arc::new(Field::new("item", DataType::Date32, true));
         // 2000-01-02 is day 1 of PostgreSQL's epoch.
         let bytes = binary_array(&[Some(&1i32.to_be_bytes()), None], 1082);
-        let values =
-            list_values(decode_array(0, &Type::DATE, &item, true, &bytes).expect("decodes"));
+        let values = list_values(
+            decode_array(0, &Type::DATE, &item, true, &bytes, &Default::default())
+                .expect("decodes"),
+        );
         let dates = values.as_primitive::<Date32Type>();
         assert_eq!(dates.value(0), 10_958);
         assert!(dates.is_null(1));
@@ -209,6 +212,7 @@ mod tests {
                 &item,
                 false,
                 &Bytes::from_static(b"{a,\"b c\",NULL}"),
+                &Default::default(),
             )
             .expect("decodes"),
         );
@@ -217,7 +221,11 @@ mod tests {
         assert!(values.is_null(2));
         let empty = Bytes::from_static(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 25]);
         assert_eq!(
-            list_values(decode_array(0, &Type::TEXT, &item, true, &empty).expect("empty")).len(),
+            list_values(
+                decode_array(0, &Type::TEXT, &item, true, &empty, &Default::default())
+                    .expect("empty")
+            )
+            .len(),
             0
         );
     }
@@ -228,7 +236,8 @@ mod tests {
         let mut truncated = binary_array(&[Some(&7i32.to_be_bytes())], 23).to_vec();
         truncated.pop();
         for bad in [Bytes::from(truncated), Bytes::from_static(&[0, 0, 0, 1])] {
-            let err = decode_array(0, &Type::INT4, &item, true, &bad).expect_err("rejected");
+            let err = decode_array(0, &Type::INT4, &item, true, &bad, &Default::default())
+                .expect_err("rejected");
             assert_eq!(errors::normalize(err).code, "22P03");
         }
     }

@@ -126,13 +126,17 @@ pub fn decode_binary_copy(data: &[u8], fields: &[Field]) -> Result<Vec<ArrayRef>
                 let len = usize::try_from(len)
                     .map_err(|_| bad(format!("row {row}: invalid field length {len}")))?;
                 let bytes = Bytes::copy_from_slice(r.take(len, "a field value")?);
-                decode_value(i, &wire[i], field.data_type(), true, &bytes).map_err(|e| {
-                    bad(format!(
-                        "row {row}, column {}: {}",
-                        field.name(),
-                        super::errors::normalize(e).message
-                    ))
-                })?
+                // Binary values do not depend on the session's date/time settings.
+                let datetime = Default::default();
+                decode_value(i, &wire[i], field.data_type(), true, &bytes, &datetime).map_err(
+                    |e| {
+                        bad(format!(
+                            "row {row}, column {}: {}",
+                            field.name(),
+                            super::errors::normalize(e).message
+                        ))
+                    },
+                )?
             };
             columns[i].push(value);
         }

@@ -280,8 +280,8 @@ impl ExtendedQueryHandler for Conn {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let values = params::decode_params(portal)?;
         let mut session = self.session().await?;
+        let values = params::decode_params(portal, &session.datetime_context())?;
         let before = session.transaction_status();
         let result = session
             .execute_prepared(&portal.statement.statement, values)

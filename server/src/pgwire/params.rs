@@ -5,8 +5,9 @@
 //! the OID it named in Parse, else the type we reported in
 //! ParameterDescription. Both are stored per statement at Parse time (see
 //! `StoredStatement::parameter_types`). uuid, json and jsonb are decoded here
-//! into Utf8 strings, arrays element by element (`array_params`); every other
-//! type goes through
+//! into Utf8 strings, arrays element by element (`array_params`), dates and
+//! times in text format as PostgreSQL reads them (the session's DateStyle
+//! and TimeZone, `crate::pgsem::datetime_in`); every other type goes through
 //! `arrow_pg::datatypes::df::deserialize_parameters`.
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use postgres_types::Kind;
 
 use super::encode::pg_type_of;
 use super::errors;
+use crate::pgsem::datetime_in::DateTimeContext;
 use crate::session::api::PreparedStatement;
 
 /// The planning hint for one Parse parameter type OID.
@@ -128,7 +130,10 @@ fn is_binary(format: &Format, idx: usize) -> bool {
 }
 
 /// Decodes a portal's parameters, one `ScalarValue` per `$n`.
-pub(crate) fn decode_params(portal: &Portal<PreparedStatement>) -> PgWireResult<Vec<ScalarValue>> {
+pub(crate) fn decode_params(
+    portal: &Portal<PreparedStatement>,
+    datetime: &DateTimeContext,
+) -> PgWireResult<Vec<ScalarValue>> {
     let stored = &portal.statement;
     let arrow_types = &stored.statement.param_types;
     if portal.parameters.len() != arrow_types.len() {
@@ -157,7 +162,7 @@ pub(crate) fn decode_params(portal: &Portal<PreparedStatement>) -> PgWireResult<
                 None => {
                     Ok(ScalarValue::try_from(&arrow_types[i]).unwrap_or(ScalarValue::Utf8(None)))
                 }
-                Some(bytes) => decode_value(i, &wire, &arrow_types[i], binary, bytes),
+                Some(bytes) => decode_value(i, &wire, &arrow_types[i], binary, bytes, datetime),
             }
         })
         .collect()
@@ -165,19 +170,23 @@ pub(crate) fn decode_params(portal: &Portal<PreparedStatement>) -> PgWireResult<
 
 /// Decodes one non-NULL value the client encoded as `wire` (in binary or
 /// text format) into `arrow`'s type; `idx` names it in errors (`$idx+1`).
+/// Date and time text is read with `datetime`.
 pub(crate) fn decode_value(
     idx: usize,
     wire: &Type,
     arrow: &DataType,
     binary: bool,
     bytes: &Bytes,
+    datetime: &DateTimeContext,
 ) -> PgWireResult<ScalarValue> {
     if *wire == Type::UUID {
         decode_uuid(idx, bytes, binary)
     } else if *wire == Type::JSON || *wire == Type::JSONB {
         decode_json(idx, bytes, binary, *wire == Type::JSONB)
     } else if let (Kind::Array(element), DataType::List(item)) = (wire.kind(), arrow) {
-        super::array_params::decode_array(idx, element, item, binary, bytes)
+        super::array_params::decode_array(idx, element, item, binary, bytes, datetime)
+    } else if !binary && let Some(sql_type) = datetime_type(arrow) {
+        decode_datetime_text(idx, arrow, &sql_type, bytes, datetime)
     } else {
         decode_with_arrow_pg(idx, wire.clone(), arrow, binary, bytes)
     }
@@ -217,6 +226,43 @@ fn decode_with_arrow_pg(
             format!("could not decode parameter ${}", idx + 1),
         )),
     }
+}
+
+/// The date/time type whose text PostgreSQL reads its own way.
+fn datetime_type(arrow: &DataType) -> Option<weir_planner::SqlType> {
+    use weir_planner::SqlType as S;
+    match arrow {
+        DataType::Date32 => Some(S::Date),
+        DataType::Time64(_) => Some(S::Time),
+        DataType::Timestamp(_, None) => Some(S::Timestamp),
+        DataType::Timestamp(_, Some(_)) => Some(S::Timestamptz),
+        _ => None,
+    }
+}
+
+fn decode_datetime_text(
+    idx: usize,
+    arrow: &DataType,
+    sql_type: &weir_planner::SqlType,
+    bytes: &[u8],
+    datetime: &DateTimeContext,
+) -> PgWireResult<ScalarValue> {
+    let invalid = |sqlstate: &str, e: String| {
+        errors::error(
+            sqlstate,
+            format!("invalid value for parameter ${}: {e}", idx + 1),
+        )
+    };
+    let text = std::str::from_utf8(bytes).map_err(|e| invalid("22021", e.to_string()))?;
+    let read = crate::text_input::parse_column(
+        &arrow::array::StringArray::from(vec![text]),
+        sql_type,
+        datetime,
+    )
+    .map_err(|e| invalid(e.sqlstate, e.message))?;
+    ScalarValue::try_from_array(&read, 0)
+        .and_then(|v| v.cast_to(arrow))
+        .map_err(|e| invalid("22P02", e.to_string()))
 }
 
 fn decode_uuid(idx: usize, bytes: &[u8], binary: bool) -> PgWireResult<ScalarValue> {

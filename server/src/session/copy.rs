@@ -317,6 +317,7 @@ impl Session {
                 &target.options,
                 target.columns.len(),
             )?;
+            let datetime = self.datetime_context();
             for (i, name) in target.columns.iter().enumerate() {
                 let column = def
                     .columns
@@ -324,12 +325,9 @@ impl Session {
                     .find(|c| &c.name == name)
                     .ok_or_else(|| ServerError::UndefinedColumn(name.clone()))?;
                 let text = StringArray::from_iter(rows.iter().map(|r| r[i].as_deref()));
-                let array =
-                    crate::text_input::parse_column(&text, &column.sql_type).map_err(|e| {
-                        ServerError::InvalidText(format!(
-                            "COPY {}, column {}: {e}",
-                            def.name, column.name
-                        ))
+                let array = crate::text_input::parse_column(&text, &column.sql_type, &datetime)
+                    .map_err(|e| {
+                        e.in_context(format!("COPY {}, column {}", def.name, column.name))
                     })?;
                 provided.insert(name.clone(), array);
             }

@@ -28,6 +28,7 @@ use super::{Session, StatementResult, command};
 use crate::catalog::TableDef;
 use crate::db::TxnWrites;
 use crate::error::ServerError;
+use crate::pgsem::datetime_in::DateTimeContext;
 use crate::wal::TableWrite;
 
 /// What an INSERT does with a row whose key exists.
@@ -221,7 +222,7 @@ impl Session {
             .await
             .map_err(|e| values_not_null_error(&def, &targets, e))?;
         let rows = concat_batches(&schema, &batches)?;
-        let rows = conform(&def, &rows)?;
+        let rows = conform(&def, &rows, &self.datetime_context())?;
         let written = self.insert_rows(&def, rows, conflict, &qualifier, params)?;
         let tag = format!("INSERT 0 {}", written.num_rows());
         self.answer_dml(&qualifier, &written, returning, params, &tag)
@@ -375,7 +376,7 @@ impl Session {
             &RecordBatchOptions::new().with_row_count(Some(old_user.num_rows())),
         )
         .map_err(|e| not_null_error(def, e))?;
-        let new_user = conform(def, &new_user)?;
+        let new_user = conform(def, &new_user, &self.datetime_context())?;
         let (old, new_user) = match selection {
             Some(mut predicate) => {
                 qualify_bare_columns(&mut predicate, qualifier);
@@ -468,7 +469,7 @@ impl Session {
             columns,
             &RecordBatchOptions::new().with_row_count(Some(num_rows)),
         )?;
-        conform(def, &batch)
+        conform(def, &batch, &self.datetime_context())
     }
 
     /// Bulk insert of Arrow batches (Flight SQL ingest): columns by name.
@@ -639,7 +640,13 @@ fn not_null_error(def: &TableDef, e: arrow::error::ArrowError) -> ServerError {
 }
 
 /// Casts rows to the table's user schema and enforces NOT NULL.
-pub(super) fn conform(def: &TableDef, rows: &RecordBatch) -> Result<RecordBatch, ServerError> {
+/// `rows` as the table's user columns: text read as each column's type
+/// (dates and times with `datetime`), NOT NULL and lengths checked.
+pub(super) fn conform(
+    def: &TableDef,
+    rows: &RecordBatch,
+    datetime: &DateTimeContext,
+) -> Result<RecordBatch, ServerError> {
     let schema: SchemaRef = def.user_schema();
     if rows.num_columns() != schema.fields().len() {
         return Err(ServerError::internal(format!(
@@ -661,26 +668,26 @@ pub(super) fn conform(def: &TableDef, rows: &RecordBatch) -> Result<RecordBatch,
                 column: column.name.clone(),
             });
         }
-        let invalid = |e: String| {
-            ServerError::InvalidText(format!(
-                "column \"{}\" is of type {}: {e}",
-                column.name,
-                column.sql_type.display_name()
-            ))
-        };
+        let context = format!(
+            "column \"{}\" is of type {}",
+            column.name,
+            column.sql_type.display_name()
+        );
+        let invalid = |e: String| ServerError::InvalidText(format!("{context}: {e}"));
         // Text becomes bytea, arrays, uuid and json the way PostgreSQL reads
         // literals ('\x00ff', '{1,2}'), not by Arrow's byte-for-byte cast.
         let text = matches!(
             array.data_type(),
             DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8
         );
-        let parsed = if text && needs_text_input(&column.sql_type) {
+        let parsed = if text && crate::text_input::needs_text_input(&column.sql_type) {
             let strings = cast_with_options(array, &DataType::Utf8, &strict_cast())?;
             let strings = strings
                 .as_any()
                 .downcast_ref::<StringArray>()
                 .ok_or_else(|| ServerError::internal("cast to Utf8"))?;
-            crate::text_input::parse_column(strings, &column.sql_type).map_err(invalid)?
+            crate::text_input::parse_column(strings, &column.sql_type, datetime)
+                .map_err(|e| e.in_context(&context))?
         } else {
             array.clone()
         };
@@ -754,12 +761,4 @@ pub(super) fn rebind(batch: RecordBatch, schema: SchemaRef) -> Result<RecordBatc
         batch.columns().to_vec(),
         &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
     )?)
-}
-
-fn needs_text_input(sql_type: &weir_planner::SqlType) -> bool {
-    use weir_planner::SqlType as S;
-    matches!(
-        sql_type,
-        S::Bytea | S::Array(_) | S::Uuid | S::Json | S::Jsonb | S::Interval
-    )
 }

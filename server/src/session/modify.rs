@@ -126,6 +126,7 @@ impl Session {
         let new_user = conform(
             def,
             &both.project(&(width..width + def.columns.len()).collect::<Vec<_>>())?,
+            &self.datetime_context(),
         )?;
         Ok((old, new_user))
     }
@@ -158,7 +159,7 @@ impl Session {
             .map(|(c, f)| Field::new(f.name(), c.data_type().clone(), true))
             .collect();
         let new = RecordBatch::try_new(Arc::new(Schema::new(fields)), new_columns)?;
-        Ok((old, conform(def, &new)?))
+        Ok((old, conform(def, &new, &self.datetime_context())?))
     }
 
     pub(super) async fn delete(

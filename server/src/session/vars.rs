@@ -200,7 +200,8 @@ impl Vars {
             None if name.contains('.') => name.to_ascii_lowercase(),
             None => return Err(ServerError::UndefinedParameter(name.to_string())),
         };
-        let value = normalize(&key, value)?;
+        let current = self.values.read().get(&key).cloned();
+        let value = normalize(&key, value, current.as_deref())?;
         if !self.started {
             self.session_defaults.insert(key.clone(), value.clone());
         }
@@ -246,9 +247,13 @@ impl Vars {
     }
 }
 
-fn normalize(key: &str, value: &str) -> Result<String, ServerError> {
+/// The value a SET stores; `current` is the value it replaces (DateStyle
+/// keeps the half a SET does not name).
+fn normalize(key: &str, value: &str, current: Option<&str>) -> Result<String, ServerError> {
     let value = value.trim();
     match key {
+        "DateStyle" => crate::pgsem::datetime_in::date_style(value, current.unwrap_or("ISO, MDY"))
+            .map_err(ServerError::from),
         "client_encoding" => {
             let upper = value.to_ascii_uppercase().replace(['-', '_'], "");
             if upper != "UTF8" && upper != "UNICODE" {
@@ -461,15 +466,26 @@ impl Session {
     pub(super) fn apply_vars_to_planner(&mut self) {
         let schema = self.vars.default_schema();
         let tz = self.vars.get("TimeZone").unwrap_or_else(|| "UTC".into());
+        let date_style = self.vars.get("DateStyle").unwrap_or_default();
         let state = self.ctx.state_ref();
         let mut state = state.write();
         let options = state.config_mut().options_mut();
         options.catalog.default_schema = schema;
+        let mut settings = crate::pgsem::SessionSettings::default();
+        settings.date_style = date_style;
+        options.extensions.insert(settings);
         options.execution.time_zone = Some(if tz == "UTC" {
             "+00:00".to_string()
         } else {
             tz
         });
+    }
+}
+
+impl Session {
+    /// How this session reads date/time text: its DateStyle and TimeZone.
+    pub(crate) fn datetime_context(&self) -> crate::pgsem::datetime_in::DateTimeContext {
+        crate::pgsem::datetime_context(self.ctx.state_ref().read().config().options())
     }
 }
 
