@@ -42,7 +42,7 @@ pub fn value_text_with(
     field: &Field,
     extra_float_digits: i32,
 ) -> Result<Option<String>, String> {
-    if array.is_null(row) {
+    if is_null_at(array, row) {
         return Ok(None);
     }
     let tag = field
@@ -50,6 +50,13 @@ pub fn value_text_with(
         .get(PG_TYPE_METADATA_KEY)
         .map(String::as_str);
     text_of(array, row, tag, extra_float_digits).map(Some)
+}
+
+/// Whether the value at `row` is NULL. An Arrow `NullArray` (the type of
+/// an untyped `NULL`) has no validity buffer, so `is_null` calls its values
+/// valid; every one of them is NULL.
+pub fn is_null_at(array: &dyn Array, row: usize) -> bool {
+    matches!(array.data_type(), DataType::Null) || array.is_null(row)
 }
 
 fn text_of(array: &dyn Array, row: usize, tag: Option<&str>, efd: i32) -> Result<String, String> {
@@ -446,7 +453,7 @@ fn array_text(values: &dyn Array, tag: Option<String>, efd: i32) -> Result<Strin
         if i > 0 {
             out.push(',');
         }
-        if values.is_null(i) {
+        if is_null_at(values, i) {
             out.push_str("NULL");
             continue;
         }

@@ -294,6 +294,14 @@ def main():
                 ids = [r[0] for r in cur]
             expect_eq(ids, list(range(200)), "ids through a named cursor")
 
+    def untyped_null_is_null():
+        # An untyped NULL (Arrow's Null type) is NULL on the wire, in text
+        # and binary results, not an empty string.
+        conn = db()
+        for binary in (False, True):
+            got = conn.execute("SELECT NULL, CASE WHEN 1 = 0 THEN NULL END, 1", binary=binary).fetchone()
+            expect_eq(got, (None, None, 1), f"untyped NULLs (binary={binary})")
+
     def date_text_parameters_follow_datestyle():
         # A Python str goes as text of unknown type; the server reads it as
         # the date the cast asks for, in the session's DateStyle order, as
@@ -332,6 +340,7 @@ def main():
         transactions_commit_and_roll_back,
         errors_carry_sqlstates,
         server_side_cursor_fetches_in_batches,
+        untyped_null_is_null,
         date_text_parameters_follow_datestyle,
         cleanup,
     ):

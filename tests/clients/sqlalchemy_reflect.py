@@ -26,8 +26,6 @@ RESULTS = []
 # prints `gap  name: reason` and does not count as failed; a listed check that
 # passes counts as a failure, so the entry must be removed once the gap is fixed.
 KNOWN_GAPS = {
-    'get_columns_reports_types_and_nullability': "SQLAlchemy's column reflection query has a correlated subquery selecting an outer column (identity options), which DataFusion cannot decorrelate",
-    'reflected_table_works_with_core': 'needs get_columns (see get_columns_reports_types_and_nullability)',
 }
 GAPS = []
 
@@ -142,6 +140,11 @@ def main():
         default = by_name["paid"]["default"]
         if default is None or "false" not in str(default).lower():
             raise Failure(f"default of paid: expected false, got {default!r}")
+        # No sequences or identity columns: nothing autoincrements.
+        expect_eq([c["autoincrement"] for c in cols], [False] * 6, "autoincrement flags")
+        expect_eq([c for c in cols if "identity" in c], [], "identity columns")
+        # The primary key's index is no secondary index.
+        expect_eq(sa.inspect(engine).get_indexes("sa_orders"), [], "indexes")
 
     def get_pk_constraint_names_key_columns():
         insp = sa.inspect(engine)

@@ -24,7 +24,8 @@
 //! conditions on the outer row alone either (SQLAlchemy's `WHERE
 //! attribute.atthasdef AND ...`), so those move out into
 //! `CASE WHEN <condition> THEN (subquery) END`, which is NULL exactly when the
-//! subquery would find no row.
+//! subquery would find no row. A lookup in a catalog Weir always leaves
+//! empty (`pg_sequence`) is NULL, whatever it selects from the outer row.
 
 use std::ops::ControlFlow;
 
@@ -222,6 +223,51 @@ fn aggregate_catalog_lookup(query: &mut Query) -> Option<Expr> {
     and_all(outer)
 }
 
+/// Catalog tables that are always empty in Weir: it has no sequences.
+const EMPTY_CATALOG_TABLES: &[&str] = &["pg_sequence"];
+
+/// Whether `query` is a scalar lookup in a table of
+/// [`EMPTY_CATALOG_TABLES`] alone, so it is NULL whatever its correlation to
+/// the outer row. SQLAlchemy's column reflection asks `pg_sequence` for an
+/// identity column's options, selecting an outer column in the subquery,
+/// which DataFusion cannot decorrelate. An aggregate would make one row of
+/// no rows, so a query with one is left alone.
+fn reads_only_empty_catalog(query: &Query) -> bool {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return false;
+    };
+    let grouped = !matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty());
+    if grouped || select.having.is_some() || query.with.is_some() {
+        return false;
+    }
+    let [table] = select.from.as_slice() else {
+        return false;
+    };
+    let only_empty = table.joins.is_empty()
+        && own_qualifiers(select)
+            .is_some_and(|names| EMPTY_CATALOG_TABLES.contains(&names[0].as_str()));
+    let mut aggregates = false;
+    let _ = select.projection.visit(&mut FunctionNames(|name: &str| {
+        aggregates |= AGGREGATES.contains(&name);
+    }));
+    only_empty && !aggregates
+}
+
+/// Calls its closure with the lowercased last name part of every function call.
+struct FunctionNames<F>(F);
+
+impl<F: FnMut(&str)> Visitor for FunctionNames<F> {
+    type Break = ();
+    fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+        if let Expr::Function(f) = expr
+            && let Some(name) = f.name.0.last().and_then(|p| p.as_ident())
+        {
+            (self.0)(&name.value.to_ascii_lowercase());
+        }
+        ControlFlow::Continue(())
+    }
+}
+
 /// asyncpg's type introspection finds a domain's base type with a recursive
 /// CTE correlated to the outer `pg_type` row, which DataFusion cannot
 /// decorrelate: `WITH RECURSIVE typebases(oid, depth) AS (SELECT
@@ -291,6 +337,10 @@ pub fn rewrite(mut statement: Statement) -> Statement {
                         *access = AccessExpr::Dot(Expr::value(Value::SingleQuotedString(name)));
                     }
                 }
+                return ControlFlow::Continue(());
+            }
+            Expr::Subquery(query) if reads_only_empty_catalog(query) => {
+                *expr = Expr::value(Value::Null);
                 return ControlFlow::Continue(());
             }
             Expr::Subquery(query) => {
@@ -542,6 +592,23 @@ mod tests {
         );
         let user_table = "SELECT x FROM t WHERE x > (SELECT y FROM u WHERE u.k = t.k)";
         assert_eq!(rewritten(user_table), user_table);
+    }
+
+    #[test]
+    fn lookups_in_always_empty_catalogs_are_null() {
+        assert_eq!(
+            rewritten(
+                "SELECT CASE WHEN a.attidentity != '' THEN (SELECT json_build_object('always', a.attidentity = 'a', 'start', s.seqstart) FROM pg_catalog.pg_sequence s WHERE s.seqrelid = a.attrelid) END FROM pg_catalog.pg_attribute a"
+            ),
+            "SELECT CASE WHEN a.attidentity <> '' THEN NULL END FROM pg_catalog.pg_attribute a"
+        );
+        // count(*) of no rows is one row, 0: not NULL.
+        assert_eq!(
+            rewritten(
+                "SELECT (SELECT count(*) FROM pg_catalog.pg_sequence s WHERE s.seqrelid = a.attrelid) FROM pg_catalog.pg_attribute a"
+            ),
+            "SELECT ((SELECT count(*) FROM pg_catalog.pg_sequence s WHERE s.seqrelid = a.attrelid)) FROM pg_catalog.pg_attribute a"
+        );
     }
 
     #[test]

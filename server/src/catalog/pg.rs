@@ -27,7 +27,7 @@ use weir_planner::SqlType;
 
 use super::TableDef;
 use super::provider::{INFORMATION_SCHEMA, PG_CATALOG, SessionView, ViewCatalogInfo, WEIR_CATALOG};
-use super::rows::{Row, batch, boolean, conform, int, int2_list, null, text};
+use super::rows::{Row, batch, boolean, conform, int, int2_list, null, oid_list, text};
 use arrow::datatypes::{DataType, Field, Schema};
 
 pub const PG_CATALOG_OID: i64 = 11;
@@ -180,21 +180,48 @@ const COMPUTED: &[&str] = &[
     "pg_settings",
 ];
 
-fn int2_list_type() -> DataType {
-    DataType::List(Arc::new(Field::new_list_field(DataType::Int16, true)))
+/// `schema` with nullable `text[]` columns `names` added before column
+/// `before` (PostgreSQL's order), for catalog columns the shipped schema
+/// lacks (`pg_class.reloptions`, which SQLAlchemy's index reflection reads).
+fn with_text_arrays_before(schema: &Schema, names: &[&str], before: &str) -> Schema {
+    let text_array = |name: &str| {
+        Field::new(
+            name,
+            DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
+            true,
+        )
+    };
+    let mut fields = Vec::with_capacity(schema.fields().len() + names.len());
+    for f in schema.fields() {
+        if f.name() == before {
+            fields.extend(names.iter().map(|n| text_array(n)));
+        }
+        fields.push(f.as_ref().clone());
+    }
+    if fields.len() == schema.fields().len() {
+        fields.extend(names.iter().map(|n| text_array(n)));
+    }
+    Schema::new(fields)
 }
 
-/// `schema` with the named text columns retyped as `int2[]` lists.
-fn with_int2_lists(schema: &Schema, names: &[&str]) -> Schema {
+/// `schema` with the named text columns retyped as lists: `int2vector` and
+/// `int2[]` columns as lists of int2, `oidvector` columns as lists of oid,
+/// so that `unnest(indkey)` and `unnest(indclass)` work as in PostgreSQL.
+fn with_vector_columns(schema: &Schema, int2: &[&str], oid: &[&str]) -> Schema {
+    let list = |t: DataType| DataType::List(Arc::new(Field::new_list_field(t, true)));
     Schema::new(
         schema
             .fields()
             .iter()
             .map(|f| {
-                if names.contains(&f.name().as_str()) {
-                    f.as_ref().clone().with_data_type(int2_list_type())
+                let name = f.name().as_str();
+                let field = f.as_ref().clone();
+                if int2.contains(&name) {
+                    field.with_data_type(list(DataType::Int16))
+                } else if oid.contains(&name) {
+                    field.with_data_type(list(DataType::Int32))
                 } else {
-                    f.as_ref().clone()
+                    field
                 }
             })
             .collect::<Vec<_>>(),
@@ -365,19 +392,17 @@ impl PgCatalog {
                 continue;
             }
             let n = keys.len() as i64;
-            let zeros = vec!["0"; keys.len()].join(" ");
-            let collations = keys
+            let collations: Vec<i32> = keys
                 .iter()
                 .map(|k| {
                     let t = &def.columns[*k as usize - 1].sql_type;
                     if is_collatable(t) {
-                        DEFAULT_COLLATION.to_string()
+                        DEFAULT_COLLATION as i32
                     } else {
-                        "0".to_string()
+                        0
                     }
                 })
-                .collect::<Vec<_>>()
-                .join(" ");
+                .collect();
             rows.push(vec![
                 ("indexrelid", int(pkey_index_oid(def.id))),
                 ("indrelid", int(table_oid(def.id))),
@@ -390,9 +415,9 @@ impl PgCatalog {
                 ("indisready", boolean(true)),
                 ("indislive", boolean(true)),
                 ("indkey", int2_list(&keys)),
-                ("indcollation", text(collations)),
-                ("indclass", text(zeros.clone())),
-                ("indoption", text(zeros)),
+                ("indcollation", oid_list(&collations)),
+                ("indclass", oid_list(&vec![0; keys.len()])),
+                ("indoption", int2_list(&vec![0; keys.len()])),
                 ("indexprs", null()),
                 ("indpred", null()),
             ]);
@@ -463,7 +488,11 @@ impl PgCatalog {
                 None,
             ),
             "pg_class" => (
-                self.crate_schema(name)?.as_ref().clone(),
+                with_text_arrays_before(
+                    self.crate_schema(name)?.as_ref(),
+                    &["relacl", "reloptions"],
+                    "relpartbound",
+                ),
                 self.pg_class(),
                 None,
             ),
@@ -479,12 +508,16 @@ impl PgCatalog {
             ),
             "pg_index" => {
                 let t = &self.pg_static.pg_index;
-                let schema = with_int2_lists(&t.schema(), &["indkey"]);
+                let schema = with_vector_columns(
+                    &t.schema(),
+                    &["indkey", "indoption"],
+                    &["indclass", "indcollation"],
+                );
                 (schema, self.pg_index(), Some(t.data().to_vec()))
             }
             _ => {
                 let t = &self.pg_static.pg_constraint;
-                let schema = with_int2_lists(&t.schema(), &["conkey", "confkey"]);
+                let schema = with_vector_columns(&t.schema(), &["conkey", "confkey"], &[]);
                 (schema, self.pg_constraint(), Some(t.data().to_vec()))
             }
         };

@@ -40,6 +40,14 @@ pub fn int2_list(values: &[i16]) -> ScalarValue {
     ScalarValue::List(Arc::new(builder.finish()))
 }
 
+/// An `oidvector` value (`indclass`, `indcollation`), as a list of oids.
+pub fn oid_list(values: &[i32]) -> ScalarValue {
+    let mut builder = ListBuilder::new(arrow::array::Int32Builder::new());
+    builder.values().append_slice(values);
+    builder.append(true);
+    ScalarValue::List(Arc::new(builder.finish()))
+}
+
 /// `schema` with every column nullable: computed rows may leave any column
 /// NULL, and clients never rely on the NOT NULL flag of catalog columns.
 pub fn relaxed(schema: &Schema) -> SchemaRef {
@@ -102,7 +110,7 @@ pub fn batch(schema: &Schema, rows: &[Row]) -> DfResult<RecordBatch> {
 
 /// Re-lays a batch of PostgreSQL's own catalog rows (shipped by
 /// datafusion-pg-catalog) in `schema`: columns are matched by name, text
-/// `int2vector`/`int2[]` values become lists.
+/// `int2vector`/`oidvector`/`int2[]` values become lists.
 pub fn conform(source: &RecordBatch, schema: &Schema) -> DfResult<RecordBatch> {
     let out = relaxed(schema);
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
@@ -113,7 +121,9 @@ pub fn conform(source: &RecordBatch, schema: &Schema) -> DfResult<RecordBatch> {
                 let column = source.column(i);
                 match (column.data_type(), field.data_type()) {
                     (a, b) if a == b => column.clone(),
-                    (DataType::Utf8, DataType::List(_)) => int2_lists(column)?,
+                    (DataType::Utf8, DataType::List(_)) => {
+                        arrow::compute::cast(&int_lists(column)?, field.data_type())?
+                    }
                     _ => arrow::compute::cast(column, field.data_type())?,
                 }
             }
@@ -123,13 +133,14 @@ pub fn conform(source: &RecordBatch, schema: &Schema) -> DfResult<RecordBatch> {
     Ok(RecordBatch::try_new(out, columns)?)
 }
 
-/// Parses `int2vector` (`1 2`) or `int2[]` (`{1,2}`) text into lists.
-fn int2_lists(column: &ArrayRef) -> DfResult<ArrayRef> {
+/// Parses `int2vector`/`oidvector` (`1 2`) or `int2[]` (`{1,2}`) text into
+/// lists of int8, for a cast to the column's element type.
+fn int_lists(column: &ArrayRef) -> DfResult<ArrayRef> {
     let strings = column
         .as_any()
         .downcast_ref::<StringArray>()
         .ok_or_else(|| DataFusionError::Internal("expected a text column".into()))?;
-    let mut builder = ListBuilder::new(Int16Builder::new());
+    let mut builder = ListBuilder::new(arrow::array::Int64Builder::new());
     for value in strings.iter() {
         match value {
             None => builder.append(false),
@@ -139,7 +150,7 @@ fn int2_lists(column: &ArrayRef) -> DfResult<ArrayRef> {
                     .split([',', ' '])
                     .filter(|p| !p.is_empty())
                 {
-                    builder.values().append_option(part.parse::<i16>().ok());
+                    builder.values().append_option(part.parse::<i64>().ok());
                 }
                 builder.append(true);
             }

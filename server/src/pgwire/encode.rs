@@ -182,7 +182,7 @@ impl RowEncoder {
             // The batch's own field matches the array's physical type, which
             // arrow_pg relies on when it downcasts.
             let arrow_field = batch_schema.field(col);
-            if array.is_null(row) {
+            if crate::text_output::is_null_at(array.as_ref(), row) {
                 self.writer.put(None);
                 continue;
             }
