@@ -18,8 +18,11 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{Field, Schema, SchemaRef};
+use std::ops::ControlFlow;
+
 use datafusion::sql::sqlparser::ast::{
     AccessExpr, DataType as SqlDataType, Expr, Ident, Query, SelectItem, SetExpr, Statement,
+    TableAliasColumnDef, TableFactor, VisitMut, VisitorMut,
 };
 
 use weir_planner::SqlType;
@@ -30,6 +33,39 @@ use weir_planner::SqlType;
 enum Strength {
     Weak,
     Strong,
+}
+
+/// Table functions in FROM that return one scalar column.
+const SCALAR_TABLE_FUNCTIONS: &[&str] = &["generate_series", "range", "unnest"];
+
+/// `FROM generate_series(1, 3) AS g` names its column `g`: PostgreSQL
+/// names the one column of a function returning a scalar after the alias,
+/// where DataFusion keeps the function's own name (`value`).
+pub fn name_function_columns(statement: &mut Statement) {
+    struct AliasNamesColumn;
+    impl VisitorMut for AliasNamesColumn {
+        type Break = ();
+        fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+            if let TableFactor::Table {
+                name,
+                args: Some(_),
+                alias: Some(alias),
+                ..
+            } = factor
+                && alias.columns.is_empty()
+                && name.0.last().and_then(|p| p.as_ident()).is_some_and(|f| {
+                    SCALAR_TABLE_FUNCTIONS.contains(&f.value.to_ascii_lowercase().as_str())
+                })
+            {
+                alias.columns = vec![TableAliasColumnDef {
+                    name: alias.name.clone(),
+                    data_type: None,
+                }];
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut AliasNamesColumn);
 }
 
 /// Aliases the unaliased items of the statement's top-level select list

@@ -244,6 +244,65 @@ pub fn normalize_jsonb(text: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// jsonb's `left @> right`: every object member of `right` is in `left`
+/// with a value containing its own, every array element of `right` is
+/// contained in some element of `left`, scalars are equal (numbers by
+/// value); a top-level array also contains a scalar that is one of its
+/// elements, as PostgreSQL's `JsonbDeepContains` has it.
+pub fn contains(left: &str, right: &str) -> Result<bool, String> {
+    Ok(contains_value(&parse(left)?, &parse(right)?, true))
+}
+
+fn contains_value(left: &Json, right: &Json, top: bool) -> bool {
+    match (left, right) {
+        (Json::Object(members), Json::Object(wanted)) => wanted.iter().all(|(key, value)| {
+            // The last of duplicate keys is the member jsonb keeps.
+            members
+                .iter()
+                .rev()
+                .find(|(k, _)| k == key)
+                .is_some_and(|(_, have)| contains_value(have, value, false))
+        }),
+        (Json::Array(items), Json::Array(wanted)) => wanted
+            .iter()
+            .all(|w| items.iter().any(|item| contains_value(item, w, false))),
+        (Json::Array(items), scalar) if top && !matches!(scalar, Json::Object(_)) => {
+            items.iter().any(|item| scalar_equal(item, scalar))
+        }
+        (a, b) => scalar_equal(a, b),
+    }
+}
+
+fn scalar_equal(a: &Json, b: &Json) -> bool {
+    match (a, b) {
+        (Json::Null, Json::Null) => true,
+        (Json::Bool(x), Json::Bool(y)) => x == y,
+        (Json::String(x), Json::String(y)) => x == y,
+        (Json::Number(x), Json::Number(y)) => {
+            x == y
+                || matches!(
+                    (x.parse::<rust_decimal::Decimal>(), y.parse::<rust_decimal::Decimal>()),
+                    (Ok(x), Ok(y)) if x == y
+                )
+                || matches!((x.parse::<f64>(), y.parse::<f64>()), (Ok(x), Ok(y)) if x == y)
+        }
+        _ => false,
+    }
+}
+
+/// jsonb's `document ? key`: `key` is a key of the top-level object, or a
+/// string element of the top-level array (or the string itself).
+pub fn has_key(document: &str, key: &str) -> Result<bool, String> {
+    Ok(match parse(document)? {
+        Json::Object(members) => members.iter().any(|(k, _)| k == key),
+        Json::Array(items) => items
+            .iter()
+            .any(|item| matches!(item, Json::String(s) if s == key)),
+        Json::String(s) => s == key,
+        _ => false,
+    })
+}
+
 /// One step into a json value: an object's key or an array's position
 /// (negative counts from the end).
 pub enum Step<'a> {
@@ -331,6 +390,31 @@ pub fn as_text(value: &str) -> Result<Option<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn containment_and_existence_follow_jsonb() {
+        for (left, right, expected) in [
+            (r#"{"a":1,"b":{"c":[1,2]}}"#, r#"{"b":{"c":[2]}}"#, true),
+            (r#"{"a":1}"#, r#"{"a":1,"b":2}"#, false),
+            (r#"[[1,2],3]"#, r#"[[1]]"#, true),
+            (r#"[1,[2]]"#, r#"[2]"#, false),
+            (r#"[1,2]"#, "2", true),
+            (r#"{"a":[1]}"#, r#"{"a":1}"#, false),
+            (r#"{"a":1,"a":2}"#, r#"{"a":2}"#, true),
+            (r#"{"n":1.50}"#, r#"{"n":1.5}"#, true),
+            ("null", "null", true),
+        ] {
+            assert_eq!(
+                contains(left, right).unwrap(),
+                expected,
+                "{left} @> {right}"
+            );
+        }
+        assert!(has_key(r#"{"a":null}"#, "a").unwrap());
+        assert!(!has_key(r#"[["a"]]"#, "a").unwrap());
+        assert!(has_key(r#""a""#, "a").unwrap());
+        assert!(contains("{", "{}").is_err());
+    }
 
     #[test]
     fn jsonb_is_normalized_like_postgresql() {

@@ -37,7 +37,8 @@ fn json_kind(field: &Field) -> Option<&str> {
         .filter(|t| matches!(*t, "json" | "jsonb"))
 }
 
-/// Plans `->`, `->>`, `#>`, `#>>` whose left side is json or jsonb.
+/// Plans `->`, `->>`, `#>`, `#>>` whose left side is json or jsonb, and
+/// jsonb's `@>`, `<@`, `?`, `?|`, `?&` ([`super::jsonb_predicates`]).
 #[derive(Debug)]
 pub struct JsonOperators;
 
@@ -47,6 +48,9 @@ impl ExprPlanner for JsonOperators {
         expr: RawBinaryExpr,
         schema: &DFSchema,
     ) -> Result<PlannerResult<RawBinaryExpr>> {
+        if let Some((test, swapped)) = super::jsonb_predicates::Test::of(&expr.op) {
+            return plan_jsonb_predicate(expr, schema, test, swapped);
+        }
         let (path, as_text) = match expr.op {
             BinaryOperator::Arrow => (false, false),
             BinaryOperator::LongArrow => (false, true),
@@ -61,6 +65,30 @@ impl ExprPlanner for JsonOperators {
         let call = JsonGet::udf(path, as_text).call(vec![expr.left, expr.right]);
         Ok(PlannerResult::Planned(call))
     }
+}
+
+/// `@>`, `<@`, `?`, `?|`, `?&` where the document side is jsonb (json has
+/// none of them in PostgreSQL either); other operands keep DataFusion's
+/// meaning (`@>` of arrays).
+fn plan_jsonb_predicate(
+    expr: RawBinaryExpr,
+    schema: &DFSchema,
+    test: super::jsonb_predicates::Test,
+    swapped: bool,
+) -> Result<PlannerResult<RawBinaryExpr>> {
+    let document = if swapped { &expr.right } else { &expr.left };
+    let (_, field) = document.to_field(schema)?;
+    if json_kind(&field) != Some("jsonb") {
+        return Ok(PlannerResult::Original(expr));
+    }
+    let args = if swapped {
+        vec![expr.right, expr.left]
+    } else {
+        vec![expr.left, expr.right]
+    };
+    Ok(PlannerResult::Planned(
+        super::jsonb_predicates::JsonbPredicate::udf(test).call(args),
+    ))
 }
 
 /// `json_get(j, step)` and its text and path forms (see the module comment).

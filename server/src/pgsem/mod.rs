@@ -13,7 +13,8 @@
 //!   a cast to unconstrained `numeric` keeps the value's own scale;
 //!   `numeric / numeric` keeps 16 decimals at least ([`numeric_div`]).
 //! - `pg_typeof`; `array_agg` keeps its argument's type ([`array_agg`]).
-//! - json's `->`, `->>`, `#>`, `#>>` ([`json_ops`]).
+//! - json's `->`, `->>`, `#>`, `#>>` ([`json_ops`]); jsonb's `@>`, `<@`,
+//!   `?`, `?|`, `?&` ([`jsonb_predicates`]).
 //! - `to_char` with PostgreSQL's template patterns ([`to_char`]).
 //! - Date and time text read as PostgreSQL reads it, in the session's
 //!   DateStyle order and TimeZone ([`datetime_in`]); the analyzer finds
@@ -24,11 +25,12 @@ mod colname;
 pub mod datetime_in;
 pub mod json;
 mod json_ops;
+mod jsonb_predicates;
 mod numeric_div;
 mod to_char;
 mod udfs;
 
-pub use colname::{name_columns, presented_name, presented_schema};
+pub use colname::{name_columns, name_function_columns, presented_name, presented_schema};
 pub use json_ops::JsonOperators;
 
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! reads PostgreSQL's: `YYYY YY MM DD DDD D HH24 HH12 HH MI SS MS US AM PM
 //! am pm Month MONTH month Mon MON mon Day DAY day Dy DY dy Q`, the `FM`
 //! prefix (no padding), `"quoted text"` and `\` escapes; anything else is
-//! copied. Values are formatted in their own zone (timestamptz in UTC).
+//! copied. A timestamptz is formatted in the session's TimeZone.
 
 use std::sync::Arc;
 
@@ -150,8 +150,18 @@ pub fn render(t: &NaiveDateTime, format: &str) -> String {
     out
 }
 
-/// The date-times of a date or timestamp array (`None` for NULLs).
-fn date_times(values: &ArrayRef) -> Result<Vec<Option<NaiveDateTime>>> {
+/// The date-times of a date or timestamp array (`None` for NULLs); a
+/// timestamptz is shown as local time in `session_zone`, as PostgreSQL
+/// formats it in the session's TimeZone.
+fn date_times(values: &ArrayRef, session_zone: &str) -> Result<Vec<Option<NaiveDateTime>>> {
+    let zone = match values.data_type() {
+        DataType::Timestamp(_, Some(_)) => Some(
+            session_zone
+                .parse::<arrow::array::timezone::Tz>()
+                .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?,
+        ),
+        _ => None,
+    };
     let micros = match values.data_type() {
         DataType::Date32 | DataType::Date64 | DataType::Timestamp(..) => {
             arrow::compute::cast(values, &DataType::Timestamp(TimeUnit::Microsecond, None))?
@@ -165,7 +175,10 @@ fn date_times(values: &ArrayRef) -> Result<Vec<Option<NaiveDateTime>>> {
                 .is_valid(i)
                 .then(|| chrono::DateTime::from_timestamp_micros(micros.value(i)))
                 .flatten()
-                .map(|d| d.naive_utc())
+                .map(|d| match &zone {
+                    Some(tz) => d.with_timezone(tz).naive_local(),
+                    None => d.naive_utc(),
+                })
         })
         .collect())
 }
@@ -185,7 +198,8 @@ impl ScalarUDFImpl for ToChar {
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let values = date_times(&arrays[0])?;
+        let zone = args.config_options.execution.time_zone.as_deref();
+        let values = date_times(&arrays[0], zone.unwrap_or("+00:00"))?;
         let formats = arrow::compute::cast(&arrays[1], &DataType::Utf8)?;
         let formats = formats.as_string::<i32>();
         let out: StringArray = values

@@ -89,6 +89,9 @@ struct Savepoint {
     overlay: Snapshot,
     ddl_len: usize,
     tables_len: usize,
+    /// The session settings, and what the block's SETs had done to them.
+    vars: std::collections::BTreeMap<String, String>,
+    settings: vars::BlockSettings,
 }
 
 impl Txn {
@@ -339,6 +342,7 @@ impl Session {
             } => {
                 if let Some(t) = self.txn.take() {
                     t.settings.roll_back(&mut self.vars);
+                    self.apply_vars_to_planner();
                 }
                 return Ok(command("ROLLBACK"));
             }
@@ -430,12 +434,14 @@ impl Session {
             None => Ok(command("COMMIT")),
             Some(t) if t.failed => {
                 t.settings.roll_back(&mut self.vars);
+                self.apply_vars_to_planner();
                 Ok(command("ROLLBACK"))
             }
             Some(mut t) => {
                 let settings = std::mem::take(&mut t.settings);
                 let committed = self.commit_txn(t).await;
                 settings.commit(&mut self.vars);
+                self.apply_vars_to_planner();
                 committed?;
                 Ok(command("COMMIT"))
             }
@@ -468,12 +474,15 @@ impl Session {
     }
 
     fn savepoint(&mut self, name: String) -> Result<StatementResult, ServerError> {
+        let vars = self.vars.snapshot();
         let txn = self.block("SAVEPOINT")?;
         let savepoint = Savepoint {
             name,
             overlay: txn.overlay.clone(),
             ddl_len: txn.writes.ddl.len(),
             tables_len: txn.writes.tables.len(),
+            vars,
+            settings: txn.settings.clone(),
         };
         txn.savepoints.push(savepoint);
         Ok(command("SAVEPOINT"))
@@ -488,8 +497,9 @@ impl Session {
         Ok(command("RELEASE"))
     }
 
-    /// `ROLLBACK TO [SAVEPOINT] name`: undoes the writes made since the
-    /// savepoint, which stays open, and clears a failure, as PostgreSQL does.
+    /// `ROLLBACK TO [SAVEPOINT] name`: undoes the writes and SETs made since
+    /// the savepoint, which stays open, and clears a failure, as PostgreSQL
+    /// does.
     fn rollback_to(&mut self, name: &str) -> Result<StatementResult, ServerError> {
         let txn = self.block("ROLLBACK TO SAVEPOINT")?;
         let at = match txn.position_of(name) {
@@ -504,7 +514,11 @@ impl Session {
         txn.overlay = savepoint.overlay.clone();
         txn.writes.ddl.truncate(savepoint.ddl_len);
         txn.writes.tables.truncate(savepoint.tables_len);
+        txn.settings = savepoint.settings.clone();
+        let vars = savepoint.vars.clone();
         txn.failed = false;
+        self.vars.restore(vars);
+        self.apply_vars_to_planner();
         self.refresh_view();
         Ok(command("ROLLBACK"))
     }

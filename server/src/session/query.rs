@@ -22,6 +22,7 @@ impl Session {
     ) -> Result<LogicalPlan, ServerError> {
         weir_planner::rewrite_window_tvfs(&mut statement)?;
         crate::pgsem::name_columns(&mut statement);
+        crate::pgsem::name_function_columns(&mut statement);
         crate::pgsem::at_time_zone_as_function(&mut statement);
         let original = (compat::reads_only_catalog(&statement)
             && compat::select_subquery_count(&statement) > 0)

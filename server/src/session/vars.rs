@@ -551,7 +551,7 @@ mod tests {
 }
 
 /// What a transaction block's SETs did to the session settings.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct BlockSettings {
     /// The settings as the block began; `None` outside a block.
     at_begin: Option<BTreeMap<String, String>>,
