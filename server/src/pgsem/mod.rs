@@ -175,7 +175,8 @@ fn rewrite_plan(
 ///   `int8`, as DataFusion requires, and so do VALUES rows, whose schema
 ///   is fixed when they are built);
 /// - `avg` of integers is `numeric` (16 decimals, PostgreSQL's usual
-///   division scale) and so is `sum` of `bigint`.
+///   division scale) and so is `sum` of `bigint`; `avg` of `numeric` has
+///   16 decimals too.
 pub fn pg_result_types(plan: LogicalPlan) -> Result<LogicalPlan> {
     // A recursive CTE's work table keeps the types it was planned with, so
     // its terms must not change theirs.
@@ -203,6 +204,14 @@ pub fn pg_result_types(plan: LogicalPlan) -> Result<LogicalPlan> {
                     let arg_type = agg.params.args[0].get_type(schema)?;
                     let exact = match (agg.func.name(), &arg_type) {
                         ("avg", t) if is_int(t) => Some(DataType::Decimal128(34, 12)),
+                        // DataFusion's avg keeps 4 more decimals than its
+                        // argument; PostgreSQL's keeps 16 (for averages of
+                        // 1 to 9999, as its division does).
+                        ("avg", DataType::Decimal128(p, s))
+                            if (0..12).contains(s) && i16::from(*p) - i16::from(*s) + 12 <= 28 =>
+                        {
+                            Some(DataType::Decimal128(p - *s as u8 + 12, 12))
+                        }
                         ("sum", DataType::Int64) => Some(DataType::Decimal128(19, 0)),
                         _ => None,
                     };
