@@ -26,7 +26,7 @@ use datafusion::sql::sqlparser::ast::BinaryOperator;
 use weir_planner::PG_TYPE_METADATA_KEY;
 
 use super::json::{self, Step};
-use super::udfs::value_error;
+use super::udfs::{strings, value_error};
 
 /// Whether `field` holds json or jsonb, and which.
 fn json_kind(field: &Field) -> Option<&str> {
@@ -107,12 +107,6 @@ impl JsonGet {
             signature: Signature::any(2, Volatility::Immutable),
         })
     }
-}
-
-fn strings(array: &ArrayRef) -> Result<StringArray> {
-    Ok(arrow::compute::cast(array, &DataType::Utf8)?
-        .as_string::<i32>()
-        .clone())
 }
 
 /// The steps of a `#>` path: its text elements, from a text array or

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, StringArray};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray};
 use arrow::datatypes::DataType;
 use datafusion::common::{Result, exec_err};
 use datafusion::logical_expr::{
@@ -19,7 +19,7 @@ use datafusion::logical_expr::{
 use datafusion::sql::sqlparser::ast::BinaryOperator;
 
 use super::json;
-use super::udfs::value_error;
+use super::udfs::{strings, value_error};
 
 /// Which test a [`JsonbPredicate`] makes of its `(document, operand)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -60,12 +60,6 @@ impl JsonbPredicate {
             signature: Signature::any(2, Volatility::Immutable),
         })
     }
-}
-
-fn strings(array: &ArrayRef) -> Result<StringArray> {
-    Ok(arrow::compute::cast(array, &DataType::Utf8)?
-        .as_string::<i32>()
-        .clone())
 }
 
 /// The keys of a `?|`/`?&` operand at `row`: a text array, or array text.

@@ -46,7 +46,8 @@ fn map_arg(
     }
 }
 
-fn strings(array: &ArrayRef) -> Result<StringArray> {
+/// The values of a text column (of any string type) as `Utf8`.
+pub(super) fn strings(array: &ArrayRef) -> Result<StringArray> {
     let cast = arrow::compute::cast(array, &DataType::Utf8)?;
     cast.as_any()
         .downcast_ref::<StringArray>()

@@ -265,14 +265,19 @@ mod tests {
         }
     }
 
-    fn timestamp(text: &str) -> String {
-        match read_timestamp(text, &ctx(DateOrder::Mdy)) {
+    /// A read timestamp as its UTC text, or the error's SQLSTATE.
+    fn utc_text(read: Read<i64>) -> String {
+        match read {
             Ok(t) => chrono::DateTime::from_timestamp_micros(t)
                 .unwrap()
                 .naive_utc()
                 .to_string(),
             Err(e) => e.sqlstate.to_string(),
         }
+    }
+
+    fn timestamp(text: &str) -> String {
+        utc_text(read_timestamp(text, &ctx(DateOrder::Mdy)))
     }
 
     #[test]
@@ -301,13 +306,7 @@ mod tests {
             time_zone: zone.into(),
             ..Default::default()
         };
-        match read_timestamptz(text, &ctx) {
-            Ok(t) => chrono::DateTime::from_timestamp_micros(t)
-                .unwrap()
-                .naive_utc()
-                .to_string(),
-            Err(e) => e.sqlstate.to_string(),
-        }
+        utc_text(read_timestamptz(text, &ctx))
     }
 
     #[test]
