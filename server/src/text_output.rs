@@ -336,7 +336,12 @@ fn hms(hours: i64, minutes: i64, seconds: i64, micros: i64) -> String {
 }
 
 fn time_text(micros_of_day: i64) -> String {
-    let t = micros_of_day.rem_euclid(MICROS_PER_DAY);
+    // `24:00:00` is a time of day in PostgreSQL, the end of the day.
+    let t = if micros_of_day == MICROS_PER_DAY {
+        micros_of_day
+    } else {
+        micros_of_day.rem_euclid(MICROS_PER_DAY)
+    };
     let secs = t / MICROS_PER_SECOND;
     hms(
         secs / 3600,

@@ -210,6 +210,15 @@ impl RowEncoder {
                 tagged_list_binary(self.schema_fields.get(col).map(|f| f.as_ref()), array, row)?
             {
                 self.writer.put(Some(&bytes));
+            } else if let DataType::Time64(arrow::datatypes::TimeUnit::Microsecond) =
+                array.data_type()
+            {
+                // PostgreSQL's binary time is its microseconds; arrow_pg goes
+                // through chrono, which has no `24:00:00`.
+                let micros = array
+                    .as_primitive::<arrow::datatypes::Time64MicrosecondType>()
+                    .value(row);
+                self.writer.put(Some(&micros.to_be_bytes()));
             } else {
                 encode_value(&mut self.writer, array, row, arrow_field, pg_field)?;
             }
