@@ -25,6 +25,7 @@ import uuid
 from decimal import Decimal
 
 import psycopg
+import psycopg.adapt
 from psycopg import errors
 from psycopg.types.json import Json, Jsonb
 
@@ -302,6 +303,20 @@ def main():
             got = conn.execute("SELECT NULL, CASE WHEN 1 = 0 THEN NULL END, 1", binary=binary).fetchone()
             expect_eq(got, (None, None, 1), f"untyped NULLs (binary={binary})")
 
+    def end_of_day_time_in_binary():
+        # time '24:00:00' is PostgreSQL's end of the day; Python's time has
+        # no such value, so the raw binary form (microseconds) is checked.
+        class RawTime(psycopg.adapt.Loader):
+            format = psycopg.pq.Format.BINARY
+
+            def load(self, data):
+                return int.from_bytes(bytes(data), "big", signed=True)
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.adapters.register_loader("time", RawTime)
+            got = conn.execute("SELECT '24:00:00'::time, '10:00'::time", binary=True).fetchone()
+            expect_eq(got, (86_400_000_000, 36_000_000_000), "binary time microseconds")
+
     def date_text_parameters_follow_datestyle():
         # A Python str goes as text of unknown type; the server reads it as
         # the date the cast asks for, in the session's DateStyle order, as
@@ -341,6 +356,7 @@ def main():
         errors_carry_sqlstates,
         server_side_cursor_fetches_in_batches,
         untyped_null_is_null,
+        end_of_day_time_in_binary,
         date_text_parameters_follow_datestyle,
         cleanup,
     ):

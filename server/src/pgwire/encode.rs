@@ -210,20 +210,28 @@ impl RowEncoder {
                 tagged_list_binary(self.schema_fields.get(col).map(|f| f.as_ref()), array, row)?
             {
                 self.writer.put(Some(&bytes));
-            } else if let DataType::Time64(arrow::datatypes::TimeUnit::Microsecond) =
-                array.data_type()
-            {
-                // PostgreSQL's binary time is its microseconds; arrow_pg goes
-                // through chrono, which has no `24:00:00`.
-                let micros = array
-                    .as_primitive::<arrow::datatypes::Time64MicrosecondType>()
-                    .value(row);
+            } else if let Some(micros) = time_micros(array, row) {
                 self.writer.put(Some(&micros.to_be_bytes()));
             } else {
                 encode_value(&mut self.writer, array, row, arrow_field, pg_field)?;
             }
         }
         Ok(self.writer.take_row())
+    }
+}
+
+/// A `time` value as PostgreSQL's binary form, its microseconds; arrow_pg
+/// goes through chrono, which has no `24:00:00` (it sent NULL).
+fn time_micros(array: &ArrayRef, row: usize) -> Option<i64> {
+    use arrow::datatypes::{Time64MicrosecondType, Time64NanosecondType, TimeUnit};
+    match array.data_type() {
+        DataType::Time64(TimeUnit::Microsecond) => {
+            Some(array.as_primitive::<Time64MicrosecondType>().value(row))
+        }
+        DataType::Time64(TimeUnit::Nanosecond) => {
+            Some(array.as_primitive::<Time64NanosecondType>().value(row) / 1000)
+        }
+        _ => None,
     }
 }
 
