@@ -126,7 +126,7 @@ pub async fn recover(db: Arc<Database>) {
         return;
     };
     let catalog = db.snapshot().catalog.clone();
-    let session = crate::session::Session::new(
+    let mut session = crate::session::Session::new(
         db.clone(),
         crate::catalog::model::SUPERUSER,
         crate::catalog::model::DATABASE_NAME,
@@ -137,6 +137,10 @@ pub async fn recover(db: Arc<Database>) {
         let mut deployments = Vec::new();
         // Catalog ids grow with creation: a projection comes after its inputs.
         for def in catalog.projections.values() {
+            if let Err(e) = session.adopt_settings(def) {
+                tracing::error!(projection = %def.qualified_name(), error = %e, "projection settings could not be restored");
+                continue;
+            }
             let deployment = match session.plan_deployment(def).await {
                 Ok(d) => d,
                 Err(e) => {
@@ -181,7 +185,11 @@ pub async fn recover(db: Arc<Database>) {
             continue;
         }
         session.refresh_view();
-        match session.deploy(def).await {
+        let deployed = match session.adopt_settings(def) {
+            Ok(()) => session.deploy(def).await,
+            Err(e) => Err(e),
+        };
+        match deployed {
             Ok(()) => tracing::info!(projection = %def.qualified_name(), "projection rebuilt"),
             Err(e) => {
                 tracing::error!(projection = %def.qualified_name(), error = %e, "projection could not be rebuilt")

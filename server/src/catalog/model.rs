@@ -154,7 +154,16 @@ pub struct ProjectionDef {
     pub columns: Vec<ColumnDef>,
     /// Tables and projections the query reads.
     pub reads: Vec<ObjectId>,
+    /// The session settings the query was planned under, by name
+    /// ([`PROJECTION_SETTINGS`]): a start plans it under them again, so its
+    /// names and literals (`'01/02/2024'::date`) keep their meaning.
+    /// Empty for projections created before settings were kept.
+    #[serde(default)]
+    pub settings: std::collections::BTreeMap<String, String>,
 }
+
+/// The session settings that change what a query's text means.
+pub const PROJECTION_SETTINGS: &[&str] = &["search_path", "DateStyle", "TimeZone"];
 
 impl ProjectionDef {
     pub fn arrow_schema(&self) -> SchemaRef {

@@ -89,6 +89,10 @@ impl Session {
         reads.sort();
         reads.dedup();
         let id = (*catalog).clone().allocate_id();
+        let settings = crate::catalog::model::PROJECTION_SETTINGS
+            .iter()
+            .filter_map(|name| Some((name.to_string(), self.vars.get(name)?)))
+            .collect();
         let def = ProjectionDef {
             id,
             schema,
@@ -96,6 +100,7 @@ impl Session {
             query: create.query.to_string(),
             columns,
             reads,
+            settings,
         };
         self.write(TxnWrites {
             ddl: vec![CatalogChange::CreateProjection(def)],
@@ -154,6 +159,16 @@ impl Session {
     pub(crate) async fn deploy(&self, def: &ProjectionDef) -> Result<(), ServerError> {
         let deployment = self.plan_deployment(def).await?;
         self.db.deploy_projection(deployment).await
+    }
+
+    /// Takes on the settings a projection was created under, to plan it
+    /// again at a start (see [`ProjectionDef::settings`]).
+    pub(crate) fn adopt_settings(&mut self, def: &ProjectionDef) -> Result<(), ServerError> {
+        for (name, value) in &def.settings {
+            self.vars.set(name, value)?;
+        }
+        self.apply_vars_to_planner();
+        Ok(())
     }
 
     /// Plans a committed projection into what the coordinator deploys

@@ -61,6 +61,49 @@ async fn a_projection_survives_kill_9_and_keeps_updating() {
     assert_eq!(status, vec!["pr_by_g|running", "pr_top|running"]);
 }
 
+/// A projection is planned again at every start under the settings it was
+/// created with: its unqualified names resolve through the creator's
+/// search_path, and its date literal keeps the creator's DateStyle order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_plans_a_projection_under_its_creators_settings() {
+    let mut server = WeirServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE SCHEMA pr_app;
+             CREATE TABLE pr_app.pr_events (id INT PRIMARY KEY, d DATE);
+             INSERT INTO pr_app.pr_events VALUES (1, '2024-01-01'), (2, '2024-01-15');
+             SET search_path = pr_app;
+             SET DateStyle = 'DMY';
+             CREATE PROJECTION pr_recent AS SELECT count(*) AS n FROM pr_events WHERE d >= '02/01/2024';",
+        )
+        .await
+        .expect("setup");
+    assert_eq!(rows(&client, "SELECT n FROM pr_recent").await, vec!["1"]);
+    drop(client);
+
+    server.kill();
+    server.restart();
+    let client = server.connect().await;
+    // 2024-01-10 is on or after 2 January (DMY), not 1 February (MDY).
+    client
+        .batch_execute("INSERT INTO pr_app.pr_events VALUES (3, '2024-01-10')")
+        .await
+        .expect("insert after restart");
+    assert_eq!(
+        rows(&client, "SELECT n FROM pr_app.pr_recent").await,
+        vec!["2"]
+    );
+    assert_eq!(
+        rows(
+            &client,
+            "SELECT status FROM weir_catalog.projections WHERE name = 'pr_recent'"
+        )
+        .await,
+        vec!["running"]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writers_read_their_writes_and_others_read_completed_epochs() {
     let server = WeirServer::start();
