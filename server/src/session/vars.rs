@@ -480,9 +480,7 @@ impl Session {
             tz
         });
     }
-}
 
-impl Session {
     /// How this session reads date/time text: its DateStyle and TimeZone.
     pub(crate) fn datetime_context(&self) -> crate::pgsem::datetime_in::DateTimeContext {
         crate::pgsem::datetime_context(self.ctx.state_ref().read().config().options())
