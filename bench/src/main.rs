@@ -10,16 +10,26 @@
 //! `weir-bench projections --rows 100000` measures how fast projections keep
 //! up with updates and the epoch latency (see [`projections`]).
 //!
+//! `weir-bench nexmark --query q5 --events 10000000` (or `--all`) starts its
+//! own `weir` per query and measures the Nexmark suite (see [`nexmark`]).
+//!
+//! `weir-bench micro` measures engine operators in process, one thread, no
+//! server (see [`micro`]).
+//!
 //! Results are printed as rates per second and per client. Run the server
 //! with `--release` for meaningful numbers.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 
+mod micro;
+mod nexmark;
 mod projections;
+mod server;
 use tokio_postgres::{Client, NoTls};
 
 #[derive(Parser)]
@@ -61,6 +71,41 @@ enum Bench {
         /// The server's process id, to report rows per server core-second.
         #[arg(long)]
         server_pid: Option<u32>,
+    },
+    /// The Nexmark suite, each query on a fresh `weir` started by the benchmark.
+    Nexmark {
+        /// Queries to run (`q5`, or `q0,q5`).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            required_unless_present = "all",
+            conflicts_with = "all"
+        )]
+        query: Vec<String>,
+        /// Runs q0 q1 q2 q3 q4 q5 q7 q8 q9 q12 q14 q15 q16 q17 q18 q19 q20 q21 q22.
+        #[arg(long)]
+        all: bool,
+        /// Events of the generated stream (persons, auctions and bids together).
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+        /// Also writes the results as a JSON array here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// The weir binary; by default the `weir` next to this executable.
+        #[arg(long)]
+        weir: Option<PathBuf>,
+        /// Passed to `weir serve --barrier-interval`.
+        #[arg(long, default_value = "1s")]
+        barrier_interval: String,
+        /// Per query, from CREATE SINK until the sources completed.
+        #[arg(long, default_value_t = 3600)]
+        timeout_s: u64,
+    },
+    /// Engine operators in process, single thread, rows per second.
+    Micro {
+        /// Runs only the benchmarks whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
     },
 }
 
@@ -111,9 +156,16 @@ async fn measure(
     Ok(done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (host, port, clients, seconds) = match Cli::parse().command {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    match Cli::parse().command {
+        // In process and single threaded: no runtime threads beside it.
+        Bench::Micro { filter } => micro::run(filter.as_deref()),
+        command => tokio::runtime::Runtime::new()?.block_on(against_server(command)),
+    }
+}
+
+async fn against_server(command: Bench) -> Result<(), Box<dyn std::error::Error>> {
+    let (host, port, clients, seconds) = match command {
         Bench::Serving {
             host,
             port,
@@ -141,6 +193,41 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             return projections::run(&client, &options).await;
         }
+        Bench::Nexmark {
+            query,
+            all,
+            events,
+            json,
+            weir,
+            barrier_interval,
+            timeout_s,
+        } => {
+            let queries = if all {
+                nexmark::QUERIES
+                    .iter()
+                    .map(|(n, _)| n.to_string())
+                    .collect()
+            } else {
+                query
+            };
+            let weir = match weir {
+                Some(path) => path,
+                None => std::env::current_exe()?
+                    .parent()
+                    .ok_or("weir-bench has no directory")?
+                    .join("weir"),
+            };
+            let options = nexmark::Options {
+                queries,
+                events,
+                json,
+                weir,
+                barrier_interval,
+                timeout: Duration::from_secs(timeout_s),
+            };
+            return nexmark::run(&options).await;
+        }
+        Bench::Micro { .. } => unreachable!("run without a runtime by main"),
     };
     let admin = connect(&host, port).await?;
     admin

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
+use crate::server::cpu_seconds as server_cpu_seconds;
+
 pub struct Options {
     pub rows: u64,
     pub groups: u64,
@@ -138,15 +140,4 @@ async fn check(client: &Client) -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("projection total {projected} != table total {ad_hoc}").into());
     }
     Ok(())
-}
-
-/// User + system CPU seconds of a process, from /proc/<pid>/stat.
-fn server_cpu_seconds(pid: u32) -> Result<f64, Box<dyn std::error::Error>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the parenthesised command name; utime and stime are the
-    // 14th and 15th fields overall.
-    let after = stat.rsplit_once(')').ok_or("unreadable /proc stat")?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
-    Ok(ticks / 100.0)
 }

@@ -1,6 +1,182 @@
 //! Connectors: where data enters Weir (sources) and where it leaves (sinks).
 //!
-//! This crate is the home of the `Source`/`Sink` traits, the connector
-//! registry and each connector behind its Cargo feature (ARCHITECTURE.md §6).
-//! It is empty until the first source lands: tables, the only way data enters
-//! today, are written through SQL and live in `weir-server`/`weir-storage`.
+//! - [`spec`]: what a connector declares before it runs: its options (name,
+//!   type, default, required, secret, help) and capabilities (read modes,
+//!   append-only, replayable, bounded, delivery). CREATE SOURCE/SINK
+//!   validates against it, so a bad option fails at CREATE, not later.
+//! - [`Source`] ([`source`]): splits with offsets, batches tagged with the
+//!   offset after them, the end of a split, acknowledgement after a seal.
+//! - [`Sink`] ([`sink`]): write per epoch, `pre_commit` at the barrier,
+//!   idempotent `commit` after the seal, idempotent `abort`.
+//! - [`Connector`] and [`registry`]: every connector compiled in, each a
+//!   module behind its Cargo feature: `nexmark` and `datagen` (sources),
+//!   `blackhole` and `log`/`stdout` (sinks).
+//!
+//! The runtime in `weir-engine` opens sources at the offsets of the latest
+//! seal and sinks with the latest seal's descriptor; this crate knows
+//! nothing of epochs beyond the numbers it is handed, nor of SQL.
+
+mod error;
+pub mod sink;
+pub mod source;
+pub mod spec;
+
+#[cfg(feature = "blackhole")]
+mod blackhole;
+#[cfg(feature = "datagen")]
+mod datagen;
+#[cfg(feature = "log")]
+mod log_sink;
+#[cfg(feature = "nexmark")]
+mod nexmark;
+
+use arrow::datatypes::SchemaRef;
+
+pub use error::ConnectorError;
+pub use sink::{Sink, SinkOpen};
+pub use source::{Offsets, Source, SourceBatch, SourceEvent, SourceOpen};
+pub use spec::{Capabilities, ConnectorKind, ConnectorSpec, Delivery, OptionSpec, OptionType};
+
+/// One connector: its spec and how to open it.
+pub trait Connector: Send + Sync {
+    fn spec(&self) -> &'static ConnectorSpec;
+
+    /// The columns a source produces under `options` (validated): what a
+    /// CREATE SOURCE without columns gets, and what declared columns are
+    /// checked against.
+    fn produced_columns(
+        &self,
+        options: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Option<SchemaRef>, ConnectorError> {
+        let _ = options;
+        Ok(None)
+    }
+
+    /// The columns of a CREATE SOURCE under `options` (validated): the
+    /// declared ones when they fit what the connector produces, else
+    /// the produced ones. Errors name the column that does not fit.
+    fn source_columns(
+        &self,
+        declared: Option<&SchemaRef>,
+        options: &std::collections::BTreeMap<String, String>,
+    ) -> Result<SchemaRef, ConnectorError> {
+        match self.produced_columns(options)? {
+            Some(produced) => spec::fit_columns(self.spec().name, declared, &produced),
+            None => declared.cloned().ok_or_else(|| ConnectorError::BadOption {
+                connector: self.spec().name.to_string(),
+                option: "columns".into(),
+                message: "this connector needs the columns declared: CREATE SOURCE name (column type, ...) WITH (...)".into(),
+            }),
+        }
+    }
+
+    fn open_source(&self, open: SourceOpen<'_>) -> Result<Box<dyn Source>, ConnectorError> {
+        Err(self.wrong_kind(open.name, "source"))
+    }
+
+    fn open_sink(&self, open: SinkOpen<'_>) -> Result<Box<dyn Sink>, ConnectorError> {
+        Err(self.wrong_kind(open.name, "sink"))
+    }
+
+    #[doc(hidden)]
+    fn wrong_kind(&self, _object: &str, wanted: &'static str) -> ConnectorError {
+        ConnectorError::WrongKind {
+            name: self.spec().name.to_string(),
+            wanted,
+            kind: self.spec().kind.as_str(),
+        }
+    }
+}
+
+const _: Option<&dyn Connector> = None;
+
+/// Every connector compiled in, sources first, each by name.
+pub fn registry() -> Vec<&'static dyn Connector> {
+    let mut all: Vec<&'static dyn Connector> = Vec::new();
+    #[cfg(feature = "nexmark")]
+    all.push(&nexmark::NexmarkConnector);
+    #[cfg(feature = "datagen")]
+    all.push(&datagen::DatagenConnector);
+    #[cfg(feature = "blackhole")]
+    all.push(&blackhole::BlackholeConnector);
+    #[cfg(feature = "log")]
+    {
+        all.push(&log_sink::LOG);
+        all.push(&log_sink::STDOUT);
+    }
+    all
+}
+
+/// The connector called `name`, of `kind`.
+pub fn connector(
+    name: &str,
+    kind: ConnectorKind,
+) -> Result<&'static dyn Connector, ConnectorError> {
+    let all = registry();
+    let found = all.iter().find(|c| c.spec().name == name).copied();
+    match found {
+        Some(c) if c.spec().kind == kind => Ok(c),
+        Some(c) => Err(ConnectorError::WrongKind {
+            name: name.to_string(),
+            wanted: kind.as_str(),
+            kind: c.spec().kind.as_str(),
+        }),
+        None => Err(ConnectorError::UnknownConnector {
+            name: name.to_string(),
+            known: all
+                .iter()
+                .filter(|c| c.spec().kind == kind)
+                .map(|c| c.spec().name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+/// Milliseconds since the Unix epoch now (the clock CREATE fixes defaults with).
+pub fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Paces a producer to `per_second` rows of wall clock (none: unpaced).
+#[derive(Debug)]
+pub(crate) struct RateLimit {
+    per_second: Option<u64>,
+    started: Option<std::time::Instant>,
+    produced: u64,
+}
+
+impl RateLimit {
+    pub(crate) fn new(per_second: Option<u64>) -> Self {
+        Self {
+            per_second: per_second.filter(|r| *r > 0),
+            started: None,
+            produced: 0,
+        }
+    }
+
+    /// Rows to produce in the next batch, at most `max`.
+    pub(crate) fn batch_rows(&self, max: usize) -> usize {
+        match self.per_second {
+            // About ten batches a second, so a slow rate still flows.
+            Some(r) => (r as usize / 10).clamp(1, max),
+            None => max,
+        }
+    }
+
+    /// Waits until `rows` more rows are due.
+    pub(crate) async fn wait(&mut self, rows: usize) {
+        let Some(rate) = self.per_second else {
+            return;
+        };
+        let started = *self.started.get_or_insert_with(std::time::Instant::now);
+        self.produced += rows as u64;
+        let due = std::time::Duration::from_secs_f64(self.produced as f64 / rate as f64);
+        let elapsed = started.elapsed();
+        if due > elapsed {
+            tokio::time::sleep(due - elapsed).await;
+        }
+    }
+}

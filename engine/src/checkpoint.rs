@@ -297,6 +297,7 @@ impl Coordinator {
             graph,
             sources,
             restoring: Some(result),
+            emitting: false,
         });
         Ok(())
     }

@@ -67,6 +67,9 @@ pub struct EpochReport {
     pub failed: Vec<(ObjectId, String)>,
     /// Per projection that stepped: each node's rows in and out.
     pub operators: Vec<(ObjectId, Vec<NodeStep>)>,
+    /// The epoch's output change of every emitting deployment (a sink's
+    /// graph) that produced one; see [`Coordinator::deploy_emitting`].
+    pub emitted: Vec<(ObjectId, ChangeBatch)>,
 }
 
 pub(crate) struct Deployed {
@@ -76,6 +79,9 @@ pub(crate) struct Deployed {
     /// The result being restored from a checkpoint
     /// ([`crate::checkpoint`]); the projection has no view until it is done.
     pub(crate) restoring: Option<Materialized>,
+    /// Whether its output leaves each epoch (a sink) instead of being kept
+    /// as its result: its result stays empty.
+    pub(crate) emitting: bool,
 }
 
 pub struct Coordinator {
@@ -196,9 +202,12 @@ impl Coordinator {
                 }
                 None => deployed.graph.step(&inputs).map_err(|e| e.to_string()),
             };
+            let emitting = deployed.emitting;
             let applied = stepped.and_then(|out| {
                 let mut result = projection.result.clone();
-                result.apply(&out).map_err(|e| e.to_string())?;
+                if !emitting {
+                    result.apply(&out).map_err(|e| e.to_string())?;
+                }
                 Ok((out, result))
             });
             match applied {
@@ -212,7 +221,13 @@ impl Coordinator {
                     report
                         .operators
                         .push((deployed.id, deployed.graph.last_step().to_vec()));
-                    outputs.insert(deployed.id, out);
+                    if emitting {
+                        if !out.is_empty() {
+                            report.emitted.push((deployed.id, out));
+                        }
+                    } else {
+                        outputs.insert(deployed.id, out);
+                    }
                 }
                 Err(e) => {
                     projection.failure = Some(e.clone());
@@ -233,11 +248,38 @@ impl Coordinator {
     pub fn deploy(
         &mut self,
         id: ObjectId,
-        mut graph: Graph,
+        graph: Graph,
         sources: Vec<SourceBinding>,
         output_schema: SchemaRef,
         table_contents: &dyn Fn(ObjectId) -> Result<Option<ChangeBatch>, EngineError>,
     ) -> Result<(), EngineError> {
+        self.deploy_as(id, graph, sources, output_schema, table_contents, false)
+            .map(drop)
+    }
+
+    /// Like [`Self::deploy`], for a graph whose output leaves the engine (a
+    /// sink): no result is kept; the backfill's output is returned, and
+    /// each epoch's output is in [`EpochReport::emitted`].
+    pub fn deploy_emitting(
+        &mut self,
+        id: ObjectId,
+        graph: Graph,
+        sources: Vec<SourceBinding>,
+        output_schema: SchemaRef,
+        table_contents: &dyn Fn(ObjectId) -> Result<Option<ChangeBatch>, EngineError>,
+    ) -> Result<ChangeBatch, EngineError> {
+        self.deploy_as(id, graph, sources, output_schema, table_contents, true)
+    }
+
+    fn deploy_as(
+        &mut self,
+        id: ObjectId,
+        mut graph: Graph,
+        sources: Vec<SourceBinding>,
+        output_schema: SchemaRef,
+        table_contents: &dyn Fn(ObjectId) -> Result<Option<ChangeBatch>, EngineError>,
+        emitting: bool,
+    ) -> Result<ChangeBatch, EngineError> {
         if self.pending_rows > 0 {
             return Err(EngineError::Invariant {
                 operator: "coordinator",
@@ -274,7 +316,9 @@ impl Coordinator {
         }
         let out = graph.step(&backfill)?;
         let mut result = Materialized::new(output_schema)?;
-        result.apply(&out)?;
+        if !emitting {
+            result.apply(&out)?;
+        }
         let rows_in = backfill.iter().map(|c| c.num_rows() as u64).sum();
         let mut view = (*self.view).clone();
         view.projections.insert(
@@ -293,8 +337,17 @@ impl Coordinator {
             graph,
             sources,
             restoring: None,
+            emitting,
         });
-        Ok(())
+        Ok(out)
+    }
+
+    /// Makes a deployment (restored with
+    /// [`Self::deploy_for_restore`]) emit its output instead of keeping it.
+    pub fn set_emitting(&mut self, id: ObjectId) {
+        if let Some(d) = self.deployed.iter_mut().find(|d| d.id == id) {
+            d.emitting = true;
+        }
     }
 
     /// Marks every projection failed (after a step panicked, when no graph

@@ -12,6 +12,8 @@
 //!   `window_end`; ad-hoc queries and projections both plan through it.
 //! - [`lower`]: a projection's bound `LogicalPlan` to its incremental
 //!   operator graph ([`StreamPlan`]), rejecting what cannot be maintained.
+//! - [`streaming_ddl`]: CREATE/DROP/SHOW of sources and sinks, which
+//!   sqlparser does not know.
 //! - [`error`]: [`PlanError`].
 
 pub mod array_literal;
@@ -19,6 +21,7 @@ pub mod error;
 pub mod interval;
 pub mod lower;
 pub mod parse;
+pub mod streaming_ddl;
 pub mod types;
 pub mod window_tvf;
 

@@ -123,6 +123,78 @@ fn split_after_copy_from_stdin(sql: &str) -> Option<(String, String)> {
 }
 
 fn parse_statements(sql: &str) -> Result<Vec<Statement>, ParseError> {
+    if let Some(statements) = parse_with_streaming(sql) {
+        return statements;
+    }
+    parse_plain_statements(sql)
+}
+
+/// Splits `sql` around Weir's streaming statements (CREATE SOURCE, ...;
+/// see [`crate::streaming_ddl`]), which are parsed apart; `None` when it
+/// holds none (checked cheaply first).
+fn parse_with_streaming(sql: &str) -> Option<Result<Vec<Statement>, ParseError>> {
+    use crate::streaming_ddl::{is_streaming, parse_streaming, to_statement};
+    let lower = sql.to_ascii_lowercase();
+    if !lower.contains("source") && !lower.contains("sink") && !lower.contains("connectors") {
+        return None;
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize_with_location()
+        .ok()?;
+    let segments: Vec<&[TokenWithSpan]> = tokens
+        .split_inclusive(|t| t.token == Token::SemiColon)
+        .collect();
+    if !segments.iter().any(|s| is_streaming(s)) {
+        return None;
+    }
+    let text = |ts: &[TokenWithSpan]| ts.iter().map(|t| t.token.to_string()).collect::<String>();
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for segment in segments {
+        let segment_text = text(segment);
+        let parsed = if is_streaming(segment) {
+            let body: Vec<TokenWithSpan> = segment
+                .iter()
+                .filter(|t| t.token != Token::SemiColon)
+                .cloned()
+                .collect();
+            parse_streaming(body)
+                .map(|ddl| vec![to_statement(&ddl)])
+                .map_err(|e| {
+                    let message = match e {
+                        ParserError::TokenizerError(m) | ParserError::ParserError(m) => m,
+                        ParserError::RecursionLimitExceeded => {
+                            "statement is nested too deeply".into()
+                        }
+                    };
+                    let position = position_of(&message, &segment_text);
+                    let message = match message.find(" at Line: ") {
+                        Some(i) => message[..i].to_string(),
+                        None => message,
+                    };
+                    ParseError { message, position }
+                })
+        } else if segment
+            .iter()
+            .all(|t| matches!(t.token, Token::Whitespace(_) | Token::SemiColon))
+        {
+            Ok(Vec::new())
+        } else {
+            parse_plain_statements(&segment_text)
+        };
+        match parsed {
+            Ok(statements) => out.extend(statements),
+            Err(mut e) => {
+                e.position = e.position.map(|p| p + offset);
+                return Some(Err(e));
+            }
+        }
+        offset += segment_text.chars().count();
+    }
+    Some(Ok(out))
+}
+
+fn parse_plain_statements(sql: &str) -> Result<Vec<Statement>, ParseError> {
     let moved = rewrite_move(sql);
     let sql = moved.as_deref().unwrap_or(sql);
     let parsed = match respell(sql) {

@@ -129,9 +129,17 @@ fn rewrite_factor(factor: &mut TableFactor) -> Result<(), PlanError> {
         )));
     }
     let call = check_call(kind, &args.args)?;
+    // Without an alias the window's rows still answer to the relation's
+    // name (`HOP(bid, ...)` is read as `bid.auction`), as in RisingWave.
     let alias = alias.take().unwrap_or_else(|| TableAlias {
         explicit: true,
-        name: Ident::new(kind.name().to_ascii_lowercase()),
+        name: call
+            .relation
+            .0
+            .last()
+            .and_then(|part| part.as_ident())
+            .cloned()
+            .unwrap_or_else(|| Ident::new(kind.name().to_ascii_lowercase())),
         columns: vec![],
         at: None,
     });
@@ -487,12 +495,12 @@ mod tests {
         FROM bids WHERE date_time IS NOT NULL)";
 
     #[test]
-    fn tumble_becomes_a_derived_table_named_after_the_function() {
+    fn tumble_becomes_a_derived_table_named_after_its_relation() {
         assert_eq!(
             rewrites(
                 "SELECT window_start, count(*) FROM TUMBLE(bids, date_time, INTERVAL '10' SECOND) GROUP BY 1"
             ),
-            format!("SELECT window_start, count(*) FROM {TUMBLE_10S} AS tumble GROUP BY 1")
+            format!("SELECT window_start, count(*) FROM {TUMBLE_10S} AS bids GROUP BY 1")
         );
     }
 
@@ -562,7 +570,7 @@ mod tests {
             rewrites(
                 "SELECT * FROM hop(bids, date_time, INTERVAL '10 seconds', INTERVAL '10 seconds')"
             ),
-            format!("SELECT * FROM {TUMBLE_10S} AS hop")
+            format!("SELECT * FROM {TUMBLE_10S} AS bids")
         );
     }
 
@@ -596,7 +604,7 @@ mod tests {
             out,
             "SELECT * FROM (SELECT *, date_bin(INTERVAL '1 hour', \"Time\") AS window_start, \
              date_bin(INTERVAL '1 hour', \"Time\") + INTERVAL '1 hour' AS window_end \
-             FROM public.\"Bids\" WHERE \"Time\" IS NOT NULL) AS tumble"
+             FROM public.\"Bids\" WHERE \"Time\" IS NOT NULL) AS \"Bids\""
         );
     }
 

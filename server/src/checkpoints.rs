@@ -165,7 +165,9 @@ impl Checkpointer {
     /// Checkpoints the coordinator's latest completed epoch, covering
     /// commits up to `covered_lsn`, unless it is sealed already or the last
     /// checkpoint is younger than `min_interval`. A failure is logged and
-    /// counted; the next checkpoint is then written in full.
+    /// counted; the next checkpoint is then written in full. The seal
+    /// also records `streams`' covered source offsets and sink
+    /// descriptors. Returns the epoch sealed, if one was.
     pub async fn checkpoint(
         &mut self,
         coordinator: &mut Coordinator,
@@ -173,7 +175,8 @@ impl Checkpointer {
         fingerprints: &HashMap<weir_common::ObjectId, String>,
         min_interval: Duration,
         metrics: &Metrics,
-    ) {
+        streams: &mut crate::streaming::Streams,
+    ) -> Option<u64> {
         let epoch = coordinator.view().epoch.0;
         if self.fenced.is_some()
             || epoch <= self.last_sealed
@@ -181,12 +184,20 @@ impl Checkpointer {
                 .last_checkpoint
                 .is_some_and(|at| at.elapsed() < min_interval)
         {
-            return;
+            return None;
         }
         let started = Instant::now();
         self.last_checkpoint = Some(started);
+        let (offsets, descriptors) = streams.seal_extras();
         match self
-            .write_and_seal(coordinator, epoch, covered_lsn, fingerprints)
+            .write_and_seal(
+                coordinator,
+                epoch,
+                covered_lsn,
+                fingerprints,
+                offsets,
+                descriptors,
+            )
             .await
         {
             Ok(bytes) => {
@@ -208,6 +219,7 @@ impl Checkpointer {
                         tracing::warn!(error = %e, epoch, "pruning old checkpoints failed");
                     }
                 }
+                return Some(epoch);
             }
             Err(ServerError::State(e)) if e.is_fenced() => {
                 tracing::error!(error = %e, epoch, "another process claimed the state backend: no more checkpoints, and writes are refused from now on");
@@ -220,6 +232,7 @@ impl Checkpointer {
                 self.needs_full = true;
             }
         }
+        None
     }
 
     /// Returns the bytes of partials written.
@@ -229,6 +242,8 @@ impl Checkpointer {
         epoch: u64,
         covered_lsn: u64,
         fingerprints: &HashMap<weir_common::ObjectId, String>,
+        stream_offsets: BTreeMap<String, String>,
+        sink_descriptors: BTreeMap<String, String>,
     ) -> Result<u64, ServerError> {
         let changes = coordinator.checkpoint_changes()?;
         let (snapshot_vnodes, mut snapshots): (BTreeSet<u32>, BTreeMap<u32, VnodeState>) =
@@ -285,10 +300,9 @@ impl Checkpointer {
             .try_collect()
             .await?;
         let vnodes: Vec<u32> = written.iter().map(|(v, _, _)| *v).collect();
-        let mut source_offsets = BTreeMap::from([
-            (TABLE_LOG_OFFSET.to_string(), covered_lsn.to_string()),
-            (TABLE_LOG_ID.to_string(), self.table_log_id.clone()),
-        ]);
+        let mut source_offsets = stream_offsets;
+        source_offsets.insert(TABLE_LOG_OFFSET.to_string(), covered_lsn.to_string());
+        source_offsets.insert(TABLE_LOG_ID.to_string(), self.table_log_id.clone());
         let view = coordinator.view();
         for (id, fingerprint) in fingerprints {
             if view
@@ -301,7 +315,7 @@ impl Checkpointer {
         }
         let extras = SealExtras {
             source_offsets,
-            sink_descriptors: BTreeMap::new(),
+            sink_descriptors,
         };
         let outcome = retrying(|| self.state.seal_epoch(epoch, &vnodes, extras.clone())).await?;
         if !outcome.is_sealed() {

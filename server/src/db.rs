@@ -260,7 +260,7 @@ impl Database {
         let last_lsn = records.last().map_or(0, |(lsn, _)| *lsn).max(snapshot_lsn);
         let mut recovery =
             crate::recovery::Recovery::start(&state, &table_log_id, snapshot_lsn, last_lsn).await?;
-        if snapshot.catalog.projections.is_empty() {
+        if snapshot.catalog.projections.is_empty() && snapshot.catalog.sinks.is_empty() {
             recovery.seal = None;
         }
         for (lsn, bytes) in &records {
@@ -307,10 +307,11 @@ impl Database {
                 config.log_compaction_bytes,
                 (snapshot_lsn, snapshot_bytes),
             ),
+            recovery.sealed_streams.clone(),
         );
         // Projections come back (restored or rebuilt) after the listeners
         // are up: until then managed statements answer 57P03.
-        let ready = snapshot.catalog.projections.is_empty();
+        let ready = snapshot.catalog.projections.is_empty() && snapshot.catalog.sinks.is_empty();
         Ok(Arc::new(Self {
             config,
             state,

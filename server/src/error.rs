@@ -26,6 +26,13 @@ pub enum ServerError {
     DuplicateColumn(String),
     #[error("role \"{0}\" already exists")]
     DuplicateRole(String),
+    /// Another object of the kind has this name (`sink "x"`).
+    #[error("{0} already exists")]
+    DuplicateObject(String),
+    /// A connector refused a CREATE (unknown option, bad value, a column
+    /// that does not fit); keeps its own SQLSTATE.
+    #[error(transparent)]
+    Connector(#[from] weir_connectors::ConnectorError),
     #[error("multiple assignments to same column \"{0}\"")]
     DuplicateAssignment(String),
     #[error("unrecognized configuration parameter \"{0}\"")]
@@ -129,6 +136,8 @@ impl ServerError {
             Self::DuplicateColumn(_) => "42701",
             Self::DuplicateAssignment(_) => "42601",
             Self::DuplicateRole(_) => "42710",
+            Self::DuplicateObject(_) => "42710",
+            Self::Connector(e) => e.sqlstate(),
             Self::UndefinedParameter(_) => "42704",
             Self::UniqueViolation { .. } => "23505",
             Self::NotNullViolation { .. } => "23502",
@@ -176,6 +185,9 @@ impl ServerError {
                 Some("check the name and search_path; SHOW TABLES lists the tables".into())
             }
             Self::NotReady(_) => Some("retry shortly, or SELECT weir_wait_ready('10s')".into()),
+            Self::Connector(_) => Some(
+                "SHOW CONNECTORS (or SELECT * FROM weir_catalog.connectors) lists each connector's options".into(),
+            ),
             Self::Fenced(_) => Some(
                 "another weir process took over this state; write through it, or restart this one to take the state back".into(),
             ),

@@ -8,6 +8,8 @@
 //!   Flight SQL front ends, translating their protocols to sessions.
 //! - [`http`]: `/health`, `/ready`, `/metrics`.
 //! - [`catalog`]: catalog model, control-log entries, DataFusion providers.
+//! - [`streaming`]: sources and sinks: shared readers, sink writers, the
+//!   offsets and descriptors each seal records.
 //! - [`checkpoints`]: writes each completed projection epoch to the state
 //!   backend as per-vnode partials and a seal.
 //! - [`recovery`]: after a start, restores projections from the latest
@@ -38,7 +40,9 @@ pub mod query_runtime;
 pub mod recovery;
 pub mod server;
 pub mod session;
+pub mod streaming;
 pub mod system;
+pub mod system_streaming;
 pub mod table_snapshot;
 pub mod text_input;
 pub mod text_output;

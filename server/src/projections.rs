@@ -42,6 +42,11 @@ pub struct Deployment {
     /// Table contents to backfill from, in the columns projections read,
     /// as of the commit that created the projection.
     pub tables: HashMap<ObjectId, TableContents>,
+    /// The sources the graph reads.
+    pub sources_read: Vec<crate::streaming::SourceToRead>,
+    /// Set for a sink: its graph's output goes to this connector each
+    /// epoch instead of being kept as a result.
+    pub sink: Option<crate::streaming::SinkToOpen>,
 }
 
 /// A table's state and how to turn it into the columns projections read.
@@ -65,9 +70,12 @@ pub struct Restore {
 /// Every table's state; see [`crate::db::Snapshot::tables`].
 pub type Tables = Arc<HashMap<ObjectId, TableState>>;
 
-enum Command {
+pub(crate) enum Command {
     /// A commit's LSN, its changes, and the tables after it.
     Changes(u64, Vec<(ObjectId, ChangeBatch)>, Tables),
+    /// From a source's reader task.
+    Source(crate::streaming::SourceMessage),
+    DropSource(ObjectId),
     Deploy(Box<Deployment>, oneshot::Sender<Result<(), EngineError>>),
     Restore(Box<Restore>, oneshot::Sender<Result<(), ServerError>>),
     Drop(ObjectId),
@@ -91,6 +99,8 @@ pub(crate) struct Shared {
     /// Set once every projection is restored or rebuilt after the start:
     /// until then the log after the latest seal is what a restore replays.
     recovered: std::sync::atomic::AtomicBool,
+    /// Every source's and sink's state, for the system tables.
+    streams: Arc<RwLock<crate::streaming::StreamStatus>>,
 }
 
 impl Projections {
@@ -108,6 +118,7 @@ impl Projections {
         table_log_id: String,
         tables: Tables,
         compactor: crate::table_snapshot::Compactor,
+        sealed_streams: crate::streaming::SealedStreams,
     ) -> Self {
         let (commands, receiver) = mpsc::channel(CHANNEL_CAPACITY);
         let shared = Arc::new(Shared {
@@ -116,7 +127,13 @@ impl Projections {
             barrier_interval_ms: AtomicU64::new(barrier_interval.as_millis().max(1) as u64),
             fenced: std::sync::OnceLock::new(),
             recovered: std::sync::atomic::AtomicBool::new(false),
+            streams: Arc::default(),
         });
+        let streams = crate::streaming::Streams::new(
+            commands.downgrade(),
+            shared.streams.clone(),
+            sealed_streams,
+        );
         let checkpoint_log = Arc::default();
         let checkpointer =
             crate::checkpoints::Checkpointer::new(state, table_log_id, Arc::clone(&checkpoint_log));
@@ -128,6 +145,7 @@ impl Projections {
             sealed_epoch,
             (last_lsn, tables),
             compactor,
+            streams,
         ));
         Self {
             commands,
@@ -197,8 +215,21 @@ impl Projections {
             .map_err(|_| ServerError::internal("the projection coordinator stopped"))?
     }
 
+    /// Stops a projection or a sink.
     pub async fn drop_projection(&self, id: ObjectId) {
         self.send(Command::Drop(id)).await;
+    }
+
+    /// Forgets a dropped source (nothing reads it any more).
+    pub async fn drop_source(&self, id: ObjectId) {
+        self.send(Command::DropSource(id)).await;
+    }
+
+    /// Every source's and sink's state.
+    pub fn stream_status(
+        &self,
+    ) -> parking_lot::RwLockReadGuard<'_, crate::streaming::StreamStatus> {
+        self.shared.streams.read()
     }
 
     /// Closes an epoch now; returns when everything sent before is visible.
@@ -224,7 +255,9 @@ async fn run(
     sealed_epoch: u64,
     (last_lsn, mut tables): (u64, Tables),
     compactor: crate::table_snapshot::Compactor,
+    mut streams: crate::streaming::Streams,
 ) {
+    use crate::streaming::SourceMessage;
     let mut coordinator = Coordinator::new();
     coordinator.resume_after(weir_common::Epoch(sealed_epoch));
     // Everything in the table log at open is in the tables that deploys
@@ -249,68 +282,114 @@ async fn run(
         if command.is_none() {
             tick = tokio::time::Instant::now() + interval;
         }
+        let mut epoch = Epochs {
+            coordinator: &mut coordinator,
+            shared: &shared,
+            metrics: &metrics,
+            streams: &mut streams,
+        };
         match command {
             None => {
-                if coordinator.pending_rows() > 0 {
-                    close_epoch(&mut coordinator, &shared, received, &metrics);
+                if epoch.coordinator.pending_rows() > 0 {
+                    epoch.close(received).await;
                 } else {
                     shared.covered.store(received, Ordering::Release);
                 }
             }
             Some(Command::Changes(seq, changes, after)) => {
                 for (table, change) in changes {
-                    coordinator.push(table, change);
+                    epoch.coordinator.push(table, change);
                 }
                 received = seq;
                 tables = after;
-                if coordinator.pending_rows() >= EPOCH_ROW_BUDGET {
-                    close_epoch(&mut coordinator, &shared, received, &metrics);
+                if epoch.coordinator.pending_rows() >= EPOCH_ROW_BUDGET {
+                    epoch.close(received).await;
                 }
             }
+            Some(Command::Source(message)) => match message {
+                SourceMessage::Batch(reader, batch) => {
+                    if epoch.streams.received(reader, &batch) {
+                        epoch.coordinator.push(reader.source, batch.changes);
+                    }
+                    if epoch.coordinator.pending_rows() >= EPOCH_ROW_BUDGET {
+                        epoch.close(received).await;
+                    }
+                }
+                SourceMessage::Ended(id) => epoch.streams.set_source_status(id, "completed", None),
+                SourceMessage::Failed(id, e) => {
+                    tracing::error!(source = %id.source, error = %e, "source failed");
+                    epoch.streams.set_source_status(id, "failed", Some(e))
+                }
+                SourceMessage::Retrying(id, e) => {
+                    epoch.streams.set_source_status(id, "retrying", Some(e))
+                }
+            },
             Some(Command::Barrier(reply)) => {
-                close_epoch(&mut coordinator, &shared, received, &metrics);
+                epoch.close(received).await;
                 let _ = reply.send(());
             }
             Some(Command::Restore(restore, reply)) => {
+                let opened: Vec<_> = restore
+                    .deployments
+                    .iter()
+                    .map(|d| (d.id, d.sources_read.clone(), d.sink.clone()))
+                    .collect();
                 let result = crate::recovery::restore(
-                    &mut coordinator,
+                    epoch.coordinator,
                     checkpointer.backend(),
                     *restore,
                     &mut fingerprints,
                     &metrics,
                 )
                 .await;
-                close_epoch(&mut coordinator, &shared, received, &metrics);
-                let _ = reply.send(result);
+                if let Ok(emitted) = &result {
+                    let at = epoch.coordinator.view().epoch.0;
+                    for (id, sources, sink) in opened {
+                        epoch.streams.start_readers(id, &sources);
+                        if let Some(sink) = sink {
+                            epoch.streams.open_sink(id, &sink, None, at).await;
+                        }
+                    }
+                    epoch.streams.epoch_closed(at, emitted.clone()).await;
+                }
+                epoch.close(received).await;
+                let _ = reply.send(result.map(drop));
             }
             Some(Command::Deploy(deployment, reply)) => {
-                close_epoch(&mut coordinator, &shared, received, &metrics);
+                epoch.close(received).await;
                 fingerprints.insert(deployment.id, deployment.fingerprint.clone());
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    deploy(&mut coordinator, *deployment)
-                }))
-                .unwrap_or_else(|panic| {
-                    Err(EngineError::Invariant {
-                        operator: "coordinator",
-                        message: format!("deploying panicked: {}", panic_message(&panic)),
-                    })
-                });
-                *shared.view.write() = coordinator.view();
-                let _ = reply.send(result);
+                let result = epoch.deploy(*deployment).await;
+                if result.is_err() {
+                    fingerprints.remove(&id_of(&result));
+                }
+                *shared.view.write() = epoch.coordinator.view();
+                let _ = reply.send(result.map(drop).map_err(|(_, e)| e));
             }
             Some(Command::Drop(id)) => {
-                coordinator.drop_projection(id);
+                epoch.coordinator.drop_projection(id);
+                epoch.streams.dropped(id);
                 fingerprints.remove(&id);
-                *shared.view.write() = coordinator.view();
+                *shared.view.write() = epoch.coordinator.view();
             }
+            Some(Command::DropSource(id)) => epoch.streams.source_dropped(id),
         }
         // A no-op unless an epoch completed since the last checkpoint and a
         // barrier interval passed; `covered` is what the epoch includes.
         let covered = shared.covered.load(Ordering::Acquire);
         let interval = Duration::from_millis(shared.barrier_interval_ms.load(Ordering::Relaxed));
-        checkpointer
-            .checkpoint(&mut coordinator, covered, &fingerprints, interval, &metrics)
+        let sealed = checkpointer
+            .checkpoint(
+                &mut coordinator,
+                covered,
+                &fingerprints,
+                interval,
+                &metrics,
+                &mut streams,
+            )
             .await;
+        if let Some(epoch) = sealed {
+            streams.sealed(epoch).await;
+        }
         if let Some(reason) = checkpointer.fenced() {
             let _ = shared.fenced.set(reason.to_string());
         }
@@ -329,12 +408,74 @@ async fn run(
     }
 }
 
+fn id_of(result: &Result<ObjectId, (ObjectId, EngineError)>) -> ObjectId {
+    match result {
+        Ok(id) | Err((id, _)) => *id,
+    }
+}
+
+/// What closing an epoch and deploying touch, borrowed from the loop.
+struct Epochs<'a> {
+    coordinator: &'a mut Coordinator,
+    shared: &'a Shared,
+    metrics: &'a Metrics,
+    streams: &'a mut crate::streaming::Streams,
+}
+
+impl Epochs<'_> {
+    /// Closes an epoch, then hands each sink its share and pre-commits it.
+    async fn close(&mut self, received: u64) {
+        let emitted = close_epoch(self.coordinator, self.shared, received, self.metrics);
+        let epoch = self.coordinator.view().epoch.0;
+        self.streams.epoch_closed(epoch, emitted).await;
+    }
+
+    /// Deploys a projection or sink (with nothing pending), backfilled from
+    /// its tables and from its sources up to what was received; starts
+    /// reading its sources and opens its sink.
+    async fn deploy(
+        &mut self,
+        deployment: Deployment,
+    ) -> Result<ObjectId, (ObjectId, EngineError)> {
+        let id = deployment.id;
+        let invariant = |message: String| EngineError::Invariant {
+            operator: "coordinator",
+            message,
+        };
+        let sources = match self.streams.backfills(&deployment.sources_read).await {
+            Ok(s) => s,
+            Err(e) => return Err((id, invariant(format!("backfilling from a source: {e}")))),
+        };
+        let sources_read = deployment.sources_read.clone();
+        let sink = deployment.sink.clone();
+        let coordinator = &mut *self.coordinator;
+        let deployed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            deploy(coordinator, deployment, sources)
+        }))
+        .unwrap_or_else(|panic| {
+            Err(invariant(format!(
+                "deploying panicked: {}",
+                panic_message(&panic)
+            )))
+        })
+        .map_err(|e| (id, e))?;
+        self.streams.start_readers(id, &sources_read);
+        if let Some(sink) = sink {
+            let epoch = self.coordinator.view().epoch.0;
+            self.streams.open_sink(id, &sink, deployed, epoch).await;
+        }
+        Ok(id)
+    }
+}
+
+/// Closes the current epoch; returns what emitting deployments (sinks)
+/// produced in it.
 pub(crate) fn close_epoch(
     coordinator: &mut Coordinator,
     shared: &Shared,
     received: u64,
     metrics: &Metrics,
-) {
+) -> Vec<(ObjectId, ChangeBatch)> {
     // An operator bug must not take the server (or the commit path) down.
     let outcome =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| coordinator.run_epoch()))
@@ -347,20 +488,28 @@ pub(crate) fn close_epoch(
                     message: reason,
                 })
             });
+    let mut emitted = Vec::new();
     match outcome {
-        Ok(report) => {
+        Ok(mut report) => {
             for (id, error) in &report.failed {
                 tracing::error!(projection = %id, epoch = report.epoch.0, %error, "projection failed");
             }
+            emitted = std::mem::take(&mut report.emitted);
             metrics.epoch(&report);
         }
         Err(e) => tracing::error!(error = %e, "epoch failed"),
     }
     *shared.view.write() = coordinator.view();
     shared.covered.store(received, Ordering::Release);
+    emitted
 }
 
-fn deploy(coordinator: &mut Coordinator, deployment: Deployment) -> Result<(), EngineError> {
+/// Deploys `deployment`; for a sink, returns its backfill's output.
+fn deploy(
+    coordinator: &mut Coordinator,
+    deployment: Deployment,
+    source_contents: HashMap<ObjectId, ChangeBatch>,
+) -> Result<Option<ChangeBatch>, EngineError> {
     let Deployment {
         id,
         graph,
@@ -368,8 +517,13 @@ fn deploy(coordinator: &mut Coordinator, deployment: Deployment) -> Result<(), E
         schema,
         tables,
         fingerprint: _,
+        sources_read: _,
+        sink,
     } = deployment;
     let contents = |object: ObjectId| -> Result<Option<ChangeBatch>, EngineError> {
+        if let Some(rows) = source_contents.get(&object) {
+            return Ok(Some(rows.clone()));
+        }
         let Some(table) = tables.get(&object) else {
             return Ok(None);
         };
@@ -383,7 +537,15 @@ fn deploy(coordinator: &mut Coordinator, deployment: Deployment) -> Result<(), E
         let schema = Arc::new(table.state.schema().project(&columns)?);
         Ok(Some(weir_engine::rows::concat_changes(&schema, &parts)?))
     };
-    coordinator.deploy(id, graph, sources, schema, &contents)
+    if sink.is_some() {
+        coordinator
+            .deploy_emitting(id, graph, sources, schema, &contents)
+            .map(Some)
+    } else {
+        coordinator
+            .deploy(id, graph, sources, schema, &contents)
+            .map(|()| None)
+    }
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

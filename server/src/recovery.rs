@@ -44,6 +44,10 @@ pub struct Recovery {
     /// The table-log LSN the seal covers.
     covered_lsn: u64,
     replay: Vec<(u64, Vec<(ObjectId, ChangeBatch)>)>,
+    /// The latest seal's source offsets and sink descriptors, when it is a
+    /// seal of this data directory: sources resume there and sinks
+    /// re-commit it, whether or not projection state is restored.
+    pub sealed_streams: crate::streaming::SealedStreams,
 }
 
 impl Recovery {
@@ -63,6 +67,7 @@ impl Recovery {
             seal: None,
             covered_lsn: 0,
             replay: Vec::new(),
+            sealed_streams: Default::default(),
         };
         let Some(epoch) = state.latest_committed_epoch().await? else {
             return Ok(recovery);
@@ -81,6 +86,11 @@ impl Recovery {
             );
             return Ok(recovery);
         }
+        recovery.sealed_streams = crate::streaming::SealedStreams::from_seal(
+            epoch,
+            &seal.source_offsets,
+            &seal.sink_descriptors,
+        );
         let covered = seal
             .source_offsets
             .get(TABLE_LOG_OFFSET)
@@ -157,6 +167,27 @@ pub async fn recover(db: Arc<Database>) {
                 deployments.push(deployment);
             }
         }
+        for def in catalog.sinks.values() {
+            if let Err(e) = session.adopt_sink_settings(def) {
+                tracing::error!(sink = %def.qualified_name(), error = %e, "sink settings could not be restored");
+                continue;
+            }
+            let deployment = match session.plan_sink_deployment(def).await {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::error!(sink = %def.qualified_name(), error = %e, "sink could not be planned");
+                    continue;
+                }
+            };
+            let stored = seal.source_offsets.get(&projection_key(def.id));
+            let inputs_restored = deployment.sources.iter().all(|s| {
+                !catalog.projections.contains_key(&s.object) || restored.contains(&s.object)
+            });
+            if stored == Some(&deployment.fingerprint) && inputs_restored {
+                restored.insert(def.id);
+                deployments.push(deployment);
+            }
+        }
         if !deployments.is_empty() {
             let count = deployments.len();
             let replayed = recovery.replay.len();
@@ -196,6 +227,22 @@ pub async fn recover(db: Arc<Database>) {
             }
         }
     }
+    for def in catalog.sinks.values() {
+        if restored.contains(&def.id) {
+            continue;
+        }
+        session.refresh_view();
+        let deployed = match session.adopt_sink_settings(def) {
+            Ok(()) => session.deploy_sink(def).await,
+            Err(e) => Err(e),
+        };
+        match deployed {
+            Ok(()) => tracing::info!(sink = %def.qualified_name(), "sink rebuilt"),
+            Err(e) => {
+                tracing::error!(sink = %def.qualified_name(), error = %e, "sink could not be rebuilt")
+            }
+        }
+    }
     db.metrics().restored(started.elapsed());
     db.set_ready();
     tracing::info!(
@@ -207,23 +254,27 @@ pub async fn recover(db: Arc<Database>) {
 
 /// The coordinator side of [`Restore`]: deploy, apply every vnode's chain,
 /// publish the sealed epoch, replay. On an error the restored projections
-/// are dropped again.
+/// are dropped again. Returns what restored sinks emitted while replaying.
 pub(crate) async fn restore(
     coordinator: &mut Coordinator,
     backend: &Arc<ObjectStateBackend>,
     restore: Restore,
     fingerprints: &mut HashMap<ObjectId, String>,
     metrics: &Metrics,
-) -> Result<(), ServerError> {
+) -> Result<Vec<(ObjectId, ChangeBatch)>, ServerError> {
     let Restore {
         epoch,
         deployments,
         replay,
     } = restore;
     let ids: Vec<ObjectId> = deployments.iter().map(|d| d.id).collect();
+    let mut emitted = Vec::new();
     let outcome = async {
         for d in deployments {
             coordinator.deploy_for_restore(d.id, d.graph, d.sources, d.schema)?;
+            if d.sink.is_some() {
+                coordinator.set_emitting(d.id);
+            }
             fingerprints.insert(d.id, d.fingerprint);
         }
         // Reading and decoding run on the query threads in parallel; the
@@ -247,7 +298,7 @@ pub(crate) async fn restore(
                 coordinator.push(table, change);
             }
             if coordinator.pending_rows() >= EPOCH_ROW_BUDGET {
-                run_replay_epoch(coordinator, metrics)?;
+                emitted.extend(run_replay_epoch(coordinator, metrics)?);
             }
         }
         Ok::<(), ServerError>(())
@@ -259,7 +310,7 @@ pub(crate) async fn restore(
             fingerprints.remove(id);
         }
     }
-    outcome
+    outcome.map(|()| emitted)
 }
 
 async fn read_chain(
@@ -275,13 +326,17 @@ async fn read_chain(
         .collect()
 }
 
-fn run_replay_epoch(coordinator: &mut Coordinator, metrics: &Metrics) -> Result<(), ServerError> {
-    let report = coordinator.run_epoch()?;
+fn run_replay_epoch(
+    coordinator: &mut Coordinator,
+    metrics: &Metrics,
+) -> Result<Vec<(ObjectId, ChangeBatch)>, ServerError> {
+    let mut report = coordinator.run_epoch()?;
+    let emitted = std::mem::take(&mut report.emitted);
     for (id, error) in &report.failed {
         tracing::error!(projection = %id, epoch = report.epoch.0, %error, "projection failed while replaying");
     }
     metrics.epoch(&report);
-    Ok(())
+    Ok(emitted)
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 //!   and its state fingerprint.
 //! - `vnodes`: per vnode, its chain at the latest seal (snapshot epoch,
 //!   deltas, bytes).
+//! - `sources`, `sinks`, `connectors`: see [`crate::system_streaming`].
 
 use std::sync::Arc;
 
@@ -54,7 +55,13 @@ impl SystemSchema {
     }
 
     pub fn table_names_sorted(&self) -> Vec<String> {
-        TABLES.iter().map(|s| s.to_string()).collect()
+        let mut names: Vec<String> = TABLES
+            .iter()
+            .chain(crate::system_streaming::TABLES)
+            .map(|s| s.to_string())
+            .collect();
+        names.sort();
+        names
     }
 
     pub fn table_schema(&self, name: &str) -> Option<SchemaRef> {
@@ -123,7 +130,7 @@ impl SystemSchema {
                 int8("rows_in"),
                 int8("rows_out"),
             ],
-            _ => return None,
+            other => crate::system_streaming::fields(other)?,
         };
         Some(Arc::new(Schema::new(fields)))
     }
@@ -207,7 +214,10 @@ impl SystemSchema {
             "epochs" => self.epochs().await?,
             "checkpoints" => self.checkpoints().await?,
             "vnodes" => self.vnodes().await?,
-            _ => return Ok(None),
+            other => match crate::system_streaming::columns(&self.db, other) {
+                Some(columns) => columns,
+                None => return Ok(None),
+            },
         };
         Ok(Some(RecordBatch::try_new(schema, columns)?))
     }
@@ -251,22 +261,33 @@ impl SystemSchema {
         ])
     }
 
-    /// One row per (projection, vnode) holding state of it, as this
+    /// One row per (projection or sink, vnode) holding state of it, as this
     /// process checkpointed it (its first checkpoint snapshots every vnode).
     async fn checkpoints(&self) -> DfResult<Vec<ArrayRef>> {
         let latest = self.latest_seal().await?;
         let snapshot = self.db.snapshot();
         let log = self.db.projections().checkpoint_log();
-        let mut rows: Vec<(&crate::catalog::model::ProjectionDef, u32, ObjectChain)> = log
+        // Projections and sinks (a sink's graph keeps state too).
+        let owner = |id: &weir_common::ObjectId| -> Option<Owner> {
+            let catalog = &snapshot.catalog;
+            match (catalog.projections.get(id), catalog.sinks.get(id)) {
+                (Some(p), _) => Some(Owner {
+                    id: p.id,
+                    schema: p.schema.clone(),
+                    name: p.name.clone(),
+                }),
+                (None, Some(s)) => Some(Owner {
+                    id: s.id,
+                    schema: s.schema.clone(),
+                    name: s.name.clone(),
+                }),
+                (None, None) => None,
+            }
+        };
+        let mut rows: Vec<(Owner, u32, ObjectChain)> = log
             .chains
             .iter()
-            .filter_map(|((id, vnode), chain)| {
-                Some((
-                    snapshot.catalog.projections.get(id)?.as_ref(),
-                    *vnode,
-                    *chain,
-                ))
-            })
+            .filter_map(|((id, vnode), chain)| Some((owner(id)?, *vnode, *chain)))
             .collect();
         rows.sort_by_key(|(def, vnode, _)| (def.id, *vnode));
         let fingerprint = |id| {
@@ -355,6 +376,13 @@ impl SystemSchema {
     }
 }
 
+/// The object a checkpoint chain belongs to.
+struct Owner {
+    id: weir_common::ObjectId,
+    schema: String,
+    name: String,
+}
+
 fn external(e: weir_storage::StateBackendError) -> datafusion::error::DataFusionError {
     datafusion::error::DataFusionError::External(Box::new(e))
 }
@@ -362,7 +390,7 @@ fn external(e: weir_storage::StateBackendError) -> datafusion::error::DataFusion
 #[async_trait]
 impl SchemaProvider for SystemSchema {
     fn table_names(&self) -> Vec<String> {
-        TABLES.iter().map(|s| s.to_string()).collect()
+        self.table_names_sorted()
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
@@ -376,6 +404,6 @@ impl SchemaProvider for SystemSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        TABLES.contains(&name)
+        TABLES.contains(&name) || crate::system_streaming::TABLES.contains(&name)
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! - [`model`]: the catalog value ([`Catalog`]), its definitions and the
 //!   [`CatalogChange`]s recorded in the control log.
+//! - [`streaming`]: sources and sinks.
 //! - [`provider`]: DataFusion catalog/schema/table providers over one
 //!   session's view of a database snapshot.
 //! - [`pg`] and [`info_schema`]: `pg_catalog` and `information_schema` as
@@ -18,5 +19,6 @@ pub mod model;
 pub mod pg;
 pub mod provider;
 mod rows;
+pub mod streaming;
 
 pub use model::{Catalog, CatalogChange, ColumnDef, ControlEntry, TableDef, UserDef};

@@ -220,6 +220,10 @@ pub enum CatalogChange {
     DropUser { name: String },
     CreateProjection(ProjectionDef),
     DropProjection { id: ObjectId },
+    CreateSource(super::streaming::SourceDef),
+    DropSource { id: ObjectId },
+    CreateSink(super::streaming::SinkDef),
+    DropSink { id: ObjectId },
 }
 
 /// The control-log entry of one committed transaction.
@@ -239,6 +243,8 @@ pub struct Catalog {
     pub tables: BTreeMap<ObjectId, Arc<TableDef>>,
     pub projections: BTreeMap<ObjectId, Arc<ProjectionDef>>,
     pub users: BTreeMap<String, UserDef>,
+    pub sources: BTreeMap<ObjectId, Arc<super::streaming::SourceDef>>,
+    pub sinks: BTreeMap<ObjectId, Arc<super::streaming::SinkDef>>,
     next_id: u64,
 }
 
@@ -270,9 +276,23 @@ impl Catalog {
             .find(|p| p.schema == schema && p.name == name)
     }
 
-    /// Whether a table or projection already has this name.
+    pub fn source(&self, schema: &str, name: &str) -> Option<&Arc<super::streaming::SourceDef>> {
+        self.sources
+            .values()
+            .find(|s| s.schema == schema && s.name == name)
+    }
+
+    pub fn sink(&self, schema: &str, name: &str) -> Option<&Arc<super::streaming::SinkDef>> {
+        self.sinks
+            .values()
+            .find(|s| s.schema == schema && s.name == name)
+    }
+
+    /// Whether a table, projection or source already has this name.
     pub fn relation_exists(&self, schema: &str, name: &str) -> bool {
-        self.table(schema, name).is_some() || self.projection(schema, name).is_some()
+        self.table(schema, name).is_some()
+            || self.projection(schema, name).is_some()
+            || self.source(schema, name).is_some()
     }
 
     /// Projections that read `id` directly.
@@ -281,6 +301,20 @@ impl Catalog {
             .values()
             .filter(|p| p.reads.contains(&id))
             .collect()
+    }
+
+    /// Sinks that read `id` directly.
+    pub fn sinks_reading(&self, id: ObjectId) -> Vec<&Arc<super::streaming::SinkDef>> {
+        self.sinks
+            .values()
+            .filter(|s| s.reads.contains(&id))
+            .collect()
+    }
+
+    fn readable(&self, id: &ObjectId) -> bool {
+        self.tables.contains_key(id)
+            || self.projections.contains_key(id)
+            || self.sources.contains_key(id)
     }
 
     /// Applies one change, validating it. On error `self` is unchanged.
@@ -294,6 +328,8 @@ impl Catalog {
             CatalogChange::DropSchema { name } => {
                 if self.tables.values().any(|t| &t.schema == name)
                     || self.projections.values().any(|p| &p.schema == name)
+                    || self.sources.values().any(|s| &s.schema == name)
+                    || self.sinks.values().any(|s| &s.schema == name)
                 {
                     return Err(ServerError::DependentObjects {
                         object: format!("schema {name}"),
@@ -321,15 +357,48 @@ impl Catalog {
                 if self.relation_exists(&def.schema, &def.name) {
                     return Err(ServerError::DuplicateTable(def.name.clone()));
                 }
-                if let Some(missing) = def
-                    .reads
-                    .iter()
-                    .find(|id| !self.tables.contains_key(id) && !self.projections.contains_key(id))
-                {
+                if let Some(missing) = def.reads.iter().find(|id| !self.readable(id)) {
                     return Err(ServerError::UndefinedTable(format!("object {missing}")));
                 }
                 self.next_id = self.next_id.max(def.id.0 + 1);
                 self.projections.insert(def.id, Arc::new(def.clone()));
+            }
+            CatalogChange::CreateSource(def) => {
+                if !self.schemas.contains(&def.schema) {
+                    return Err(ServerError::UndefinedSchema(def.schema.clone()));
+                }
+                if self.relation_exists(&def.schema, &def.name) {
+                    return Err(ServerError::DuplicateTable(def.name.clone()));
+                }
+                self.next_id = self.next_id.max(def.id.0 + 1);
+                self.sources.insert(def.id, Arc::new(def.clone()));
+            }
+            CatalogChange::DropSource { id } => {
+                self.refuse_if_read(*id)?;
+                if self.sources.remove(id).is_none() {
+                    return Err(ServerError::UndefinedTable(format!("object {id}")));
+                }
+            }
+            CatalogChange::CreateSink(def) => {
+                if !self.schemas.contains(&def.schema) {
+                    return Err(ServerError::UndefinedSchema(def.schema.clone()));
+                }
+                if self.sink(&def.schema, &def.name).is_some() {
+                    return Err(ServerError::DuplicateObject(format!(
+                        "sink \"{}\"",
+                        def.name
+                    )));
+                }
+                if let Some(missing) = def.reads.iter().find(|id| !self.readable(id)) {
+                    return Err(ServerError::UndefinedTable(format!("object {missing}")));
+                }
+                self.next_id = self.next_id.max(def.id.0 + 1);
+                self.sinks.insert(def.id, Arc::new(def.clone()));
+            }
+            CatalogChange::DropSink { id } => {
+                if self.sinks.remove(id).is_none() {
+                    return Err(ServerError::UndefinedTable(format!("object {id}")));
+                }
             }
             CatalogChange::DropProjection { id } => {
                 self.refuse_if_read(*id)?;
@@ -363,7 +432,16 @@ impl Catalog {
 
 impl Catalog {
     fn refuse_if_read(&self, id: ObjectId) -> Result<(), ServerError> {
-        let readers = self.readers_of(id);
+        let readers: Vec<String> = self
+            .readers_of(id)
+            .iter()
+            .map(|p| format!("projection {}", p.qualified_name()))
+            .chain(
+                self.sinks_reading(id)
+                    .iter()
+                    .map(|s| format!("sink {}", s.qualified_name())),
+            )
+            .collect();
         if readers.is_empty() {
             return Ok(());
         }
@@ -376,14 +454,15 @@ impl Catalog {
                     .get(&id)
                     .map(|p| format!("projection {}", p.qualified_name()))
             })
+            .or_else(|| {
+                self.sources
+                    .get(&id)
+                    .map(|s| format!("source {}", s.qualified_name()))
+            })
             .unwrap_or_else(|| format!("object {id}"));
         Err(ServerError::DependentObjects {
             object: name,
-            dependents: readers
-                .iter()
-                .map(|p| format!("projection {}", p.qualified_name()))
-                .collect::<Vec<_>>()
-                .join(", "),
+            dependents: readers.join(", "),
         })
     }
 }

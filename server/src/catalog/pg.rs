@@ -309,6 +309,19 @@ impl PgCatalog {
                 false,
             ));
         }
+        // A source is PostgreSQL's nearest kind of relation: a foreign
+        // table (rows from outside), which `\d` lists as such.
+        for def in snapshot.catalog.sources.values() {
+            rows.push(class_row(
+                table_oid(def.id),
+                &def.name,
+                schema_oid(&def.schema),
+                "f",
+                0,
+                def.columns.len(),
+                false,
+            ));
+        }
         for (i, name) in self.view.system.table_names_sorted().iter().enumerate() {
             let natts = self
                 .view
@@ -343,6 +356,19 @@ impl PgCatalog {
             }
         }
         for def in snapshot.catalog.projections.values() {
+            let columns: Vec<Column> = def
+                .columns
+                .iter()
+                .map(|c| Column {
+                    name: c.name.clone(),
+                    sql_type: c.sql_type.clone(),
+                    nullable: c.nullable,
+                    default: None,
+                })
+                .collect();
+            attribute_rows(&mut rows, table_oid(def.id), columns.iter());
+        }
+        for def in snapshot.catalog.sources.values() {
             let columns: Vec<Column> = def
                 .columns
                 .iter()

@@ -105,6 +105,9 @@ impl SessionView {
 
     fn table(&self, schema: &str, name: &str) -> Option<Arc<dyn TableProvider>> {
         let snapshot = self.snapshot();
+        if let Some(def) = snapshot.catalog.source(schema, name) {
+            return Some(Arc::new(SourceTable { def: def.clone() }));
+        }
         if let Some(def) = snapshot.catalog.projection(schema, name) {
             return Some(Arc::new(ProjectionTable {
                 def: def.clone(),
@@ -239,6 +242,15 @@ impl SchemaProvider for UserSchema {
                     .filter(|p| p.schema == self.name)
                     .map(|p| p.name.clone()),
             )
+            .chain(
+                self.view
+                    .snapshot()
+                    .catalog
+                    .sources
+                    .values()
+                    .filter(|s| s.schema == self.name)
+                    .map(|s| s.name.clone()),
+            )
             .collect()
     }
 
@@ -346,6 +358,39 @@ impl TableProvider for WeirTable {
             self.schema.clone(),
             projection.cloned(),
         )?)
+    }
+}
+
+/// A source, as a relation: projections and sinks read it incrementally;
+/// an ad-hoc read has no rows to give (a source keeps nothing), and says so.
+#[derive(Debug)]
+pub struct SourceTable {
+    def: Arc<crate::catalog::streaming::SourceDef>,
+}
+
+#[async_trait]
+impl TableProvider for SourceTable {
+    fn schema(&self) -> SchemaRef {
+        self.def.arrow_schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let name = self.def.qualified_name();
+        Err(DataFusionError::External(Box::new(
+            crate::error::ServerError::feature_not_supported(format!(
+                "reading source {name} ad hoc (a source keeps no rows; read it through a projection: CREATE PROJECTION p AS SELECT ... FROM {name}, or push it out with CREATE SINK)"
+            )),
+        )))
     }
 }
 

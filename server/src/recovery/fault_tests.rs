@@ -162,7 +162,14 @@ async fn every_seal_through_a_faulty_store_restores_exactly_the_sealed_state() {
         );
         live.run_epoch().unwrap();
         checkpointer
-            .checkpoint(&mut live, step, &fingerprints, Duration::ZERO, &metrics)
+            .checkpoint(
+                &mut live,
+                step,
+                &fingerprints,
+                Duration::ZERO,
+                &metrics,
+                &mut crate::streaming::Streams::detached(),
+            )
             .await;
         assert!(checkpointer.fenced().is_none());
         if checkpointer.last_sealed_lsn() != Some(step) {

@@ -26,6 +26,7 @@ mod projection;
 pub(crate) use show::projection_status;
 mod query;
 mod show;
+mod streaming;
 mod vars;
 
 use std::sync::Arc;
@@ -565,6 +566,9 @@ impl Session {
         params: Option<&ParamValues>,
     ) -> Result<StatementResult, ServerError> {
         use Statement as S;
+        if let Some(ddl) = weir_planner::streaming_ddl::from_statement(&statement) {
+            return self.streaming(ddl).await;
+        }
         match statement {
             S::Query(_) => self.query(statement, params).await,
             S::Explain {

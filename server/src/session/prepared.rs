@@ -193,6 +193,20 @@ impl Session {
             Statement::Fetch {
                 name, into: None, ..
             } => Ok((vec![], Some(self.fetch_description(&name)?))),
+            Statement::Call(_)
+                if matches!(
+                    weir_planner::streaming_ddl::from_statement(&statement),
+                    Some(
+                        weir_planner::streaming_ddl::StreamingDdl::Show { .. }
+                            | weir_planner::streaming_ddl::StreamingDdl::ShowCreate { .. }
+                    )
+                ) =>
+            {
+                match self.execute(statement, None).await? {
+                    StatementResult::Rows { schema, .. } => Ok((vec![], Some(schema))),
+                    _ => Ok((vec![], None)),
+                }
+            }
             Statement::ShowVariable { .. }
             | Statement::ShowTables { .. }
             | Statement::ShowCreate { .. }

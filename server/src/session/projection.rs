@@ -25,6 +25,8 @@ use crate::error::ServerError;
 pub(crate) struct PlannedProjection {
     pub stream: StreamPlan,
     pub bindings: Vec<SourceBinding>,
+    /// The sources among the bindings' objects, each once.
+    pub sources_read: Vec<crate::streaming::SourceToRead>,
 }
 
 impl Session {
@@ -52,7 +54,25 @@ impl Session {
                 })
             })
             .collect::<Result<Vec<_>, ServerError>>()?;
-        Ok(PlannedProjection { stream, bindings })
+        let mut sources_read: Vec<crate::streaming::SourceToRead> = Vec::new();
+        for binding in &bindings {
+            if let Some(def) = catalog.sources.get(&binding.object)
+                && !sources_read.iter().any(|s| s.id == def.id)
+            {
+                sources_read.push(crate::streaming::SourceToRead {
+                    id: def.id,
+                    name: def.qualified_name(),
+                    connector: def.connector.clone(),
+                    options: def.options.clone(),
+                    schema: def.arrow_schema(),
+                });
+            }
+        }
+        Ok(PlannedProjection {
+            stream,
+            bindings,
+            sources_read,
+        })
     }
 
     pub(super) async fn create_projection(
@@ -146,8 +166,24 @@ impl Session {
                         return Err(e);
                     }
                 }
-                CatalogChange::DropProjection { id } => {
+                CatalogChange::DropProjection { id } | CatalogChange::DropSink { id } => {
                     self.db.projections().drop_projection(*id).await;
+                }
+                CatalogChange::CreateSink(def) => {
+                    if let Err(e) = self.deploy_sink(def).await {
+                        let base = self.db.snapshot();
+                        let undo = TxnWrites {
+                            ddl: vec![CatalogChange::DropSink { id: def.id }],
+                            tables: vec![],
+                        };
+                        if let Err(undo_error) = self.db.commit(&base, undo).await {
+                            tracing::error!(sink = %def.name, error = %undo_error, "could not undo a failed sink");
+                        }
+                        return Err(e);
+                    }
+                }
+                CatalogChange::DropSource { id } => {
+                    self.db.projections().drop_source(*id).await;
                 }
                 _ => {}
             }
@@ -179,20 +215,8 @@ impl Session {
     ) -> Result<crate::projections::Deployment, ServerError> {
         let query = parse_query(&def.query)?;
         let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
-        let PlannedProjection {
-            mut stream,
-            bindings,
-        } = self.plan_projection(&query, &names).await?;
-        stream.conform_to(def.arrow_schema())?;
-        let schema = def.arrow_schema();
-        Ok(crate::projections::Deployment {
-            id: def.id,
-            fingerprint: weir_engine::state_fingerprint(&stream.explain, &schema),
-            graph: stream.graph,
-            sources: bindings,
-            schema,
-            tables: Default::default(),
-        })
+        let planned = self.plan_projection(&query, &names).await?;
+        deployment_of(def.id, planned, def.arrow_schema(), None)
     }
 
     pub(super) async fn flush(&mut self) -> Result<StatementResult, ServerError> {
@@ -213,8 +237,33 @@ impl Session {
     }
 }
 
+/// What the coordinator deploys for a planned projection or sink.
+pub(crate) fn deployment_of(
+    id: ObjectId,
+    planned: PlannedProjection,
+    schema: arrow::datatypes::SchemaRef,
+    sink: Option<crate::streaming::SinkToOpen>,
+) -> Result<crate::projections::Deployment, ServerError> {
+    let PlannedProjection {
+        mut stream,
+        bindings,
+        sources_read,
+    } = planned;
+    stream.conform_to(schema.clone())?;
+    Ok(crate::projections::Deployment {
+        id,
+        fingerprint: weir_engine::state_fingerprint(&stream.explain, &schema),
+        graph: stream.graph,
+        sources: bindings,
+        schema,
+        tables: Default::default(),
+        sources_read,
+        sink,
+    })
+}
+
 /// `CREATE PROJECTION p (a, b) AS ...`: the names given to its columns.
-fn declared_columns(create: &CreateView) -> Vec<String> {
+pub(crate) fn declared_columns(create: &CreateView) -> Vec<String> {
     create
         .columns
         .iter()
@@ -236,12 +285,15 @@ fn resolve_source(
     if let Some(p) = catalog.projection(schema, table) {
         return Ok(p.id);
     }
+    if let Some(s) = catalog.source(schema, table) {
+        return Ok(s.id);
+    }
     Err(ServerError::feature_not_supported(format!(
-        "reading {name} in a projection: only tables and projections can be maintained incrementally"
+        "reading {name} in a projection: only tables, sources and projections can be maintained incrementally"
     )))
 }
 
-fn parse_query(text: &str) -> Result<Query, ServerError> {
+pub(crate) fn parse_query(text: &str) -> Result<Query, ServerError> {
     let mut statements = weir_planner::parse_sql(text)
         .map_err(|e| ServerError::internal(format!("stored projection query: {e}")))?;
     match statements.pop() {
@@ -275,7 +327,7 @@ fn rename_columns(plan: LogicalPlan, names: &[String]) -> Result<LogicalPlan, Se
     Ok(LogicalPlanBuilder::from(plan).project(exprs)?.build()?)
 }
 
-fn column_defs(stream: &StreamPlan) -> Result<Vec<ColumnDef>, ServerError> {
+pub(crate) fn column_defs(stream: &StreamPlan) -> Result<Vec<ColumnDef>, ServerError> {
     let mut seen = std::collections::HashSet::new();
     stream
         .schema
@@ -316,7 +368,8 @@ pub(super) fn drop_readers(
     changes: &mut Vec<CatalogChange>,
 ) -> Result<(), ServerError> {
     let readers = catalog.readers_of(id);
-    if readers.is_empty() {
+    let sinks = catalog.sinks_reading(id);
+    if readers.is_empty() && sinks.is_empty() {
         return Ok(());
     }
     if !cascade {
@@ -325,9 +378,16 @@ pub(super) fn drop_readers(
             dependents: readers
                 .iter()
                 .map(|p| format!("projection {}", p.qualified_name()))
+                .chain(sinks.iter().map(|s| format!("sink {}", s.qualified_name())))
                 .collect::<Vec<_>>()
                 .join(", "),
         });
+    }
+    for sink in sinks {
+        let change = CatalogChange::DropSink { id: sink.id };
+        if !changes.contains(&change) {
+            changes.push(change);
+        }
     }
     for reader in readers {
         drop_readers(catalog, reader.id, "", true, changes)?;

@@ -18,6 +18,11 @@
 //! - `projections`: projections across `kill -9`, read-your-writes, epochs.
 //! - `projections_diff`: every projection shape against its query run ad hoc,
 //!   after random writes (seeded by `WEIR_DIFF_SEED`).
+//! - `sources`: CREATE SOURCE/SINK validation, SHOW CREATE round trips,
+//!   DROP CASCADE, restarts, and `kill -9` under a nexmark source with a
+//!   projection and a blackhole sink (exactly-once).
+//! - `nexmark`: every Nexmark query maintained over nexmark sources equals
+//!   it run ad hoc over the same events.
 //! - `http`, `auth`, `tls`: health/metrics, SCRAM, TLS.
 //!
 //! External tools (psql, java with pgjdbc, the Python venv) are installed by
@@ -32,11 +37,13 @@ mod crash;
 mod crash_projections;
 mod http;
 mod jdbc;
+mod nexmark;
 mod pg_cursors_copy;
 mod projections;
 mod projections_diff;
 mod psql;
 mod python;
 mod slt;
+mod sources;
 mod tls;
 mod tokio_pg;

@@ -1,0 +1,100 @@
+//! [`ConnectorError`]: what a connector can fail with, classified so the
+//! runtime knows whether to retry and the server which SQLSTATE to answer.
+
+/// Errors of connector specs (at CREATE) and of running sources and sinks.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectorError {
+    /// No connector of this name is registered.
+    #[error("connector \"{name}\" does not exist (known: {known})")]
+    UnknownConnector { name: String, known: String },
+    /// The connector exists but is not of the kind asked for.
+    #[error("connector \"{name}\" cannot be used as a {wanted} (it is a {kind} connector)")]
+    WrongKind {
+        name: String,
+        wanted: &'static str,
+        kind: &'static str,
+    },
+    /// An option the connector does not declare.
+    #[error(
+        "option \"{option}\" is not valid for connector \"{connector}\" (valid options: {valid})"
+    )]
+    UnknownOption {
+        connector: String,
+        option: String,
+        valid: String,
+    },
+    /// A required option was not given.
+    #[error("connector \"{connector}\" needs option \"{option}\": {help}")]
+    MissingOption {
+        connector: String,
+        option: String,
+        help: String,
+    },
+    /// An option's value does not parse or is out of range.
+    #[error("option \"{option}\" of connector \"{connector}\": {message}")]
+    BadOption {
+        connector: String,
+        option: String,
+        message: String,
+    },
+    /// A declared column does not fit what the connector produces.
+    #[error("column \"{column}\" does not fit connector \"{connector}\": {message}")]
+    ColumnMismatch {
+        connector: String,
+        column: String,
+        message: String,
+    },
+    /// A declared column the connector does not produce.
+    #[error("connector \"{connector}\" produces no column \"{column}\" (it produces: {produced})")]
+    UnknownColumn {
+        connector: String,
+        column: String,
+        produced: String,
+    },
+    /// A sink descriptor or source offset that this connector did not write.
+    #[error("connector \"{connector}\" cannot read its saved position \"{value}\": {message}")]
+    BadPosition {
+        connector: String,
+        value: String,
+        message: String,
+    },
+    /// Building or converting Arrow data failed (a bug or a bad cast).
+    #[error("connector \"{connector}\": {source}")]
+    Arrow {
+        connector: String,
+        #[source]
+        source: arrow::error::ArrowError,
+    },
+    /// Talking to the outside failed; worth retrying with backoff.
+    #[error("connector \"{connector}\": {message}")]
+    Transient { connector: String, message: String },
+}
+
+impl ConnectorError {
+    /// Whether retrying the same call later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Transient { .. })
+    }
+
+    /// The SQLSTATE a client sees for this error at CREATE time.
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            Self::UnknownConnector { .. }
+            | Self::UnknownOption { .. }
+            | Self::MissingOption { .. }
+            | Self::BadOption { .. }
+            | Self::WrongKind { .. } => "22023",
+            Self::ColumnMismatch { .. } => "42804",
+            Self::UnknownColumn { .. } => "42703",
+            Self::BadPosition { .. } | Self::Arrow { .. } => "XX000",
+            Self::Transient { .. } => "58000",
+        }
+    }
+
+    pub(crate) fn arrow(connector: &str, source: arrow::error::ArrowError) -> Self {
+        Self::Arrow {
+            connector: connector.to_string(),
+            source,
+        }
+    }
+}

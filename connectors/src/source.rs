@@ -1,0 +1,84 @@
+//! The [`Source`] trait: how rows from outside enter the runtime.
+
+use std::collections::BTreeMap;
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use weir_common::ChangeBatch;
+
+use crate::ConnectorError;
+
+/// A position per split: split name -> the connector's offset text (for
+/// nexmark the event count, for Kafka a partition offset, for a table
+/// log an LSN). Stored in each seal, so a restart resumes exactly there.
+pub type Offsets = BTreeMap<String, String>;
+
+/// One batch a source produced.
+#[derive(Debug, Clone)]
+pub struct SourceBatch {
+    /// The split the rows came from.
+    pub split: String,
+    /// The rows, in the source's declared columns (weights +1 for an
+    /// append-only source, -old/+new for one that carries changes).
+    pub changes: ChangeBatch,
+    /// The split's offset after these rows: reopening at it yields the
+    /// rows that follow, never these again.
+    pub offset: String,
+    /// The largest event time among the rows (microseconds since the Unix
+    /// epoch), when the source knows one; watermarks are derived from it.
+    pub max_event_time: Option<i64>,
+}
+
+/// What [`Source::next`] returns.
+#[derive(Debug, Clone)]
+pub enum SourceEvent {
+    Batch(SourceBatch),
+    /// This split has no more input; its offset is final.
+    SplitEnd {
+        split: String,
+    },
+    /// Nothing arrived within the poll interval; call again.
+    Idle,
+}
+
+/// A running source: one reader of one source object, however many
+/// projections and sinks read it.
+///
+/// Invariants the runtime relies on:
+/// - it is opened at the offsets of the latest seal (empty: the beginning)
+///   and yields, per split, rows in offset order with no gap and no repeat;
+/// - [`Self::next`] is only called by the runtime's reader task, one call at
+///   a time; it may wait (for I/O or a rate limit) but should return
+///   [`SourceEvent::Idle`] within about a second so the task can stop;
+/// - [`Self::on_sealed`] is called with offsets the source itself produced,
+///   after the seal that holds them is durable, in epoch order.
+#[async_trait]
+pub trait Source: Send {
+    /// The splits this source reads, fixed while it runs.
+    fn splits(&self) -> Vec<String>;
+
+    /// The next batch, the end of a split, or idle.
+    async fn next(&mut self) -> Result<SourceEvent, ConnectorError>;
+
+    /// Every row up to `offsets` is sealed in `epoch`: upstream may forget
+    /// it (a broker commit, a replication slot's confirmed position).
+    /// Must be idempotent. Sources with nothing to acknowledge keep the default.
+    async fn on_sealed(&mut self, _epoch: u64, _offsets: &Offsets) -> Result<(), ConnectorError> {
+        Ok(())
+    }
+}
+
+const _: Option<&dyn Source> = None;
+
+/// What opening a source needs.
+#[derive(Debug, Clone)]
+pub struct SourceOpen<'a> {
+    /// The source object's name, for errors and logs.
+    pub name: &'a str,
+    /// The declared columns (already checked against the connector).
+    pub schema: SchemaRef,
+    /// The validated options, as stored.
+    pub options: &'a BTreeMap<String, String>,
+    /// Where to resume per split (from the latest seal); empty to start.
+    pub offsets: &'a Offsets,
+}

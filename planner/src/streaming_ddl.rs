@@ -1,0 +1,494 @@
+//! Weir's statements for streaming objects, which sqlparser does not know:
+//!
+//! ```sql
+//! CREATE SOURCE [IF NOT EXISTS] name [(column type, ... [, WATERMARK FOR col AS expr])]
+//!   WITH (connector = '...', option = 'value', ...)
+//! CREATE SINK [IF NOT EXISTS] name { FROM relation | AS query } WITH (connector = '...', ...)
+//! DROP SOURCE | SINK [IF EXISTS] name [, ...] [CASCADE | RESTRICT]
+//! SHOW SOURCES | SINKS | CONNECTORS
+//! SHOW CREATE SOURCE | SINK name
+//! ```
+//!
+//! [`parse_streaming`] reads one statement's tokens into a [`StreamingDdl`].
+//! The session receives every statement as a sqlparser `Statement`, so a
+//! streaming one travels as `CALL "weir.streaming_ddl"('<json>')`
+//! ([`to_statement`] / [`from_statement`]), the way `MOVE` travels as a
+//! marked FETCH.
+
+use datafusion::sql::sqlparser::ast::{
+    Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
+    ObjectName, ObjectNamePart, Statement, Value,
+};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
+use serde::{Deserialize, Serialize};
+
+/// The function name a streaming statement travels under.
+pub const STREAMING_DDL_MARKER: &str = "weir.streaming_ddl";
+
+/// Which kind of streaming object a statement names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StreamingKind {
+    Source,
+    Sink,
+}
+
+impl StreamingKind {
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Self::Source => "SOURCE",
+            Self::Sink => "SINK",
+        }
+    }
+}
+
+/// A declared column: its name (normalized as PostgreSQL does) and type
+/// as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeclaredColumn {
+    pub name: String,
+    pub data_type: String,
+    pub not_null: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StreamingDdl {
+    CreateSource {
+        if_not_exists: bool,
+        /// Name parts, normalized (`s.bid` is `["s", "bid"]`).
+        name: Vec<String>,
+        columns: Vec<DeclaredColumn>,
+        /// `WATERMARK FOR column AS expression`: the column and the
+        /// expression as sqlparser prints it.
+        watermark: Option<(String, String)>,
+        /// The WITH options in order, keys lowercased, values as text.
+        options: Vec<(String, String)>,
+    },
+    CreateSink {
+        if_not_exists: bool,
+        name: Vec<String>,
+        /// `FROM relation`: the relation's name parts.
+        from: Option<Vec<String>>,
+        /// `AS query`: the query as sqlparser prints it.
+        query: Option<String>,
+        options: Vec<(String, String)>,
+    },
+    Drop {
+        kind: StreamingKind,
+        if_exists: bool,
+        names: Vec<Vec<String>>,
+        cascade: bool,
+    },
+    /// `SHOW SOURCES` / `SHOW SINKS` (`kind`), or `SHOW CONNECTORS` (`None`).
+    Show { kind: Option<StreamingKind> },
+    ShowCreate {
+        kind: StreamingKind,
+        name: Vec<String>,
+    },
+}
+
+/// Whether the statement starting at `tokens` (whitespace included) is one
+/// of Weir's streaming statements.
+pub fn is_streaming(tokens: &[TokenWithSpan]) -> bool {
+    let words: Vec<String> = tokens
+        .iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
+        .take(3)
+        .map(|t| match &t.token {
+            Token::Word(w) if w.quote_style.is_none() => w.value.to_ascii_uppercase(),
+            _ => String::new(),
+        })
+        .collect();
+    let w = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+    matches!(
+        (w(0), w(1), w(2)),
+        ("CREATE" | "DROP", "SOURCE" | "SINK", _)
+            | ("SHOW", "SOURCES" | "SINKS" | "CONNECTORS", _)
+            | ("SHOW", "CREATE", "SOURCE" | "SINK")
+    )
+}
+
+/// Parses one streaming statement (its tokens, without the `;`).
+pub fn parse_streaming(mut tokens: Vec<TokenWithSpan>) -> Result<StreamingDdl, ParserError> {
+    // `CREATE SINK s AS SELECT ... FROM t WITH (...)`: sqlparser would read
+    // `t WITH (...)` as a table hint, so the options (from the last WITH
+    // outside parentheses) are parsed apart.
+    let options = match sink_options_at(&tokens) {
+        Some(at) => {
+            let tail = tokens.split_off(at);
+            let mut p = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(tail);
+            let options = with_options(&mut p)?;
+            let _ = p.consume_token(&Token::SemiColon);
+            if p.peek_token().token != Token::EOF {
+                return p.expected("end of statement", p.peek_token());
+            }
+            Some(options)
+        }
+        None => None,
+    };
+    let mut p = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(tokens);
+    let ddl = if p.parse_keyword(Keyword::CREATE) {
+        let kind = kind_word(&mut p)?;
+        let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+        let name = name_parts(&p.parse_object_name(false)?);
+        match kind {
+            StreamingKind::Source => create_source(&mut p, if_not_exists, name)?,
+            StreamingKind::Sink => create_sink(&mut p, if_not_exists, name, options)?,
+        }
+    } else if p.parse_keyword(Keyword::DROP) {
+        let kind = kind_word(&mut p)?;
+        let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+        let mut names = vec![name_parts(&p.parse_object_name(false)?)];
+        while p.consume_token(&Token::Comma) {
+            names.push(name_parts(&p.parse_object_name(false)?));
+        }
+        let cascade = p.parse_keyword(Keyword::CASCADE);
+        if !cascade {
+            let _ = p.parse_keyword(Keyword::RESTRICT);
+        }
+        StreamingDdl::Drop {
+            kind,
+            if_exists,
+            names,
+            cascade,
+        }
+    } else if p.parse_keyword(Keyword::SHOW) {
+        if p.parse_keyword(Keyword::CREATE) {
+            let kind = kind_word(&mut p)?;
+            StreamingDdl::ShowCreate {
+                kind,
+                name: name_parts(&p.parse_object_name(false)?),
+            }
+        } else {
+            let word = word(&mut p).unwrap_or_default();
+            let kind = match word.as_str() {
+                "SOURCES" => Some(StreamingKind::Source),
+                "SINKS" => Some(StreamingKind::Sink),
+                _ => None,
+            };
+            StreamingDdl::Show { kind }
+        }
+    } else {
+        return p.expected("CREATE, DROP or SHOW", p.peek_token());
+    };
+    let _ = p.consume_token(&Token::SemiColon);
+    if p.peek_token().token != Token::EOF {
+        return p.expected("end of statement", p.peek_token());
+    }
+    Ok(ddl)
+}
+
+fn word(p: &mut Parser) -> Option<String> {
+    match p.next_token().token {
+        Token::Word(w) if w.quote_style.is_none() => Some(w.value.to_ascii_uppercase()),
+        _ => None,
+    }
+}
+
+fn kind_word(p: &mut Parser) -> Result<StreamingKind, ParserError> {
+    match word(p).as_deref() {
+        Some("SOURCE") => Ok(StreamingKind::Source),
+        Some("SINK") => Ok(StreamingKind::Sink),
+        _ => {
+            p.prev_token();
+            p.expected("SOURCE or SINK", p.peek_token())
+        }
+    }
+}
+
+/// An identifier as PostgreSQL reads it: folded to lower case unless quoted.
+fn normalize(ident: &Ident) -> String {
+    if ident.quote_style.is_some() {
+        ident.value.clone()
+    } else {
+        ident.value.to_lowercase()
+    }
+}
+
+fn name_parts(name: &ObjectName) -> Vec<String> {
+    name.0
+        .iter()
+        .map(|part| match part {
+            ObjectNamePart::Identifier(ident) => normalize(ident),
+            other => other.to_string(),
+        })
+        .collect()
+}
+
+fn create_source(
+    p: &mut Parser,
+    if_not_exists: bool,
+    name: Vec<String>,
+) -> Result<StreamingDdl, ParserError> {
+    let mut columns = Vec::new();
+    let mut watermark = None;
+    if p.consume_token(&Token::LParen) {
+        loop {
+            let is_watermark = matches!(&p.peek_token().token,
+                Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("watermark"))
+                && matches!(&p.peek_nth_token(1).token, Token::Word(w) if w.keyword == Keyword::FOR);
+            if is_watermark {
+                p.next_token();
+                p.expect_keyword_is(Keyword::FOR)?;
+                let column = normalize(&p.parse_identifier()?);
+                p.expect_keyword_is(Keyword::AS)?;
+                let expr: Expr = p.parse_expr()?;
+                if watermark.replace((column, expr.to_string())).is_some() {
+                    return parser_error("a source has at most one WATERMARK clause");
+                }
+            } else {
+                let def = p.parse_column_def()?;
+                let mut not_null = false;
+                for option in &def.options {
+                    use datafusion::sql::sqlparser::ast::ColumnOption;
+                    match &option.option {
+                        ColumnOption::NotNull => not_null = true,
+                        ColumnOption::Null => not_null = false,
+                        other => {
+                            return parser_error(&format!(
+                                "column \"{}\" of a source takes no {other}: a source's rows come from its connector",
+                                def.name
+                            ));
+                        }
+                    }
+                }
+                columns.push(DeclaredColumn {
+                    name: normalize(&def.name),
+                    data_type: def.data_type.to_string(),
+                    not_null,
+                });
+            }
+            if !p.consume_token(&Token::Comma) {
+                break;
+            }
+        }
+        p.expect_token(&Token::RParen)?;
+    }
+    let options = with_options(p)?;
+    Ok(StreamingDdl::CreateSource {
+        if_not_exists,
+        name,
+        columns,
+        watermark,
+        options,
+    })
+}
+
+/// Where a CREATE SINK's `WITH (` options start: the last `WITH` outside
+/// parentheses that a `(` follows.
+fn sink_options_at(tokens: &[TokenWithSpan]) -> Option<usize> {
+    let significant: Vec<(usize, &Token)> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !matches!(t.token, Token::Whitespace(_)))
+        .map(|(i, t)| (i, &t.token))
+        .collect();
+    let word = |t: &Token, w: &str| matches!(t, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
+    if !(significant.len() > 2
+        && word(significant[0].1, "create")
+        && word(significant[1].1, "sink"))
+    {
+        return None;
+    }
+    let mut depth = 0i32;
+    let mut found = None;
+    for (n, (i, token)) in significant.iter().enumerate() {
+        match token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            t if depth == 0
+                && word(t, "with")
+                && matches!(significant.get(n + 1), Some((_, Token::LParen))) =>
+            {
+                found = Some(*i)
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+fn create_sink(
+    p: &mut Parser,
+    if_not_exists: bool,
+    name: Vec<String>,
+    options: Option<Vec<(String, String)>>,
+) -> Result<StreamingDdl, ParserError> {
+    let (from, query) = if p.parse_keyword(Keyword::FROM) {
+        (Some(name_parts(&p.parse_object_name(false)?)), None)
+    } else if p.parse_keyword(Keyword::AS) {
+        (None, Some(p.parse_query()?.to_string()))
+    } else {
+        return p.expected("FROM relation or AS query", p.peek_token());
+    };
+    let options = match options {
+        Some(options) => options,
+        None => with_options(p)?,
+    };
+    Ok(StreamingDdl::CreateSink {
+        if_not_exists,
+        name,
+        from,
+        query,
+        options,
+    })
+}
+
+/// `WITH (key = value, ...)`; keys may be dotted (`fields.id.kind`).
+fn with_options(p: &mut Parser) -> Result<Vec<(String, String)>, ParserError> {
+    p.expect_keyword_is(Keyword::WITH)?;
+    p.expect_token(&Token::LParen)?;
+    let mut options = Vec::new();
+    loop {
+        let key = name_parts(&p.parse_object_name(false)?).join(".");
+        p.expect_token(&Token::Eq)?;
+        let value = match p.next_token().token {
+            Token::SingleQuotedString(s) => s,
+            Token::Number(n, _) => n,
+            Token::Word(w) => w.value,
+            Token::Minus => match p.next_token().token {
+                Token::Number(n, _) => format!("-{n}"),
+                _ => return parser_error(&format!("option {key} needs a value")),
+            },
+            other => {
+                return parser_error(&format!("option {key} needs a quoted value, not {other}"));
+            }
+        };
+        if options.iter().any(|(k, _)| *k == key) {
+            return parser_error(&format!("option {key} is given twice"));
+        }
+        options.push((key, value));
+        if !p.consume_token(&Token::Comma) {
+            break;
+        }
+    }
+    p.expect_token(&Token::RParen)?;
+    Ok(options)
+}
+
+fn parser_error<T>(message: &str) -> Result<T, ParserError> {
+    Err(ParserError::ParserError(message.to_string()))
+}
+
+/// The statement a streaming statement travels as.
+pub fn to_statement(ddl: &StreamingDdl) -> Statement {
+    let json = serde_json::to_string(ddl).expect("streaming statements serialize");
+    Statement::Call(Function {
+        name: ObjectName::from(vec![Ident::with_quote('"', STREAMING_DDL_MARKER)]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::value(
+                Value::SingleQuotedString(json),
+            )))],
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
+}
+
+/// The streaming statement `statement` carries, if it is one.
+pub fn from_statement(statement: &Statement) -> Option<StreamingDdl> {
+    let Statement::Call(function) = statement else {
+        return None;
+    };
+    if function.name.to_string() != format!("\"{STREAMING_DDL_MARKER}\"") {
+        return None;
+    }
+    let FunctionArguments::List(list) = &function.args else {
+        return None;
+    };
+    match list.args.as_slice() {
+        [FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v)))] => match &v.value {
+            Value::SingleQuotedString(json) => serde_json::from_str(json).ok(),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::tokenizer::Tokenizer;
+
+    fn parse(sql: &str) -> Result<StreamingDdl, ParserError> {
+        let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+            .tokenize_with_location()
+            .unwrap();
+        assert!(is_streaming(&tokens), "{sql}");
+        parse_streaming(tokens)
+    }
+
+    #[test]
+    fn reads_sources_sinks_and_their_options() {
+        let source = parse(
+            "CREATE SOURCE IF NOT EXISTS S.Bid (auction BIGINT, \"Price\" BIGINT NOT NULL, date_time TIMESTAMP,
+               WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
+             WITH (connector = 'nexmark', event = 'bid', rate_limit = 100, fields.x.kind = 'random')",
+        )
+        .unwrap();
+        let StreamingDdl::CreateSource {
+            if_not_exists,
+            name,
+            columns,
+            watermark,
+            options,
+        } = source
+        else {
+            panic!("not a source")
+        };
+        assert!(if_not_exists);
+        assert_eq!(name, vec!["s", "bid"]);
+        assert_eq!(columns[1].name, "Price");
+        assert!(columns[1].not_null);
+        assert_eq!(columns[2].data_type, "TIMESTAMP");
+        let (column, expr) = watermark.unwrap();
+        assert_eq!(column, "date_time");
+        assert_eq!(expr, "date_time - INTERVAL '4' SECOND");
+        assert_eq!(options[2], ("rate_limit".into(), "100".into()));
+        assert_eq!(options[3].0, "fields.x.kind");
+
+        let bare =
+            parse("CREATE SINK q0 AS SELECT auction FROM bid WITH (connector = 'blackhole')")
+                .unwrap();
+        assert!(
+            matches!(&bare, StreamingDdl::CreateSink { query: Some(q), options, .. }
+            if q == "SELECT auction FROM bid" && options.len() == 1),
+            "{bare:?}"
+        );
+        let cte = parse(
+            "CREATE SINK c AS WITH x AS (SELECT 1 AS a) SELECT a FROM x WITH (connector = 'log')",
+        )
+        .unwrap();
+        assert!(
+            matches!(&cte, StreamingDdl::CreateSink { query: Some(q), .. } if q.starts_with("WITH x AS")),
+            "{cte:?}"
+        );
+        let sink = parse(
+            "create sink out as select a, b from t where a > 1 with (connector = 'blackhole')",
+        )
+        .unwrap();
+        assert!(
+            matches!(&sink, StreamingDdl::CreateSink { query: Some(q), from: None, .. } if q == "SELECT a, b FROM t WHERE a > 1")
+        );
+        assert_eq!(from_statement(&to_statement(&sink)), Some(sink));
+        assert!(matches!(
+            parse("DROP SINK IF EXISTS a, b CASCADE").unwrap(),
+            StreamingDdl::Drop { kind: StreamingKind::Sink, if_exists: true, cascade: true, ref names } if names.len() == 2
+        ));
+        assert_eq!(
+            parse("SHOW CONNECTORS").unwrap(),
+            StreamingDdl::Show { kind: None }
+        );
+        assert!(parse("CREATE SINK x WITH (connector = 'blackhole')").is_err());
+        assert!(parse("CREATE SOURCE x (a int DEFAULT 1) WITH (connector = 'datagen')").is_err());
+        assert!(parse("CREATE SOURCE x WITH (connector = 'a', connector = 'b')").is_err());
+    }
+}

@@ -1,0 +1,413 @@
+//! CREATE / DROP / SHOW of sources and sinks, and deploying sinks.
+//!
+//! A source is only a catalog entry until something reads it: the first
+//! projection or sink over it starts its reader (see [`crate::streaming`]).
+//! A sink is planned like a projection, its query lowered to a graph whose
+//! output goes to the connector each epoch instead of being kept.
+
+use std::collections::BTreeMap;
+
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use weir_common::ObjectId;
+use weir_connectors::{ConnectorError, ConnectorKind};
+use weir_planner::SqlType;
+use weir_planner::streaming_ddl::{DeclaredColumn, StreamingDdl, StreamingKind};
+
+use super::projection::{column_defs, deployment_of, drop_readers, parse_query};
+use super::{Session, StatementResult, command, show::text_rows};
+use crate::catalog::CatalogChange;
+use crate::catalog::model::ColumnDef;
+use crate::catalog::streaming::{SinkDef, SourceDef, WatermarkDef};
+use crate::db::TxnWrites;
+use crate::error::ServerError;
+
+impl Session {
+    pub(super) async fn streaming(
+        &mut self,
+        ddl: StreamingDdl,
+    ) -> Result<StatementResult, ServerError> {
+        match ddl {
+            StreamingDdl::CreateSource {
+                if_not_exists,
+                name,
+                columns,
+                watermark,
+                options,
+            } => self.create_source(if_not_exists, &name, &columns, watermark, options),
+            StreamingDdl::CreateSink {
+                if_not_exists,
+                name,
+                from,
+                query,
+                options,
+            } => {
+                self.create_sink(if_not_exists, &name, from, query, options)
+                    .await
+            }
+            StreamingDdl::Drop {
+                kind,
+                if_exists,
+                names,
+                cascade,
+            } => self.drop_streaming(kind, if_exists, &names, cascade),
+            StreamingDdl::Show { kind } => self.show_streaming(kind),
+            StreamingDdl::ShowCreate { kind, name } => {
+                let (schema, name) = self.split_parts(&name)?;
+                let catalog = self.snapshot().catalog.clone();
+                let (qualified, sql) = match kind {
+                    StreamingKind::Source => catalog
+                        .source(&schema, &name)
+                        .map(|d| (d.qualified_name(), d.create_statement())),
+                    StreamingKind::Sink => catalog
+                        .sink(&schema, &name)
+                        .map(|d| (d.qualified_name(), d.create_statement())),
+                }
+                .ok_or_else(|| undefined(kind, &name))?;
+                text_rows(&["name", "create_sql"], vec![vec![qualified, sql]])
+            }
+        }
+    }
+
+    /// `[schema.]name` parts as (schema, name), the schema defaulting to
+    /// the first of the search path.
+    fn split_parts(&self, parts: &[String]) -> Result<(String, String), ServerError> {
+        match parts {
+            [name] => Ok((self.vars.default_schema(), name.clone())),
+            [schema, name] => Ok((schema.clone(), name.clone())),
+            _ => Err(ServerError::invalid_param(format!(
+                "improper qualified name: {}",
+                parts.join(".")
+            ))),
+        }
+    }
+
+    fn create_source(
+        &mut self,
+        if_not_exists: bool,
+        name: &[String],
+        declared: &[DeclaredColumn],
+        watermark: Option<(String, String)>,
+        options: Vec<(String, String)>,
+    ) -> Result<StatementResult, ServerError> {
+        let (schema, name) = self.split_parts(name)?;
+        let catalog = self.snapshot().catalog.clone();
+        if !catalog.schemas.contains(&schema) {
+            return Err(ServerError::UndefinedSchema(schema));
+        }
+        if catalog.relation_exists(&schema, &name) {
+            if if_not_exists && catalog.source(&schema, &name).is_some() {
+                return Ok(command("CREATE SOURCE"));
+            }
+            return Err(ServerError::DuplicateTable(name));
+        }
+        let (connector_name, given) = split_connector(options, "CREATE SOURCE")?;
+        let connector = weir_connectors::connector(&connector_name, ConnectorKind::Source)?;
+        let options = connector
+            .spec()
+            .validate(&given, weir_connectors::now_millis())?;
+        let declared_columns = declared
+            .iter()
+            .map(column_of)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut seen = std::collections::HashSet::new();
+        for c in &declared_columns {
+            if !seen.insert(c.name.clone()) {
+                return Err(ServerError::DuplicateColumn(c.name.clone()));
+            }
+        }
+        let declared_schema = (!declared_columns.is_empty()).then(|| {
+            std::sync::Arc::new(arrow::datatypes::Schema::new(
+                declared_columns
+                    .iter()
+                    .map(|c| c.sql_type.field(&c.name, c.nullable))
+                    .collect::<Vec<_>>(),
+            ))
+        });
+        let produced = connector.source_columns(declared_schema.as_ref(), &options)?;
+        let columns = if declared_columns.is_empty() {
+            produced
+                .fields()
+                .iter()
+                .map(|f| {
+                    let sql_type = SqlType::from_field(f).ok_or_else(|| {
+                        ServerError::internal(format!(
+                            "connector {connector_name} produces column {} of type {}, which has no SQL type",
+                            f.name(),
+                            f.data_type()
+                        ))
+                    })?;
+                    Ok(ColumnDef {
+                        name: f.name().clone(),
+                        sql_type,
+                        nullable: f.is_nullable(),
+                        default: None,
+                    })
+                })
+                .collect::<Result<Vec<_>, ServerError>>()?
+        } else {
+            declared_columns
+        };
+        let watermark = match watermark {
+            None => None,
+            Some((column, expr)) => {
+                let c = columns
+                    .iter()
+                    .find(|c| c.name == column)
+                    .ok_or_else(|| ServerError::UndefinedColumn(column.clone()))?;
+                if !matches!(c.sql_type, SqlType::Timestamp | SqlType::Timestamptz) {
+                    return Err(ServerError::Sqlstate {
+                        code: "42804",
+                        message: format!(
+                            "WATERMARK FOR {column}: the column is {}, a watermark needs a timestamp column",
+                            c.sql_type.display_name()
+                        ),
+                    });
+                }
+                Some(WatermarkDef { column, expr })
+            }
+        };
+        let id = (*catalog).clone().allocate_id();
+        let def = SourceDef {
+            id,
+            schema,
+            name,
+            columns,
+            watermark,
+            connector: connector_name,
+            options,
+        };
+        self.write(TxnWrites {
+            ddl: vec![CatalogChange::CreateSource(def)],
+            tables: vec![],
+        })?;
+        Ok(command("CREATE SOURCE"))
+    }
+
+    async fn create_sink(
+        &mut self,
+        if_not_exists: bool,
+        name: &[String],
+        from: Option<Vec<String>>,
+        query: Option<String>,
+        options: Vec<(String, String)>,
+    ) -> Result<StatementResult, ServerError> {
+        let (schema, name) = self.split_parts(name)?;
+        let catalog = self.snapshot().catalog.clone();
+        if !catalog.schemas.contains(&schema) {
+            return Err(ServerError::UndefinedSchema(schema));
+        }
+        if catalog.sink(&schema, &name).is_some() {
+            if if_not_exists {
+                return Ok(command("CREATE SINK"));
+            }
+            return Err(ServerError::DuplicateObject(format!("sink \"{name}\"")));
+        }
+        let (connector_name, given) = split_connector(options, "CREATE SINK")?;
+        let connector = weir_connectors::connector(&connector_name, ConnectorKind::Sink)?;
+        let options = connector
+            .spec()
+            .validate(&given, weir_connectors::now_millis())?;
+        let from = from.map(|parts| {
+            parts
+                .iter()
+                .map(|p| crate::catalog::model::quote_ident(p))
+                .collect::<Vec<_>>()
+                .join(".")
+        });
+        let query_text = match (&from, query) {
+            (Some(relation), _) => format!("SELECT * FROM {relation}"),
+            (None, Some(q)) => q,
+            (None, None) => return Err(ServerError::invalid_param("CREATE SINK needs FROM or AS")),
+        };
+        let query = parse_query(&query_text)?;
+        let planned = self.plan_projection(&query, &[]).await?;
+        let columns = column_defs(&planned.stream)?;
+        let mut reads: Vec<ObjectId> = planned.bindings.iter().map(|b| b.object).collect();
+        reads.sort();
+        reads.dedup();
+        let settings = crate::catalog::model::PROJECTION_SETTINGS
+            .iter()
+            .filter_map(|name| Some((name.to_string(), self.vars.get(name)?)))
+            .collect();
+        let def = SinkDef {
+            id: (*catalog).clone().allocate_id(),
+            schema,
+            name,
+            from,
+            query: query.to_string(),
+            columns,
+            reads,
+            connector: connector_name,
+            options,
+            settings,
+        };
+        self.write(TxnWrites {
+            ddl: vec![CatalogChange::CreateSink(def)],
+            tables: vec![],
+        })?;
+        Ok(command("CREATE SINK"))
+    }
+
+    fn drop_streaming(
+        &mut self,
+        kind: StreamingKind,
+        if_exists: bool,
+        names: &[Vec<String>],
+        cascade: bool,
+    ) -> Result<StatementResult, ServerError> {
+        let catalog = self.snapshot().catalog.clone();
+        let mut changes = Vec::new();
+        for parts in names {
+            let (schema, name) = self.split_parts(parts)?;
+            match kind {
+                StreamingKind::Source => match catalog.source(&schema, &name) {
+                    Some(def) => {
+                        let what = format!("source {}", def.qualified_name());
+                        drop_readers(&catalog, def.id, &what, cascade, &mut changes)?;
+                        changes.push(CatalogChange::DropSource { id: def.id });
+                    }
+                    None if if_exists => {}
+                    None => return Err(undefined(kind, &name)),
+                },
+                StreamingKind::Sink => match catalog.sink(&schema, &name) {
+                    Some(def) => {
+                        let change = CatalogChange::DropSink { id: def.id };
+                        if !changes.contains(&change) {
+                            changes.push(change);
+                        }
+                    }
+                    None if if_exists => {}
+                    None => return Err(undefined(kind, &name)),
+                },
+            }
+        }
+        self.write(TxnWrites {
+            ddl: changes,
+            tables: vec![],
+        })?;
+        Ok(command(match kind {
+            StreamingKind::Source => "DROP SOURCE",
+            StreamingKind::Sink => "DROP SINK",
+        }))
+    }
+
+    fn show_streaming(
+        &mut self,
+        kind: Option<StreamingKind>,
+    ) -> Result<StatementResult, ServerError> {
+        let catalog = self.snapshot().catalog.clone();
+        let status = self.db.projections().stream_status();
+        let mut rows: Vec<Vec<String>> = match kind {
+            Some(StreamingKind::Source) => catalog
+                .sources
+                .values()
+                .map(|s| {
+                    let state = status.sources.get(&s.id).map_or("idle", |x| x.status);
+                    vec![
+                        s.schema.clone(),
+                        s.name.clone(),
+                        s.connector.clone(),
+                        state.into(),
+                    ]
+                })
+                .collect(),
+            Some(StreamingKind::Sink) => catalog
+                .sinks
+                .values()
+                .map(|s| {
+                    let state = status.sinks.get(&s.id).map_or("starting", |x| x.status);
+                    vec![
+                        s.schema.clone(),
+                        s.name.clone(),
+                        s.connector.clone(),
+                        state.into(),
+                    ]
+                })
+                .collect(),
+            None => {
+                drop(status);
+                return text_rows(
+                    &["name", "kind", "options", "capabilities", "description"],
+                    crate::system_streaming::connector_rows(),
+                );
+            }
+        };
+        rows.sort();
+        text_rows(&["schema", "name", "connector", "status"], rows)
+    }
+
+    /// Plans a committed sink and starts it.
+    pub(crate) async fn deploy_sink(&self, def: &SinkDef) -> Result<(), ServerError> {
+        let deployment = self.plan_sink_deployment(def).await?;
+        self.db.deploy_projection(deployment).await
+    }
+
+    pub(crate) async fn plan_sink_deployment(
+        &self,
+        def: &SinkDef,
+    ) -> Result<crate::projections::Deployment, ServerError> {
+        let query = parse_query(&def.query)?;
+        let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
+        let planned = self.plan_projection(&query, &names).await?;
+        let sink = crate::streaming::SinkToOpen {
+            name: def.qualified_name(),
+            connector: def.connector.clone(),
+            options: def.options.clone(),
+            schema: def.arrow_schema(),
+        };
+        deployment_of(def.id, planned, def.arrow_schema(), Some(sink))
+    }
+
+    /// Takes on the settings a sink was created under.
+    pub(crate) fn adopt_sink_settings(&mut self, def: &SinkDef) -> Result<(), ServerError> {
+        for (name, value) in &def.settings {
+            self.vars.set(name, value)?;
+        }
+        self.apply_vars_to_planner();
+        Ok(())
+    }
+}
+
+fn undefined(kind: StreamingKind, name: &str) -> ServerError {
+    ServerError::Sqlstate {
+        code: "42704",
+        message: format!(
+            "{} \"{name}\" does not exist",
+            kind.keyword().to_lowercase()
+        ),
+    }
+}
+
+/// The `connector` option apart from the rest.
+fn split_connector(
+    options: Vec<(String, String)>,
+    statement: &str,
+) -> Result<(String, BTreeMap<String, String>), ServerError> {
+    let mut rest: BTreeMap<String, String> = options.into_iter().collect();
+    let connector = rest.remove("connector").ok_or_else(|| {
+        ServerError::Connector(ConnectorError::MissingOption {
+            connector: "(none)".into(),
+            option: "connector".into(),
+            help: format!("{statement} ... WITH (connector = '...'); SHOW CONNECTORS lists them"),
+        })
+    })?;
+    Ok((connector, rest))
+}
+
+fn column_of(c: &DeclaredColumn) -> Result<ColumnDef, ServerError> {
+    let data_type = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(&c.data_type)
+        .and_then(|mut p| p.parse_data_type())
+        .map_err(|e| ServerError::Syntax {
+            message: e.to_string(),
+            position: None,
+        })?;
+    let sql_type = SqlType::from_sql(&data_type).map_err(ServerError::feature_not_supported)?;
+    Ok(ColumnDef {
+        name: c.name.clone(),
+        sql_type,
+        nullable: !c.not_null,
+        default: None,
+    })
+}

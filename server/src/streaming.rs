@@ -1,0 +1,679 @@
+//! Sources and sinks inside the projection coordinator's loop
+//! ([`crate::projections`]): one shared reader per source object, one
+//! writer per sink, and the offsets and descriptors every seal records.
+//!
+//! - A source is read once, by a reader task started when the first
+//!   projection or sink over it is deployed, at the offsets the loop has
+//!   received so far (after a start: the latest seal's). Its batches come
+//!   back to the loop as [`SourceMessage`]s, in order, through the loop's
+//!   bounded command channel, so a slow loop slows the reader.
+//! - A projection or sink deployed over a source that is already being
+//!   read backfills from offset 0 up to the received offsets with a
+//!   private reader (every connector here is replayable), then follows
+//!   the shared reader.
+//! - Each closed epoch fixes the *covered* offsets (everything received is
+//!   in it), writes each sink's share of the epoch and pre-commits every
+//!   sink. A seal records the covered offsets (`source:<id>`) and the
+//!   latest descriptors (`sink:<id>`); after it, sinks commit and sources
+//!   hear `on_sealed`.
+//! - A source or sink that fails is marked failed alone (its error in
+//!   `weir_catalog.sources` / `sinks`); the rest keep running.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::datatypes::SchemaRef;
+use parking_lot::RwLock;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use weir_common::{ChangeBatch, ObjectId};
+use weir_connectors::{
+    ConnectorError, ConnectorKind, Offsets, Sink, SinkOpen, Source, SourceBatch, SourceEvent,
+    SourceOpen,
+};
+
+use crate::error::ServerError;
+
+/// The seal key of a source's covered offsets.
+pub fn source_key(id: ObjectId) -> String {
+    format!("source:{}", id.0)
+}
+
+/// The seal key of a sink's descriptor.
+pub fn sink_key(id: ObjectId) -> String {
+    format!("sink:{}", id.0)
+}
+
+/// A source a deployment reads, as the runtime opens it.
+#[derive(Debug, Clone)]
+pub struct SourceToRead {
+    pub id: ObjectId,
+    pub name: String,
+    pub connector: String,
+    pub options: BTreeMap<String, String>,
+    pub schema: SchemaRef,
+}
+
+/// The connector a sink deployment writes to.
+#[derive(Debug, Clone)]
+pub struct SinkToOpen {
+    pub name: String,
+    pub connector: String,
+    pub options: BTreeMap<String, String>,
+    pub schema: SchemaRef,
+}
+
+/// What a seal holds of sources and sinks, read at a start.
+#[derive(Debug, Clone, Default)]
+pub struct SealedStreams {
+    pub epoch: u64,
+    pub offsets: HashMap<ObjectId, Offsets>,
+    /// Per sink: the epoch it pre-committed and its descriptor.
+    pub sinks: HashMap<ObjectId, SinkSeal>,
+}
+
+/// A sink's entry in a seal.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SinkSeal {
+    pub epoch: u64,
+    pub descriptor: String,
+    /// Rows the sink had received when it pre-committed (for status).
+    pub rows: u64,
+}
+
+impl SealedStreams {
+    /// The sources' and sinks' entries of a seal's maps.
+    pub fn from_seal(
+        epoch: u64,
+        source_offsets: &BTreeMap<String, String>,
+        sink_descriptors: &BTreeMap<String, String>,
+    ) -> Self {
+        let id_of = |key: &str, prefix: &str| {
+            key.strip_prefix(prefix)
+                .and_then(|n| n.parse::<u64>().ok())
+                .map(ObjectId)
+        };
+        let offsets = source_offsets
+            .iter()
+            .filter_map(|(k, v)| Some((id_of(k, "source:")?, serde_json::from_str(v).ok()?)))
+            .collect();
+        let sinks = sink_descriptors
+            .iter()
+            .filter_map(|(k, v)| Some((id_of(k, "sink:")?, serde_json::from_str(v).ok()?)))
+            .collect();
+        Self {
+            epoch,
+            offsets,
+            sinks,
+        }
+    }
+}
+
+/// One run of a source's shared reader: messages of a reader that was
+/// stopped (and maybe replaced since) are told apart and dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReaderId {
+    pub source: ObjectId,
+    pub run: u64,
+}
+
+/// What a reader task tells the loop.
+pub enum SourceMessage {
+    Batch(ReaderId, SourceBatch),
+    /// Every split ended: the source is complete.
+    Ended(ReaderId),
+    /// The source cannot go on.
+    Failed(ReaderId, String),
+    /// A retryable error; the reader backs off and tries again.
+    Retrying(ReaderId, String),
+}
+
+/// One source's state, for `weir_catalog.sources`.
+#[derive(Debug, Clone, Default)]
+pub struct SourceStatus {
+    /// `idle` (nothing reads it), `running`, `completed`, `retrying`, `failed`.
+    pub status: &'static str,
+    pub rows_in: u64,
+    pub offsets: Offsets,
+    /// The largest event time seen, µs since the Unix epoch.
+    pub max_event_time: Option<i64>,
+    pub error: Option<String>,
+}
+
+/// One sink's state, for `weir_catalog.sinks`.
+#[derive(Debug, Clone, Default)]
+pub struct SinkStatus {
+    /// `running` or `failed`.
+    pub status: &'static str,
+    /// Row changes handed to the sink (the sum of absolute weights),
+    /// written, committed or not.
+    pub rows_out: u64,
+    /// Rows of committed epochs.
+    pub committed_rows: u64,
+    pub committed_epoch: u64,
+    pub error: Option<String>,
+}
+
+/// Status of every source and sink, shared with the system tables.
+#[derive(Debug, Default)]
+pub struct StreamStatus {
+    pub sources: HashMap<ObjectId, SourceStatus>,
+    pub sinks: HashMap<ObjectId, SinkStatus>,
+}
+
+struct Reader {
+    run: u64,
+    stop: CancellationToken,
+    sealed: mpsc::UnboundedSender<(u64, Offsets)>,
+}
+
+struct SinkSlot {
+    sink: Box<dyn Sink>,
+    /// Pre-committed and not yet committed: (epoch, descriptor, rows).
+    prepared: Option<SinkSeal>,
+    /// The entry the latest seal (or the one being written) holds.
+    sealed: Option<SinkSeal>,
+    failed: bool,
+}
+
+/// The loop's sources and sinks.
+pub struct Streams {
+    commands: mpsc::WeakSender<crate::projections::Command>,
+    status: Arc<RwLock<StreamStatus>>,
+    readers: HashMap<ObjectId, Reader>,
+    /// The definition of every source being read.
+    defs: HashMap<ObjectId, SourceToRead>,
+    /// Per source, the offsets of every batch pushed to the coordinator.
+    received: HashMap<ObjectId, Offsets>,
+    /// Per source, the offsets the latest closed epoch includes.
+    covered: HashMap<ObjectId, Offsets>,
+    /// Per deployment, the sources it reads.
+    reads: HashMap<ObjectId, Vec<ObjectId>>,
+    sinks: HashMap<ObjectId, SinkSlot>,
+    /// Sink entries of the seal the loop started from, until each sink opens.
+    sealed_sinks: HashMap<ObjectId, SinkSeal>,
+    /// Numbers reader runs.
+    runs: u64,
+}
+
+impl Streams {
+    pub(crate) fn new(
+        commands: mpsc::WeakSender<crate::projections::Command>,
+        status: Arc<RwLock<StreamStatus>>,
+        sealed: SealedStreams,
+    ) -> Self {
+        Self {
+            commands,
+            status,
+            readers: HashMap::new(),
+            defs: HashMap::new(),
+            received: sealed.offsets.clone(),
+            covered: sealed.offsets,
+            reads: HashMap::new(),
+            sinks: HashMap::new(),
+            sealed_sinks: sealed.sinks,
+            runs: 0,
+        }
+    }
+
+    /// Streams with no sources or sinks and no loop to report to.
+    #[cfg(test)]
+    pub fn detached() -> Self {
+        let (commands, _) = mpsc::channel(1);
+        Self::new(
+            commands.downgrade(),
+            Arc::default(),
+            SealedStreams::default(),
+        )
+    }
+
+    /// Backfills for the sources `sources` that already have received
+    /// offsets: their rows from offset 0 up to those offsets. Call right
+    /// after an epoch closed (received == covered).
+    pub fn backfills(
+        &self,
+        sources: &[SourceToRead],
+    ) -> impl std::future::Future<Output = Result<HashMap<ObjectId, ChangeBatch>, ServerError>>
+    + Send
+    + 'static {
+        // Owned targets: the future must not borrow the loop's streams
+        // (sinks are not `Sync`).
+        let targets: Vec<(SourceToRead, Offsets)> = sources
+            .iter()
+            .filter_map(|s| {
+                let target = self.received.get(&s.id).filter(|o| !o.is_empty())?;
+                Some((s.clone(), target.clone()))
+            })
+            .collect();
+        async move {
+            let mut out = HashMap::new();
+            for (source, target) in targets {
+                out.insert(source.id, read_up_to(&source, &target).await?);
+            }
+            Ok(out)
+        }
+    }
+
+    /// Starts reading the sources of a deployment that nothing read yet.
+    pub fn start_readers(&mut self, deployment: ObjectId, sources: &[SourceToRead]) {
+        self.reads
+            .insert(deployment, sources.iter().map(|s| s.id).collect());
+        for source in sources {
+            if self.readers.contains_key(&source.id) {
+                continue;
+            }
+            self.defs.insert(source.id, source.clone());
+            let offsets = self.received.get(&source.id).cloned().unwrap_or_default();
+            let stop = CancellationToken::new();
+            let (sealed, sealed_rx) = mpsc::unbounded_channel();
+            {
+                let mut status = self.status.write();
+                let entry = status.sources.entry(source.id).or_default();
+                entry.status = "running";
+                entry.offsets = offsets.clone();
+                entry.error = None;
+            }
+            self.runs += 1;
+            let reader = ReaderId {
+                source: source.id,
+                run: self.runs,
+            };
+            tokio::spawn(read(
+                source.clone(),
+                reader,
+                offsets,
+                self.commands.clone(),
+                stop.clone(),
+                sealed_rx,
+            ));
+            self.readers.insert(
+                source.id,
+                Reader {
+                    run: reader.run,
+                    stop,
+                    sealed,
+                },
+            );
+        }
+    }
+
+    /// Opens a sink deployment's connector. `backfill` is its graph's
+    /// output over everything before it: written unless the latest seal
+    /// already holds this sink (then that output was delivered before).
+    pub async fn open_sink(
+        &mut self,
+        id: ObjectId,
+        spec: &SinkToOpen,
+        backfill: Option<ChangeBatch>,
+        epoch: u64,
+    ) {
+        let sealed = self.sealed_sinks.remove(&id);
+        let connector = match weir_connectors::connector(&spec.connector, ConnectorKind::Sink) {
+            Ok(c) => c,
+            Err(e) => return self.sink_failed(id, &e.to_string()),
+        };
+        let opened = connector.open_sink(SinkOpen {
+            name: &spec.name,
+            schema: spec.schema.clone(),
+            options: &spec.options,
+            sealed: sealed.as_ref().map(|s| (s.epoch, s.descriptor.as_str())),
+        });
+        let sink = match opened {
+            Ok(sink) => sink,
+            Err(e) => return self.sink_failed(id, &e.to_string()),
+        };
+        {
+            let mut status = self.status.write();
+            let entry = status.sinks.entry(id).or_default();
+            entry.status = "running";
+            entry.error = None;
+            if let Some(s) = &sealed {
+                entry.rows_out = s.rows;
+                entry.committed_rows = s.rows;
+                entry.committed_epoch = s.epoch;
+            }
+        }
+        let restored = sealed.is_some();
+        self.sinks.insert(
+            id,
+            SinkSlot {
+                sink,
+                prepared: None,
+                sealed,
+                failed: false,
+            },
+        );
+        if let Some(out) = backfill.filter(|b| !b.is_empty() && !restored) {
+            self.write(id, epoch, &out).await;
+        }
+        // The state checkpointed from now on includes the backfill, so the
+        // descriptor sealed with it must too.
+        self.pre_commit(id, epoch).await;
+    }
+
+    /// Whether `reader` is the current run of its source's reader.
+    fn is_current(&self, reader: ReaderId) -> bool {
+        self.readers
+            .get(&reader.source)
+            .is_some_and(|r| r.run == reader.run)
+    }
+
+    /// A batch from a reader: the offsets it brings are received. False
+    /// for a batch of a stopped reader, which must be dropped.
+    pub fn received(&mut self, reader: ReaderId, batch: &SourceBatch) -> bool {
+        if !self.is_current(reader) {
+            return false;
+        }
+        let id = reader.source;
+        self.received
+            .entry(id)
+            .or_default()
+            .insert(batch.split.clone(), batch.offset.clone());
+        let mut status = self.status.write();
+        let entry = status.sources.entry(id).or_default();
+        if entry.status == "retrying" {
+            entry.status = "running";
+            entry.error = None;
+        }
+        entry.rows_in += batch.changes.num_rows() as u64;
+        entry
+            .offsets
+            .insert(batch.split.clone(), batch.offset.clone());
+        if let Some(t) = batch.max_event_time {
+            entry.max_event_time = Some(entry.max_event_time.map_or(t, |m| m.max(t)));
+        }
+        true
+    }
+
+    pub fn set_source_status(&self, reader: ReaderId, status: &'static str, error: Option<String>) {
+        if !self.is_current(reader) {
+            return;
+        }
+        let mut all = self.status.write();
+        let entry = all.sources.entry(reader.source).or_default();
+        entry.status = status;
+        entry.error = error;
+    }
+
+    /// An epoch closed: it covers everything received; `emitted` is each
+    /// sink's share of it. Every sink pre-commits the epoch.
+    pub async fn epoch_closed(&mut self, epoch: u64, emitted: Vec<(ObjectId, ChangeBatch)>) {
+        self.covered = self.received.clone();
+        for (id, out) in emitted {
+            self.write(id, epoch, &out).await;
+        }
+        let ids: Vec<ObjectId> = self.sinks.keys().copied().collect();
+        for id in ids {
+            self.pre_commit(id, epoch).await;
+        }
+    }
+
+    async fn write(&mut self, id: ObjectId, epoch: u64, out: &ChangeBatch) {
+        let Some(slot) = self.sinks.get_mut(&id).filter(|s| !s.failed) else {
+            return;
+        };
+        match slot.sink.write(epoch, out).await {
+            Ok(()) => {
+                let mut status = self.status.write();
+                // Counted by weight: consolidation merges equal rows.
+                status.sinks.entry(id).or_default().rows_out += out
+                    .weights()
+                    .values()
+                    .iter()
+                    .map(|w| w.unsigned_abs())
+                    .sum::<u64>();
+            }
+            Err(e) => self.sink_failed(id, &e.to_string()),
+        }
+    }
+
+    async fn pre_commit(&mut self, id: ObjectId, epoch: u64) {
+        let Some(slot) = self.sinks.get_mut(&id).filter(|s| !s.failed) else {
+            return;
+        };
+        match slot.sink.pre_commit(epoch).await {
+            Ok(descriptor) => {
+                let rows = self.status.read().sinks.get(&id).map_or(0, |s| s.rows_out);
+                slot.prepared = Some(SinkSeal {
+                    epoch,
+                    descriptor,
+                    rows,
+                });
+            }
+            Err(e) => self.sink_failed(id, &e.to_string()),
+        }
+    }
+
+    fn sink_failed(&mut self, id: ObjectId, error: &str) {
+        tracing::error!(sink = %id, %error, "sink failed");
+        if let Some(slot) = self.sinks.get_mut(&id) {
+            slot.failed = true;
+        }
+        let mut status = self.status.write();
+        let entry = status.sinks.entry(id).or_default();
+        entry.status = "failed";
+        entry.error = Some(error.to_string());
+    }
+
+    /// What the next seal records: covered offsets per source, the latest
+    /// pre-commit per sink (or the one sealed before, if none since).
+    pub fn seal_extras(&mut self) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let offsets = self
+            .covered
+            .iter()
+            .filter(|(id, _)| self.readers.contains_key(id) || self.defs.contains_key(id))
+            .map(|(id, o)| {
+                (
+                    source_key(*id),
+                    serde_json::to_string(o).expect("offsets serialize"),
+                )
+            })
+            .collect();
+        let mut sinks = BTreeMap::new();
+        for (id, slot) in &mut self.sinks {
+            if let Some(prepared) = slot.prepared.take() {
+                slot.sealed = Some(prepared);
+            }
+            if let Some(entry) = &slot.sealed {
+                sinks.insert(
+                    sink_key(*id),
+                    serde_json::to_string(entry).expect("sink entries serialize"),
+                );
+            }
+        }
+        (offsets, sinks)
+    }
+
+    /// The seal of `epoch` (with [`Self::seal_extras`]) is durable: sinks
+    /// commit what it holds, sources may acknowledge upstream.
+    pub async fn sealed(&mut self, epoch: u64) {
+        let ids: Vec<ObjectId> = self.sinks.keys().copied().collect();
+        for id in ids {
+            let Some(slot) = self.sinks.get_mut(&id).filter(|s| !s.failed) else {
+                continue;
+            };
+            let Some(entry) = slot.sealed.clone() else {
+                continue;
+            };
+            match slot.sink.commit(entry.epoch, &entry.descriptor).await {
+                Ok(()) => {
+                    let mut status = self.status.write();
+                    let s = status.sinks.entry(id).or_default();
+                    s.committed_rows = entry.rows;
+                    s.committed_epoch = entry.epoch;
+                }
+                Err(e) => self.sink_failed(id, &e.to_string()),
+            }
+        }
+        for (id, reader) in &self.readers {
+            if let Some(offsets) = self.covered.get(id) {
+                let _ = reader.sealed.send((epoch, offsets.clone()));
+            }
+        }
+    }
+
+    /// A deployment was dropped: its sink closes, and readers nobody else
+    /// needs stop (their offsets stay, so a later reader resumes there).
+    pub fn dropped(&mut self, id: ObjectId) {
+        self.sinks.remove(&id);
+        self.status.write().sinks.remove(&id);
+        self.reads.remove(&id);
+        let still_read: HashSet<ObjectId> = self.reads.values().flatten().copied().collect();
+        let idle: Vec<ObjectId> = self
+            .readers
+            .keys()
+            .filter(|s| !still_read.contains(s))
+            .copied()
+            .collect();
+        for source in idle {
+            if let Some(reader) = self.readers.remove(&source) {
+                reader.stop.cancel();
+            }
+            if let Some(s) = self.status.write().sources.get_mut(&source)
+                && s.status == "running"
+            {
+                s.status = "idle";
+            }
+        }
+    }
+
+    /// A source was dropped: forget it entirely.
+    pub fn source_dropped(&mut self, id: ObjectId) {
+        if let Some(reader) = self.readers.remove(&id) {
+            reader.stop.cancel();
+        }
+        self.defs.remove(&id);
+        self.received.remove(&id);
+        self.covered.remove(&id);
+        self.status.write().sources.remove(&id);
+    }
+}
+
+/// Opens `source` at offset 0 and collects its rows up to `target`.
+async fn read_up_to(source: &SourceToRead, target: &Offsets) -> Result<ChangeBatch, ServerError> {
+    let empty = Offsets::new();
+    let mut reader = open_source(source, &empty)?;
+    let mut parts: Vec<ChangeBatch> = Vec::new();
+    let mut done: HashSet<String> = HashSet::new();
+    let splits = reader.splits();
+    // A split the target does not name was never read: nothing to backfill.
+    for split in &splits {
+        if !target.contains_key(split) {
+            done.insert(split.clone());
+        }
+    }
+    while done.len() < splits.len() {
+        match reader.next().await? {
+            SourceEvent::Batch(batch) => {
+                if done.contains(&batch.split) {
+                    continue;
+                }
+                let reached = target.get(&batch.split) == Some(&batch.offset);
+                parts.push(batch.changes);
+                if reached {
+                    done.insert(batch.split);
+                }
+            }
+            SourceEvent::SplitEnd { split } => {
+                done.insert(split);
+            }
+            SourceEvent::Idle => {}
+        }
+    }
+    let schema = source.schema.clone();
+    Ok(weir_engine::rows::concat_changes(&schema, &parts)?)
+}
+
+fn open_source(
+    source: &SourceToRead,
+    offsets: &Offsets,
+) -> Result<Box<dyn Source>, ConnectorError> {
+    weir_connectors::connector(&source.connector, ConnectorKind::Source)?.open_source(SourceOpen {
+        name: &source.name,
+        schema: source.schema.clone(),
+        options: &source.options,
+        offsets,
+    })
+}
+
+/// Restart backoff after retryable errors: 3 s doubling up to 30 s.
+fn backoff(failures: u32) -> Duration {
+    Duration::from_secs(3u64.saturating_mul(1 << failures.min(4)).min(30))
+}
+
+/// The shared reader of one source: batches go to the loop in order.
+async fn read(
+    def: SourceToRead,
+    id: ReaderId,
+    offsets: Offsets,
+    commands: mpsc::WeakSender<crate::projections::Command>,
+    stop: CancellationToken,
+    mut sealed: mpsc::UnboundedReceiver<(u64, Offsets)>,
+) {
+    use crate::projections::Command;
+    let send = |message: SourceMessage| {
+        let commands = commands.clone();
+        async move {
+            match commands.upgrade() {
+                Some(tx) => tx.send(Command::Source(message)).await.is_ok(),
+                None => false,
+            }
+        }
+    };
+    let mut source = match open_source(&def, &offsets) {
+        Ok(s) => s,
+        Err(e) => {
+            send(SourceMessage::Failed(id, e.to_string())).await;
+            return;
+        }
+    };
+    let splits: HashSet<String> = source.splits().into_iter().collect();
+    let mut ended: HashSet<String> = HashSet::new();
+    let mut failures = 0u32;
+    loop {
+        while let Ok((epoch, offsets)) = sealed.try_recv() {
+            if let Err(e) = source.on_sealed(epoch, &offsets).await {
+                tracing::warn!(source = %def.name, error = %e, "acknowledging a seal upstream failed");
+            }
+        }
+        let event = tokio::select! {
+            _ = stop.cancelled() => return,
+            event = source.next() => event,
+        };
+        let delivered = match event {
+            Ok(SourceEvent::Batch(batch)) => {
+                failures = 0;
+                send(SourceMessage::Batch(id, batch)).await
+            }
+            Ok(SourceEvent::SplitEnd { split }) => {
+                ended.insert(split);
+                if ended.is_superset(&splits) {
+                    send(SourceMessage::Ended(id)).await
+                } else {
+                    true
+                }
+            }
+            Ok(SourceEvent::Idle) => true,
+            Err(e) if e.is_retryable() => {
+                let wait = backoff(failures);
+                failures += 1;
+                tracing::warn!(source = %def.name, error = %e, ?wait, "source failed; retrying");
+                if !send(SourceMessage::Retrying(id, e.to_string())).await {
+                    return;
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(wait) => true,
+                }
+            }
+            Err(e) => {
+                send(SourceMessage::Failed(id, e.to_string())).await;
+                return;
+            }
+        };
+        if !delivered {
+            return;
+        }
+    }
+}

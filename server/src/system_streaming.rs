@@ -1,0 +1,226 @@
+//! The `weir_catalog` tables of streaming objects:
+//! - `sources`: every source with its connector, status (`idle` until
+//!   something reads it, `running`, `retrying`, `completed`, `failed`),
+//!   rows read, offsets per split, largest event time and last error;
+//! - `sinks`: every sink with its connector, status, rows handed to it,
+//!   rows and epoch committed, and last error;
+//! - `connectors`: every connector's spec (options and capabilities),
+//!   also what `SHOW CONNECTORS` prints.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, StringArray};
+use arrow::datatypes::{DataType, Field};
+use weir_connectors::spec::OptionDefault;
+
+use crate::db::Database;
+
+pub const TABLES: &[&str] = &["connectors", "sinks", "sources"];
+
+pub fn fields(name: &str) -> Option<Vec<Field>> {
+    let utf8 = |n: &str| Field::new(n, DataType::Utf8, false);
+    let opt_utf8 = |n: &str| Field::new(n, DataType::Utf8, true);
+    let int8 = |n: &str| Field::new(n, DataType::Int64, false);
+    Some(match name {
+        "sources" => vec![
+            utf8("schema"),
+            utf8("name"),
+            int8("id"),
+            utf8("connector"),
+            utf8("status"),
+            int8("rows_in"),
+            utf8("offsets"),
+            opt_utf8("max_event_time"),
+            opt_utf8("watermark"),
+            opt_utf8("error"),
+            utf8("definition"),
+        ],
+        "sinks" => vec![
+            utf8("schema"),
+            utf8("name"),
+            int8("id"),
+            utf8("connector"),
+            utf8("status"),
+            int8("rows_out"),
+            int8("committed_rows"),
+            int8("committed_epoch"),
+            opt_utf8("error"),
+            utf8("definition"),
+        ],
+        "connectors" => vec![
+            utf8("name"),
+            utf8("kind"),
+            utf8("options"),
+            utf8("capabilities"),
+            utf8("description"),
+        ],
+        _ => return None,
+    })
+}
+
+pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
+    let text = |v: Vec<String>| Arc::new(StringArray::from(v)) as ArrayRef;
+    let opt_text = |v: Vec<Option<String>>| Arc::new(StringArray::from(v)) as ArrayRef;
+    let int = |v: Vec<i64>| Arc::new(Int64Array::from(v)) as ArrayRef;
+    let snapshot = db.snapshot();
+    let status = db.projections().stream_status();
+    Some(match name {
+        "sources" => {
+            let defs: Vec<_> = snapshot.catalog.sources.values().collect();
+            let state: Vec<_> = defs
+                .iter()
+                .map(|d| status.sources.get(&d.id).cloned().unwrap_or_default())
+                .collect();
+            vec![
+                text(defs.iter().map(|d| d.schema.clone()).collect()),
+                text(defs.iter().map(|d| d.name.clone()).collect()),
+                int(defs.iter().map(|d| d.id.0 as i64).collect()),
+                text(defs.iter().map(|d| d.connector.clone()).collect()),
+                text(
+                    state
+                        .iter()
+                        .map(|s| {
+                            if s.status.is_empty() {
+                                "idle"
+                            } else {
+                                s.status
+                            }
+                            .to_string()
+                        })
+                        .collect(),
+                ),
+                int(state.iter().map(|s| s.rows_in as i64).collect()),
+                text(
+                    state
+                        .iter()
+                        .map(|s| serde_json::to_string(&s.offsets).unwrap_or_default())
+                        .collect(),
+                ),
+                opt_text(
+                    state
+                        .iter()
+                        .map(|s| s.max_event_time.map(format_micros))
+                        .collect(),
+                ),
+                opt_text(
+                    defs.iter()
+                        .map(|d| {
+                            d.watermark
+                                .as_ref()
+                                .map(|w| format!("{} AS {}", w.column, w.expr))
+                        })
+                        .collect(),
+                ),
+                opt_text(state.iter().map(|s| s.error.clone()).collect()),
+                text(defs.iter().map(|d| d.create_statement()).collect()),
+            ]
+        }
+        "sinks" => {
+            let defs: Vec<_> = snapshot.catalog.sinks.values().collect();
+            let state: Vec<_> = defs
+                .iter()
+                .map(|d| status.sinks.get(&d.id).cloned().unwrap_or_default())
+                .collect();
+            vec![
+                text(defs.iter().map(|d| d.schema.clone()).collect()),
+                text(defs.iter().map(|d| d.name.clone()).collect()),
+                int(defs.iter().map(|d| d.id.0 as i64).collect()),
+                text(defs.iter().map(|d| d.connector.clone()).collect()),
+                text(
+                    state
+                        .iter()
+                        .map(|s| {
+                            if s.status.is_empty() {
+                                "starting"
+                            } else {
+                                s.status
+                            }
+                            .to_string()
+                        })
+                        .collect(),
+                ),
+                int(state.iter().map(|s| s.rows_out as i64).collect()),
+                int(state.iter().map(|s| s.committed_rows as i64).collect()),
+                int(state.iter().map(|s| s.committed_epoch as i64).collect()),
+                opt_text(state.iter().map(|s| s.error.clone()).collect()),
+                text(defs.iter().map(|d| d.create_statement()).collect()),
+            ]
+        }
+        "connectors" => {
+            let rows = connector_rows();
+            (0..5)
+                .map(|i| text(rows.iter().map(|r| r[i].clone()).collect()))
+                .collect()
+        }
+        _ => return None,
+    })
+}
+
+fn format_micros(us: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(us)
+        .map(|t| t.naive_utc().to_string())
+        .unwrap_or_else(|| us.to_string())
+}
+
+/// One row per connector: name, kind, options, capabilities, description.
+pub fn connector_rows() -> Vec<Vec<String>> {
+    weir_connectors::registry()
+        .iter()
+        .map(|c| {
+            let spec = c.spec();
+            let options = spec
+                .all_options()
+                .map(|o| {
+                    let mut s = format!("{} {}", o.name, o.ty.name());
+                    if o.required {
+                        s.push_str(" required");
+                    }
+                    match o.default {
+                        OptionDefault::Value(v) => s.push_str(&format!(" default {v}")),
+                        OptionDefault::CreateTime => s.push_str(" default time of CREATE"),
+                        OptionDefault::None => {}
+                    }
+                    if o.secret {
+                        s.push_str(" secret");
+                    }
+                    s.push_str(&format!(": {}", o.help));
+                    s
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            let caps = &spec.capabilities;
+            let mut capabilities = Vec::new();
+            if !caps.read_modes.is_empty() {
+                capabilities.push(format!("read modes {}", caps.read_modes.join("/")));
+            }
+            if spec.kind == weir_connectors::ConnectorKind::Source {
+                capabilities.push(
+                    if caps.append_only {
+                        "append-only"
+                    } else {
+                        "changes"
+                    }
+                    .to_string(),
+                );
+                if caps.replayable {
+                    capabilities.push("replayable".into());
+                }
+            }
+            capabilities.push(format!(
+                "delivery {}",
+                caps.delivery
+                    .iter()
+                    .map(|d| d.as_str())
+                    .collect::<Vec<_>>()
+                    .join("/")
+            ));
+            vec![
+                spec.name.to_string(),
+                spec.kind.as_str().to_string(),
+                options,
+                capabilities.join(", "),
+                spec.help.to_string(),
+            ]
+        })
+        .collect()
+}
