@@ -145,46 +145,26 @@ pub async fn recover(db: Arc<Database>) {
     session.refresh_view();
     if let Some(seal) = &recovery.seal {
         let mut deployments = Vec::new();
-        // Catalog ids grow with creation: a projection comes after its inputs.
-        for def in catalog.projections.values() {
-            if let Err(e) = session.adopt_settings(def) {
-                tracing::error!(projection = %def.qualified_name(), error = %e, "projection settings could not be restored");
+        // Catalog ids grow with creation: a projection comes after its
+        // inputs; sinks come after every projection.
+        for object in managed_objects(&catalog) {
+            if let Err(e) = object.adopt_settings(&mut session) {
+                tracing::error!(object = %object.name(), error = %e, "settings could not be restored");
                 continue;
             }
-            let deployment = match session.plan_deployment(def).await {
+            let deployment = match object.plan(&session).await {
                 Ok(d) => d,
                 Err(e) => {
-                    tracing::error!(projection = %def.qualified_name(), error = %e, "projection could not be planned");
+                    tracing::error!(object = %object.name(), error = %e, "could not be planned");
                     continue;
                 }
             };
-            let stored = seal.source_offsets.get(&projection_key(def.id));
+            let stored = seal.source_offsets.get(&projection_key(object.id()));
             let inputs_restored = deployment.sources.iter().all(|s| {
                 !catalog.projections.contains_key(&s.object) || restored.contains(&s.object)
             });
             if stored == Some(&deployment.fingerprint) && inputs_restored {
-                restored.insert(def.id);
-                deployments.push(deployment);
-            }
-        }
-        for def in catalog.sinks.values() {
-            if let Err(e) = session.adopt_sink_settings(def) {
-                tracing::error!(sink = %def.qualified_name(), error = %e, "sink settings could not be restored");
-                continue;
-            }
-            let deployment = match session.plan_sink_deployment(def).await {
-                Ok(d) => d,
-                Err(e) => {
-                    tracing::error!(sink = %def.qualified_name(), error = %e, "sink could not be planned");
-                    continue;
-                }
-            };
-            let stored = seal.source_offsets.get(&projection_key(def.id));
-            let inputs_restored = deployment.sources.iter().all(|s| {
-                !catalog.projections.contains_key(&s.object) || restored.contains(&s.object)
-            });
-            if stored == Some(&deployment.fingerprint) && inputs_restored {
-                restored.insert(def.id);
+                restored.insert(object.id());
                 deployments.push(deployment);
             }
         }
@@ -211,35 +191,22 @@ pub async fn recover(db: Arc<Database>) {
             }
         }
     }
-    for def in catalog.projections.values() {
-        if restored.contains(&def.id) {
+    for object in managed_objects(&catalog) {
+        if restored.contains(&object.id()) {
             continue;
         }
         session.refresh_view();
-        let deployed = match session.adopt_settings(def) {
-            Ok(()) => session.deploy(def).await,
+        let deployed = match object.adopt_settings(&mut session) {
+            Ok(()) => match object {
+                Managed::Projection(def) => session.deploy(def).await,
+                Managed::Sink(def) => session.deploy_sink(def).await,
+            },
             Err(e) => Err(e),
         };
         match deployed {
-            Ok(()) => tracing::info!(projection = %def.qualified_name(), "projection rebuilt"),
+            Ok(()) => tracing::info!(object = %object.name(), "{} rebuilt", object.kind()),
             Err(e) => {
-                tracing::error!(projection = %def.qualified_name(), error = %e, "projection could not be rebuilt")
-            }
-        }
-    }
-    for def in catalog.sinks.values() {
-        if restored.contains(&def.id) {
-            continue;
-        }
-        session.refresh_view();
-        let deployed = match session.adopt_sink_settings(def) {
-            Ok(()) => session.deploy_sink(def).await,
-            Err(e) => Err(e),
-        };
-        match deployed {
-            Ok(()) => tracing::info!(sink = %def.qualified_name(), "sink rebuilt"),
-            Err(e) => {
-                tracing::error!(sink = %def.qualified_name(), error = %e, "sink could not be rebuilt")
+                tracing::error!(object = %object.name(), error = %e, "{} could not be rebuilt", object.kind())
             }
         }
     }
@@ -250,6 +217,61 @@ pub async fn recover(db: Arc<Database>) {
         restored = restored.len(),
         "ready"
     );
+}
+
+/// What recovery brings back: projections, then sinks.
+#[derive(Clone, Copy)]
+enum Managed<'a> {
+    Projection(&'a crate::catalog::model::ProjectionDef),
+    Sink(&'a crate::catalog::streaming::SinkDef),
+}
+
+fn managed_objects(catalog: &crate::catalog::Catalog) -> impl Iterator<Item = Managed<'_>> {
+    catalog
+        .projections
+        .values()
+        .map(|p| Managed::Projection(p))
+        .chain(catalog.sinks.values().map(|s| Managed::Sink(s)))
+}
+
+impl Managed<'_> {
+    fn id(&self) -> ObjectId {
+        match self {
+            Self::Projection(p) => p.id,
+            Self::Sink(s) => s.id,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Projection(_) => "projection",
+            Self::Sink(_) => "sink",
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Self::Projection(p) => format!("projection {}", p.qualified_name()),
+            Self::Sink(s) => format!("sink {}", s.qualified_name()),
+        }
+    }
+
+    fn adopt_settings(&self, session: &mut crate::session::Session) -> Result<(), ServerError> {
+        match self {
+            Self::Projection(p) => session.adopt_settings(p),
+            Self::Sink(s) => session.adopt_sink_settings(s),
+        }
+    }
+
+    async fn plan(
+        &self,
+        session: &crate::session::Session,
+    ) -> Result<crate::projections::Deployment, ServerError> {
+        match self {
+            Self::Projection(p) => session.plan_deployment(p).await,
+            Self::Sink(s) => session.plan_sink_deployment(s).await,
+        }
+    }
 }
 
 /// The coordinator side of [`Restore`]: deploy, apply every vnode's chain,

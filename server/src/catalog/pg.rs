@@ -356,29 +356,11 @@ impl PgCatalog {
             }
         }
         for def in snapshot.catalog.projections.values() {
-            let columns: Vec<Column> = def
-                .columns
-                .iter()
-                .map(|c| Column {
-                    name: c.name.clone(),
-                    sql_type: c.sql_type.clone(),
-                    nullable: c.nullable,
-                    default: None,
-                })
-                .collect();
+            let columns = columns_without_defaults(&def.columns);
             attribute_rows(&mut rows, table_oid(def.id), columns.iter());
         }
         for def in snapshot.catalog.sources.values() {
-            let columns: Vec<Column> = def
-                .columns
-                .iter()
-                .map(|c| Column {
-                    name: c.name.clone(),
-                    sql_type: c.sql_type.clone(),
-                    nullable: c.nullable,
-                    default: None,
-                })
-                .collect();
+            let columns = columns_without_defaults(&def.columns);
             attribute_rows(&mut rows, table_oid(def.id), columns.iter());
         }
         for (i, name) in self.view.system.table_names_sorted().iter().enumerate() {
@@ -662,4 +644,18 @@ mod tests {
         assert_ne!(pkey_index_oid(id), table_oid(ObjectId(4)));
         assert_ne!(pkey_constraint_oid(id), table_oid(ObjectId(4)));
     }
+}
+
+/// Catalog columns of an object whose columns have no defaults
+/// (projections, sources).
+fn columns_without_defaults(columns: &[crate::catalog::ColumnDef]) -> Vec<Column> {
+    columns
+        .iter()
+        .map(|c| Column {
+            name: c.name.clone(),
+            sql_type: c.sql_type.clone(),
+            nullable: c.nullable,
+            default: None,
+        })
+        .collect()
 }
