@@ -26,16 +26,16 @@ use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use weir_common::ChangeBatch;
 
 use crate::spec::{
     Capabilities, ConnectorKind, ConnectorSpec, Delivery, OptionSpec, OptionType, Options,
 };
-use crate::{Connector, ConnectorError, RateLimit, Source, SourceBatch, SourceEvent, SourceOpen};
+use crate::{
+    Connector, ConnectorError, GENERATOR_SPLIT, GeneratorSplit, Source, SourceEvent, SourceOpen,
+};
 
 const NAME: &str = "datagen";
 const BATCH_ROWS: usize = 4096;
-const SPLIT: &str = "0";
 
 static SPEC: ConnectorSpec = ConnectorSpec {
     name: NAME,
@@ -87,24 +87,17 @@ impl Connector for DatagenConnector {
 
     fn open_source(&self, open: SourceOpen<'_>) -> Result<Box<dyn Source>, ConnectorError> {
         let options = Options::new(&SPEC, open.options);
-        let offset = match open.offsets.get(SPLIT) {
-            Some(text) => text
-                .parse::<u64>()
-                .map_err(|e| ConnectorError::BadPosition {
-                    connector: NAME.into(),
-                    value: text.clone(),
-                    message: e.to_string(),
-                })?,
-            None => 0,
-        };
+        let split = GeneratorSplit::open(
+            NAME,
+            &open,
+            options.u64("max_rows")?,
+            options.u64("rows_per_second")?,
+        )?;
         Ok(Box::new(DatagenSource {
             plans: plans(&open.schema, open.options)?,
             schema: open.schema,
             seed: options.i64("seed")?.unwrap_or(0) as u64,
-            offset,
-            limit: options.u64("max_rows")?,
-            rate: RateLimit::new(options.u64("rows_per_second")?),
-            ended: false,
+            split,
         }))
     }
 }
@@ -198,42 +191,22 @@ struct DatagenSource {
     schema: SchemaRef,
     plans: Vec<Plan>,
     seed: u64,
-    offset: u64,
-    limit: Option<u64>,
-    rate: RateLimit,
-    ended: bool,
+    split: GeneratorSplit,
 }
 
 #[async_trait]
 impl Source for DatagenSource {
     fn splits(&self) -> Vec<String> {
-        vec![SPLIT.to_string()]
+        vec![GENERATOR_SPLIT.to_string()]
     }
 
     async fn next(&mut self) -> Result<SourceEvent, ConnectorError> {
-        let left = self
-            .limit
-            .map_or(u64::MAX, |l| l.saturating_sub(self.offset));
-        if left == 0 {
-            if self.ended {
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                return Ok(SourceEvent::Idle);
-            }
-            self.ended = true;
-            return Ok(SourceEvent::SplitEnd {
-                split: SPLIT.into(),
-            });
-        }
-        let rows = self.rate.batch_rows(BATCH_ROWS).min(left as usize);
-        self.rate.wait(rows).await;
+        let rows = match self.split.next_rows(BATCH_ROWS).await {
+            Ok(rows) => rows,
+            Err(event) => return Ok(event),
+        };
         let (batch, max_time) = self.generate(rows)?;
-        self.offset += rows as u64;
-        Ok(SourceEvent::Batch(SourceBatch {
-            split: SPLIT.into(),
-            changes: ChangeBatch::inserts(batch),
-            offset: self.offset.to_string(),
-            max_event_time: max_time,
-        }))
+        Ok(self.split.batch(batch, max_time))
     }
 }
 
@@ -269,7 +242,8 @@ impl DatagenSource {
             .collect();
         let mut max_time = None;
         let mut text = String::new();
-        for n in self.offset..self.offset + rows as u64 {
+        let first = self.split.offset();
+        for n in first..first + rows as u64 {
             let mut rng =
                 SmallRng::seed_from_u64(self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
             for (plan, builder) in self.plans.iter().zip(&mut builders) {
@@ -364,6 +338,7 @@ mod tests {
                 schema: schema(),
                 options: &options,
                 offsets: &offsets,
+                until: None,
             })
             .unwrap();
         let mut out = Vec::new();

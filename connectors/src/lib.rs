@@ -140,6 +140,106 @@ pub fn now_millis() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// The one split of a generator (nexmark, datagen): its offset is the
+/// count of rows emitted; it ends at a limit, paced by a rate.
+#[derive(Debug)]
+pub(crate) struct GeneratorSplit {
+    offset: u64,
+    limit: Option<u64>,
+    ended: bool,
+    rate: RateLimit,
+}
+
+/// The split name of a generator's only split.
+pub(crate) const GENERATOR_SPLIT: &str = "0";
+
+impl GeneratorSplit {
+    /// Resumes at `open.offsets`, ending at `limit` rows or at
+    /// `open.until`, whichever is first.
+    pub(crate) fn open(
+        connector: &str,
+        open: &SourceOpen<'_>,
+        limit: Option<u64>,
+        per_second: Option<u64>,
+    ) -> Result<Self, ConnectorError> {
+        let parse = |text: &String| {
+            text.parse::<u64>()
+                .map_err(|e| ConnectorError::BadPosition {
+                    connector: connector.into(),
+                    value: text.clone(),
+                    message: e.to_string(),
+                })
+        };
+        let offset = open
+            .offsets
+            .get(GENERATOR_SPLIT)
+            .map(parse)
+            .transpose()?
+            .unwrap_or(0);
+        let until = match open.until {
+            Some(until) => Some(
+                until
+                    .get(GENERATOR_SPLIT)
+                    .map(parse)
+                    .transpose()?
+                    .unwrap_or(0),
+            ),
+            None => None,
+        };
+        let limit = match (limit, until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Ok(Self {
+            offset,
+            limit,
+            ended: false,
+            rate: RateLimit::new(per_second),
+        })
+    }
+
+    pub(crate) fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// How many rows the next batch holds (at most `max`), after waiting
+    /// for the rate; or, when none are left, the event to return instead.
+    pub(crate) async fn next_rows(&mut self, max: usize) -> Result<usize, SourceEvent> {
+        let left = self
+            .limit
+            .map_or(u64::MAX, |l| l.saturating_sub(self.offset));
+        if left == 0 {
+            if self.ended {
+                // Ended already: nothing will come; do not spin the reader.
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                return Err(SourceEvent::Idle);
+            }
+            self.ended = true;
+            return Err(SourceEvent::SplitEnd {
+                split: GENERATOR_SPLIT.to_string(),
+            });
+        }
+        let rows = self.rate.batch_rows(max).min(left as usize);
+        self.rate.wait(rows).await;
+        Ok(rows)
+    }
+
+    /// The batch of the `rows` made after [`Self::next_rows`].
+    pub(crate) fn batch(
+        &mut self,
+        rows: arrow::array::RecordBatch,
+        max_event_time: Option<i64>,
+    ) -> SourceEvent {
+        self.offset += rows.num_rows() as u64;
+        SourceEvent::Batch(SourceBatch {
+            split: GENERATOR_SPLIT.to_string(),
+            changes: weir_common::ChangeBatch::inserts(rows),
+            offset: self.offset.to_string(),
+            max_event_time,
+        })
+    }
+}
+
 /// Paces a producer to `per_second` rows of wall clock (none: unpaced).
 #[derive(Debug)]
 pub(crate) struct RateLimit {

@@ -20,17 +20,17 @@ use async_trait::async_trait;
 use nexmark::EventGenerator;
 use nexmark::config::NexmarkConfig;
 use nexmark::event::{Event, EventType};
-use weir_common::ChangeBatch;
 
 use crate::spec::{Capabilities, ConnectorKind, ConnectorSpec, Delivery, OptionSpec, OptionType};
-use crate::{Connector, ConnectorError, RateLimit, Source, SourceBatch, SourceEvent, SourceOpen};
+use crate::{
+    Connector, ConnectorError, GENERATOR_SPLIT, GeneratorSplit, Source, SourceEvent, SourceOpen,
+};
 
 const NAME: &str = "nexmark";
 /// The benchmark rules' event-time rate (events per second of event time).
 const DEFAULT_EVENT_RATE: &str = "10000000";
 /// Rows per batch when unpaced.
 const BATCH_ROWS: usize = 8192;
-const SPLIT: &str = "0";
 
 static SPEC: ConnectorSpec = ConnectorSpec {
     name: NAME,
@@ -100,19 +100,10 @@ impl Connector for NexmarkConnector {
             base_time: base_time.max(0) as u64,
             ..NexmarkConfig::default()
         };
-        let offset = match open.offsets.get(SPLIT) {
-            Some(text) => text
-                .parse::<u64>()
-                .map_err(|e| ConnectorError::BadPosition {
-                    connector: NAME.into(),
-                    value: text.clone(),
-                    message: e.to_string(),
-                })?,
-            None => 0,
-        };
         let limit = options
             .u64("max_events")?
             .map(|total| events_of_type(&config, kind, total));
+        let split = GeneratorSplit::open(NAME, &open, limit, options.u64("rate_limit")?)?;
         let produced = schema_of(kind);
         let columns = open
             .schema
@@ -123,14 +114,11 @@ impl Connector for NexmarkConnector {
         Ok(Box::new(NexmarkSource {
             generator: EventGenerator::new(config)
                 .with_type_filter(kind)
-                .with_offset(offset),
+                .with_offset(split.offset()),
             kind,
             schema: open.schema,
             columns,
-            offset,
-            limit,
-            rate: RateLimit::new(options.u64("rate_limit")?),
-            ended: false,
+            split,
         }))
     }
 }
@@ -226,45 +214,23 @@ struct NexmarkSource {
     schema: SchemaRef,
     /// Per declared column, its index among the produced ones.
     columns: Vec<usize>,
-    /// Events of this type emitted so far.
-    offset: u64,
-    /// Events of this type in `max_events`, if bounded.
-    limit: Option<u64>,
-    rate: RateLimit,
-    ended: bool,
+    /// Events of this type emitted so far, and where to stop.
+    split: GeneratorSplit,
 }
 
 #[async_trait]
 impl Source for NexmarkSource {
     fn splits(&self) -> Vec<String> {
-        vec![SPLIT.to_string()]
+        vec![GENERATOR_SPLIT.to_string()]
     }
 
     async fn next(&mut self) -> Result<SourceEvent, ConnectorError> {
-        let left = self
-            .limit
-            .map_or(u64::MAX, |l| l.saturating_sub(self.offset));
-        if left == 0 {
-            if self.ended {
-                // Ended already: nothing will come; do not spin the reader.
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                return Ok(SourceEvent::Idle);
-            }
-            self.ended = true;
-            return Ok(SourceEvent::SplitEnd {
-                split: SPLIT.to_string(),
-            });
-        }
-        let rows = self.rate.batch_rows(BATCH_ROWS).min(left as usize);
-        self.rate.wait(rows).await;
+        let rows = match self.split.next_rows(BATCH_ROWS).await {
+            Ok(rows) => rows,
+            Err(event) => return Ok(event),
+        };
         let (batch, max_time) = self.generate(rows)?;
-        self.offset += rows as u64;
-        Ok(SourceEvent::Batch(SourceBatch {
-            split: SPLIT.to_string(),
-            changes: ChangeBatch::inserts(batch),
-            offset: self.offset.to_string(),
-            max_event_time: Some(max_time),
-        }))
+        Ok(self.split.batch(batch, Some(max_time)))
     }
 }
 
@@ -430,6 +396,7 @@ mod tests {
                 schema: schema_of(kind),
                 options: &options,
                 offsets: &offsets,
+                until: None,
             })
             .unwrap()
     }
@@ -512,6 +479,24 @@ mod tests {
         let tail = arrow::compute::concat_batches(&first.schema(), &tail).unwrap();
         assert_eq!(tail.num_rows(), 420);
         assert_eq!(whole.slice(500, 420), tail);
+        // A replay bounded by `until` ends exactly there.
+        let options = [("event", "bid"), ("base_time", "1700000000000")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let until = [("0".to_string(), "333".to_string())].into_iter().collect();
+        let mut replay = NexmarkConnector
+            .open_source(SourceOpen {
+                name: "t",
+                schema: schema_of(EventType::Bid),
+                options: &options,
+                offsets: &Default::default(),
+                until: Some(&until),
+            })
+            .unwrap();
+        let head = drain(&mut replay).await;
+        let head = arrow::compute::concat_batches(&first.schema(), &head).unwrap();
+        assert_eq!(head, whole.slice(0, 333));
         assert_eq!(whole.column(0).null_count(), 0);
     }
 }

@@ -81,4 +81,8 @@ pub struct SourceOpen<'a> {
     pub options: &'a BTreeMap<String, String>,
     /// Where to resume per split (from the latest seal); empty to start.
     pub offsets: &'a Offsets,
+    /// For a replay (a replayable source only): where each split must end.
+    /// The source yields exactly the rows before these offsets, then ends
+    /// the split; a split not named here ends at once.
+    pub until: Option<&'a Offsets>,
 }

@@ -550,33 +550,18 @@ impl Streams {
     }
 }
 
-/// Opens `source` at offset 0 and collects its rows up to `target`.
+/// Replays `source` from offset 0 up to `target` and collects its rows.
 async fn read_up_to(source: &SourceToRead, target: &Offsets) -> Result<ChangeBatch, ServerError> {
     let empty = Offsets::new();
-    let mut reader = open_source(source, &empty)?;
-    let mut parts: Vec<ChangeBatch> = Vec::new();
-    let mut done: HashSet<String> = HashSet::new();
+    let mut reader = open_source(source, &empty, Some(target))?;
     let splits = reader.splits();
-    // A split the target does not name was never read: nothing to backfill.
-    for split in &splits {
-        if !target.contains_key(split) {
-            done.insert(split.clone());
-        }
-    }
-    while done.len() < splits.len() {
+    let mut ended: HashSet<String> = HashSet::new();
+    let mut parts: Vec<ChangeBatch> = Vec::new();
+    while ended.len() < splits.len() {
         match reader.next().await? {
-            SourceEvent::Batch(batch) => {
-                if done.contains(&batch.split) {
-                    continue;
-                }
-                let reached = target.get(&batch.split) == Some(&batch.offset);
-                parts.push(batch.changes);
-                if reached {
-                    done.insert(batch.split);
-                }
-            }
+            SourceEvent::Batch(batch) => parts.push(batch.changes),
             SourceEvent::SplitEnd { split } => {
-                done.insert(split);
+                ended.insert(split);
             }
             SourceEvent::Idle => {}
         }
@@ -588,12 +573,14 @@ async fn read_up_to(source: &SourceToRead, target: &Offsets) -> Result<ChangeBat
 fn open_source(
     source: &SourceToRead,
     offsets: &Offsets,
+    until: Option<&Offsets>,
 ) -> Result<Box<dyn Source>, ConnectorError> {
     weir_connectors::connector(&source.connector, ConnectorKind::Source)?.open_source(SourceOpen {
         name: &source.name,
         schema: source.schema.clone(),
         options: &source.options,
         offsets,
+        until,
     })
 }
 
@@ -621,7 +608,7 @@ async fn read(
             }
         }
     };
-    let mut source = match open_source(&def, &offsets) {
+    let mut source = match open_source(&def, &offsets, None) {
         Ok(s) => s,
         Err(e) => {
             send(SourceMessage::Failed(id, e.to_string())).await;
