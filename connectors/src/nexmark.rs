@@ -109,8 +109,8 @@ impl Connector for NexmarkConnector {
             .schema
             .fields()
             .iter()
-            .map(|f| crate::spec::produced_index(&produced, f))
-            .collect();
+            .map(|f| crate::spec::produced_index(NAME, &produced, f))
+            .collect::<Result<_, _>>()?;
         Ok(Box::new(NexmarkSource {
             generator: EventGenerator::new(config)
                 .with_type_filter(kind)

@@ -381,11 +381,25 @@ pub fn fit_columns(
     Ok(declared.clone())
 }
 
-/// The produced column of `name`, for building a declared column from it.
-pub(crate) fn produced_index(produced: &SchemaRef, field: &Field) -> usize {
+/// The produced column a declared one is built from (CREATE checked that
+/// there is one; a source stored by another build may not fit any more).
+pub(crate) fn produced_index(
+    connector: &str,
+    produced: &SchemaRef,
+    field: &Field,
+) -> Result<usize, ConnectorError> {
     produced
         .index_of(field.name())
-        .expect("fit_columns checked every declared column")
+        .map_err(|_| ConnectorError::UnknownColumn {
+            connector: connector.to_string(),
+            column: field.name().clone(),
+            produced: produced
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
 }
 
 #[cfg(test)]
