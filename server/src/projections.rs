@@ -307,7 +307,7 @@ async fn run(
                 }
             }
             Some(Command::Source(message)) => match message {
-                SourceMessage::Batch(reader, batch) => {
+                SourceMessage::Batch(reader, batch, _permit) => {
                     if epoch.streams.received(reader, &batch) {
                         epoch.coordinator.push(reader.source, batch.changes);
                     }

@@ -120,7 +120,9 @@ pub struct ReaderId {
 
 /// What a reader task tells the loop.
 pub enum SourceMessage {
-    Batch(ReaderId, SourceBatch),
+    /// A batch, with the permit that bounds the reader's batches in
+    /// flight; dropping the message (once handled) returns it.
+    Batch(ReaderId, SourceBatch, tokio::sync::OwnedSemaphorePermit),
     /// Every split ended: the source is complete.
     Ended(ReaderId),
     /// The source cannot go on.
@@ -584,6 +586,12 @@ fn open_source(
     })
 }
 
+/// Batches one reader may have queued for the loop. The loop's command
+/// queue is sized for commits; a source batch is thousands of rows, so
+/// each reader is held to a few in flight (bounded memory, and commits
+/// are not queued behind a flood of source rows).
+const BATCHES_IN_FLIGHT: usize = 4;
+
 /// Restart backoff after retryable errors: 3 s doubling up to 30 s.
 fn backoff(failures: u32) -> Duration {
     Duration::from_secs(3u64.saturating_mul(1 << failures.min(4)).min(30))
@@ -617,6 +625,7 @@ async fn read(
     };
     let splits: HashSet<String> = source.splits().into_iter().collect();
     let mut ended: HashSet<String> = HashSet::new();
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT));
     let mut failures = 0u32;
     loop {
         while let Ok((epoch, offsets)) = sealed.try_recv() {
@@ -631,7 +640,14 @@ async fn read(
         let delivered = match event {
             Ok(SourceEvent::Batch(batch)) => {
                 failures = 0;
-                send(SourceMessage::Batch(id, batch)).await
+                let permit = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    permit = in_flight.clone().acquire_owned() => match permit {
+                        Ok(p) => p,
+                        Err(_) => return,
+                    },
+                };
+                send(SourceMessage::Batch(id, batch, permit)).await
             }
             Ok(SourceEvent::SplitEnd { split }) => {
                 ended.insert(split);
