@@ -340,21 +340,30 @@ pub(crate) fn column_defs(stream: &StreamPlan) -> Result<Vec<ColumnDef>, ServerE
             if !seen.insert(name.to_string()) {
                 return Err(ServerError::DuplicateColumn(name.to_string()));
             }
-            let sql_type = SqlType::from_field(f).ok_or_else(|| {
-                ServerError::feature_not_supported(format!(
-                    "projection column \"{}\" of type {}",
-                    f.name(),
-                    f.data_type()
-                ))
-            })?;
-            Ok(ColumnDef {
-                name: f.name().clone(),
-                sql_type,
-                nullable: f.is_nullable(),
-                default: None,
-            })
+            column_def_of(f, "projection column")
         })
         .collect()
+}
+
+/// The catalog column of a field some query or connector produces;
+/// `what` names it in the error when its type has no SQL type.
+pub(crate) fn column_def_of(
+    field: &arrow::datatypes::Field,
+    what: &str,
+) -> Result<ColumnDef, ServerError> {
+    let sql_type = SqlType::from_field(field).ok_or_else(|| {
+        ServerError::feature_not_supported(format!(
+            "{what} \"{}\" of type {}",
+            field.name(),
+            field.data_type()
+        ))
+    })?;
+    Ok(ColumnDef {
+        name: field.name().clone(),
+        sql_type,
+        nullable: field.is_nullable(),
+        default: None,
+    })
 }
 
 /// The DROP changes for the projections reading `id`, readers of readers

@@ -14,7 +14,7 @@ use weir_connectors::{ConnectorError, ConnectorKind};
 use weir_planner::SqlType;
 use weir_planner::streaming_ddl::{DeclaredColumn, StreamingDdl, StreamingKind};
 
-use super::projection::{column_defs, deployment_of, drop_readers, parse_query};
+use super::projection::{column_def_of, column_defs, deployment_of, drop_readers, parse_query};
 use super::{Session, StatementResult, command, show::text_rows};
 use crate::catalog::CatalogChange;
 use crate::catalog::model::ColumnDef;
@@ -126,24 +126,11 @@ impl Session {
         });
         let produced = connector.source_columns(declared_schema.as_ref(), &options)?;
         let columns = if declared_columns.is_empty() {
+            let what = format!("column produced by connector {connector_name}");
             produced
                 .fields()
                 .iter()
-                .map(|f| {
-                    let sql_type = SqlType::from_field(f).ok_or_else(|| {
-                        ServerError::internal(format!(
-                            "connector {connector_name} produces column {} of type {}, which has no SQL type",
-                            f.name(),
-                            f.data_type()
-                        ))
-                    })?;
-                    Ok(ColumnDef {
-                        name: f.name().clone(),
-                        sql_type,
-                        nullable: f.is_nullable(),
-                        default: None,
-                    })
-                })
+                .map(|f| column_def_of(f, &what))
                 .collect::<Result<Vec<_>, ServerError>>()?
         } else {
             declared_columns
