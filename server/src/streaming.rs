@@ -590,7 +590,7 @@ fn open_source(
 /// queue is sized for commits; a source batch is thousands of rows, so
 /// each reader is held to a few in flight (bounded memory, and commits
 /// are not queued behind a flood of source rows).
-const BATCHES_IN_FLIGHT: usize = 4;
+const BATCHES_IN_FLIGHT: usize = 16;
 
 /// Restart backoff after retryable errors: 3 s doubling up to 30 s.
 fn backoff(failures: u32) -> Duration {
