@@ -156,6 +156,22 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
     })
 }
 
+/// A source's status word: `idle` until something reads it.
+pub fn source_status(state: Option<&crate::streaming::SourceStatus>) -> &'static str {
+    match state.map(|s| s.status) {
+        Some(status) if !status.is_empty() => status,
+        _ => "idle",
+    }
+}
+
+/// A sink's status word: `starting` until its connector is open.
+pub fn sink_status(state: Option<&crate::streaming::SinkStatus>) -> &'static str {
+    match state.map(|s| s.status) {
+        Some(status) if !status.is_empty() => status,
+        _ => "starting",
+    }
+}
+
 fn format_micros(us: i64) -> String {
     chrono::DateTime::from_timestamp_micros(us)
         .map(|t| t.naive_utc().to_string())

@@ -285,31 +285,33 @@ impl Session {
     ) -> Result<StatementResult, ServerError> {
         let catalog = self.snapshot().catalog.clone();
         let status = self.db.projections().stream_status();
+        use crate::system_streaming::{sink_status, source_status};
+        let row = |schema: &str, name: &str, connector: &str, state: &str| {
+            vec![schema.into(), name.into(), connector.into(), state.into()]
+        };
         let mut rows: Vec<Vec<String>> = match kind {
             Some(StreamingKind::Source) => catalog
                 .sources
                 .values()
                 .map(|s| {
-                    let state = status.sources.get(&s.id).map_or("idle", |x| x.status);
-                    vec![
-                        s.schema.clone(),
-                        s.name.clone(),
-                        s.connector.clone(),
-                        state.into(),
-                    ]
+                    row(
+                        &s.schema,
+                        &s.name,
+                        &s.connector,
+                        source_status(status.sources.get(&s.id)),
+                    )
                 })
                 .collect(),
             Some(StreamingKind::Sink) => catalog
                 .sinks
                 .values()
                 .map(|s| {
-                    let state = status.sinks.get(&s.id).map_or("starting", |x| x.status);
-                    vec![
-                        s.schema.clone(),
-                        s.name.clone(),
-                        s.connector.clone(),
-                        state.into(),
-                    ]
+                    row(
+                        &s.schema,
+                        &s.name,
+                        &s.connector,
+                        sink_status(status.sinks.get(&s.id)),
+                    )
                 })
                 .collect(),
             None => {
