@@ -57,32 +57,30 @@ pub fn vnode_of(object: ObjectId, node: u32, key: &[u8]) -> u32 {
     hasher.finalize() % VNODES
 }
 
-/// What a projection's checkpointed state is only valid for: its operator
-/// graph (one line per operator, as EXPLAIN prints it) and its output
-/// schema, under this state format. A restore uses a projection's state only
-/// if the fingerprint stored with it equals the one of the graph planned
-/// now; a build that plans the query differently (other nodes, other state
-/// layouts) rebuilds the projection from its inputs instead of misreading
-/// state. CRC-32 of the text, like [`vnode_of`], so it is stable across builds.
-pub fn state_fingerprint(explain: &[String], schema: &arrow::datatypes::Schema) -> String {
+/// What a projection's checkpointed state is only valid for: its graph's
+/// structure (per node, in order: [`crate::Operator::structure`] and its
+/// inputs) and its output schema, under this state format. A restore uses
+/// a projection's state only if the fingerprint stored with it equals the
+/// one of the graph planned now; a build that plans the query differently
+/// (other nodes, other expressions, other state layouts) rebuilds the
+/// projection from its inputs instead of misreading state, while a change
+/// to how EXPLAIN prints a plan does not. CRC-32 of the text, like
+/// [`vnode_of`], so it is stable across builds; the text's length is part
+/// of it.
+pub fn state_fingerprint(graph: &crate::Graph, schema: &arrow::datatypes::Schema) -> String {
     let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&MAGIC);
-    for line in explain {
-        hasher.update(line.as_bytes());
+    let mut len = 0usize;
+    let mut add = |text: &str| {
+        hasher.update(text.as_bytes());
         hasher.update(b"\n");
+        len += text.len() + 1;
+    };
+    add(std::str::from_utf8(&MAGIC).unwrap_or_default());
+    for (structure, inputs) in graph.structure() {
+        add(&format!("{structure} <- {inputs:?}"));
     }
-    for field in schema.fields() {
-        hasher.update(
-            format!(
-                "{}:{}:{};",
-                field.name(),
-                field.data_type(),
-                field.is_nullable()
-            )
-            .as_bytes(),
-        );
-    }
-    format!("{:08x}-{}", hasher.finalize(), explain.len())
+    add(&crate::operator::schema_text(schema));
+    format!("{:08x}-{len}", hasher.finalize())
 }
 
 /// The entries of one vnode in one checkpoint: (projection, node, entry),

@@ -396,6 +396,9 @@ mod tests {
         fn output_schema(&self) -> SchemaRef {
             self.0.clone()
         }
+        fn structure(&self) -> String {
+            "fail_on_boom".into()
+        }
         fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
             if render(&inputs[0]).iter().any(|l| l.starts_with("boom")) {
                 return Err(EngineError::Invariant {

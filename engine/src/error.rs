@@ -22,4 +22,13 @@ pub enum EngineError {
     Change(#[from] weir_common::ChangeBatchError),
     #[error(transparent)]
     Arrow(#[from] arrow::error::ArrowError),
+    /// The state backend refused or failed a checkpoint or restore.
+    #[error(transparent)]
+    State(#[from] weir_storage::StateBackendError),
+    /// A source or sink connector failed.
+    #[error(transparent)]
+    Connector(#[from] weir_connectors::ConnectorError),
+    /// The runtime's task is gone (the process is shutting down).
+    #[error("the streaming runtime stopped")]
+    Stopped,
 }

@@ -93,6 +93,15 @@ impl Graph {
             .collect()
     }
 
+    /// Per node, in order: [`Operator::structure`] and its inputs (what
+    /// [`crate::state_fingerprint`] identifies a graph by).
+    pub fn structure(&self) -> Vec<(String, Vec<Input>)> {
+        self.nodes
+            .iter()
+            .map(|n| (n.operator.structure(), n.inputs.clone()))
+            .collect()
+    }
+
     /// Per node, in node order: the rows of the last successful step.
     pub fn last_step(&self) -> &[NodeStep] {
         &self.last_step
@@ -241,6 +250,9 @@ mod tests {
         }
         fn output_schema(&self) -> SchemaRef {
             schema(ROWS)
+        }
+        fn structure(&self) -> String {
+            "echo".into()
         }
         fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
             assert!(!self.panics, "attempt to subtract with overflow");

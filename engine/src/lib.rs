@@ -17,6 +17,10 @@
 //!   projection's keyed state ([`operator::StateEntry`]) and their restore.
 //! - [`rows`]: Arrow rows as comparable bytes, and consolidation.
 //! - [`multiset::Multiset`]: bags of rows, the state most operators keep.
+//! - [`runtime`]: the epoch runtime around the coordinator: inputs from
+//!   the table log and source connectors, barriers, checkpoints and seals
+//!   (with source offsets and sink descriptors), restore, sinks' two-phase
+//!   commit.
 
 pub mod checkpoint;
 pub mod coordinator;
@@ -27,6 +31,7 @@ pub mod multiset;
 pub mod operator;
 pub mod ops;
 pub mod rows;
+pub mod runtime;
 pub mod table;
 #[cfg(test)]
 pub(crate) mod testing;

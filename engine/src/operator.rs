@@ -59,6 +59,14 @@ pub trait Operator: Send {
 
     fn output_schema(&self) -> SchemaRef;
 
+    /// What identifies this operator's state layout and behaviour: its kind
+    /// and every parameter that shapes its state or output (canonical
+    /// expressions, keys, limits, constant rows). Two operators with equal
+    /// structure on equal inputs keep interchangeable state, so checkpoints
+    /// are matched to graphs by it ([`crate::graph::Graph::fingerprint`]).
+    /// Unlike EXPLAIN text it changes only when the operator does.
+    fn structure(&self) -> String;
+
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError>;
 
     /// The entries whose value changed since the previous call (or since
@@ -239,4 +247,26 @@ pub(crate) fn expect_inputs(
             message: format!("expected {expected} input changes, got {}", inputs.len()),
         })
     }
+}
+
+/// A schema as text for [`Operator::structure`]: names, types, nullability.
+pub fn schema_text(schema: &arrow::datatypes::Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{}:{}:{}", f.name(), f.data_type(), f.is_nullable()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Expressions as text for [`Operator::structure`]: DataFusion's
+/// canonical display (columns by name and index, `a@0 + 1`).
+pub fn exprs_text<'a>(
+    exprs: impl IntoIterator<Item = &'a std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
+) -> String {
+    exprs
+        .into_iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -30,7 +30,7 @@ use crate::catalog::{Catalog, CatalogChange, ControlEntry};
 use crate::config::{AuthMode, ServeConfig};
 use crate::error::ServerError;
 use crate::metrics::Metrics;
-use crate::projections::{Deployment, Projections, TableContents};
+use weir_engine::runtime::{BarrierTarget, Deployment, Runtime, RuntimeConfig, TableContents};
 use crate::session::AdvisoryLocks;
 use crate::wal::{TableWrite, WalRecord};
 
@@ -176,7 +176,7 @@ pub struct Database {
     query_env: QueryEnv,
     advisory_locks: AdvisoryLocks,
     metrics: Arc<Metrics>,
-    projections: Projections,
+    runtime: Runtime,
     /// The table-log LSN of the latest commit with table writes: commits
     /// are numbered by where their record ends.
     commit_seq: AtomicU64,
@@ -292,22 +292,24 @@ impl Database {
         let metrics = Arc::new(Metrics::default());
         let query_runtime = crate::query_runtime::QueryRuntime::new()?;
         let sealed_epoch = state.latest_committed_epoch().await?.unwrap_or(0);
-        let projections = Projections::start(
-            &query_runtime,
-            config.barrier_interval,
-            metrics.clone(),
-            state.clone(),
-            sealed_epoch,
-            last_lsn,
-            table_log_id,
-            snapshot.tables.clone(),
-            crate::table_snapshot::Compactor::new(
-                config.data_dir.clone(),
-                table_log.clone(),
-                config.log_compaction_bytes,
-                (snapshot_lsn, snapshot_bytes),
-            ),
-            recovery.sealed_streams.clone(),
+        let runtime = Runtime::start(
+            query_runtime.handle(),
+            RuntimeConfig {
+                barrier_interval: config.barrier_interval,
+                observer: metrics.clone(),
+                state: state.clone(),
+                sealed_epoch,
+                last_lsn,
+                table_log_id,
+                tables: snapshot.tables.clone(),
+                compaction: Box::new(crate::table_snapshot::Compactor::new(
+                    config.data_dir.clone(),
+                    table_log.clone(),
+                    config.log_compaction_bytes,
+                    (snapshot_lsn, snapshot_bytes),
+                )),
+                sealed_streams: recovery.sealed_streams.clone(),
+            },
         );
         // Projections come back (restored or rebuilt) after the listeners
         // are up: until then managed statements answer 57P03.
@@ -319,7 +321,7 @@ impl Database {
             query_env: QueryEnv::new()?,
             advisory_locks: AdvisoryLocks::default(),
             metrics,
-            projections,
+            runtime,
             commit_seq: AtomicU64::new(last_lsn),
             control_log,
             table_log,
@@ -361,7 +363,7 @@ impl Database {
     /// Every projection restored or rebuilt after the start, and the
     /// state backend still ours: what `/ready` reports.
     pub fn is_ready(&self) -> bool {
-        self.is_recovered() && self.projections.fenced().is_none()
+        self.is_recovered() && self.runtime.fenced().is_none()
     }
 
     /// Every projection restored or rebuilt after the start.
@@ -370,7 +372,7 @@ impl Database {
     }
 
     pub(crate) fn set_ready(&self) {
-        self.projections.recovered();
+        self.runtime.recovered();
         self.ready.store(true, Ordering::Release);
     }
 
@@ -382,12 +384,13 @@ impl Database {
     /// completed epoch.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         let mut snapshot = (**self.current.read()).clone();
-        snapshot.projections = self.projections.view();
+        snapshot.projections = self.runtime.view();
         Arc::new(snapshot)
     }
 
-    pub fn projections(&self) -> &Projections {
-        &self.projections
+    /// The streaming runtime that keeps projections and sinks current.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
     }
 
     /// The sequence number of the latest commit with table writes.
@@ -398,7 +401,14 @@ impl Database {
     /// Waits until every write committed before the call is visible in
     /// every projection.
     pub async fn flush(&self) -> Result<(), ServerError> {
-        self.projections.barrier().await
+        self.flush_to(self.commit_seq()).await
+    }
+
+    /// Waits until every write up to table-log position `lsn` (a session's
+    /// last write, for read-your-writes) is visible in every projection.
+    pub async fn flush_to(&self, lsn: u64) -> Result<(), ServerError> {
+        let target = BarrierTarget { table_lsn: lsn };
+        Ok(self.runtime.barrier(target).await?)
     }
 
     /// Starts maintaining a committed projection, backfilled from the
@@ -419,7 +429,7 @@ impl Database {
                 deployment.tables.insert(source.object, contents);
             }
         }
-        self.projections.deploy(deployment).await
+        Ok(self.runtime.deploy(deployment).await?)
     }
 
     /// Reserves `n` hidden row ids for inserts into tables without a key.
@@ -435,7 +445,7 @@ impl Database {
         if writes.is_empty() {
             return Ok(self.commit_seq());
         }
-        if let Some(reason) = self.projections.fenced() {
+        if let Some(reason) = self.runtime.fenced() {
             return Err(ServerError::Fenced(reason.to_string()));
         }
         // Every path that writes (statements, COPY, Flight ingest) ends
@@ -495,7 +505,7 @@ impl Database {
         // so a checkpoint can name the last commit it covers.
         self.commit_seq.store(lsn, Ordering::Release);
         // Still under the commit lock: the coordinator sees commits in order.
-        self.projections.changes(lsn, changes, tables).await;
+        self.runtime.changes(lsn, changes, tables).await;
         Ok(lsn)
     }
 

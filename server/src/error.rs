@@ -300,6 +300,8 @@ impl From<EngineError> for ServerError {
             },
             EngineError::Evaluation(e) => Self::DataFusion(e),
             EngineError::Arrow(e) => e.into(),
+            EngineError::State(e) => Self::State(e),
+            EngineError::Connector(e) => Self::Connector(e),
             other => Self::Internal(other.to_string()),
         }
     }

@@ -8,12 +8,10 @@
 //!   Flight SQL front ends, translating their protocols to sessions.
 //! - [`http`]: `/health`, `/ready`, `/metrics`.
 //! - [`catalog`]: catalog model, control-log entries, DataFusion providers.
-//! - [`streaming`]: sources and sinks: shared readers, sink writers, the
-//!   offsets and descriptors each seal records.
-//! - [`checkpoints`]: writes each completed projection epoch to the state
-//!   backend as per-vnode partials and a seal.
-//! - [`recovery`]: after a start, restores projections from the latest
-//!   sealed epoch and replays the table log after it (or rebuilds them).
+//! - [`recovery`]: after a start, plans every projection and sink and has
+//!   the engine's runtime ([`weir_engine::runtime`]: epochs, sources,
+//!   sinks, checkpoints and seals) restore them from the latest sealed
+//!   epoch and replay the table log after it (or rebuild them).
 //! - [`table_snapshot`]: snapshots of every table, after which the table
 //!   log before them is truncated.
 //! - [`system`]: the `weir_catalog` system tables.
@@ -26,7 +24,6 @@
 //! for DDL, the control log, before the next snapshot is published.
 
 pub mod catalog;
-pub mod checkpoints;
 pub mod config;
 pub mod db;
 pub mod error;
@@ -35,12 +32,10 @@ pub mod http;
 pub mod metrics;
 pub mod pgsem;
 pub mod pgwire;
-pub mod projections;
 pub mod query_runtime;
 pub mod recovery;
 pub mod server;
 pub mod session;
-pub mod streaming;
 pub mod system;
 pub mod system_streaming;
 pub mod table_snapshot;

@@ -163,7 +163,7 @@ impl Metrics {
         self.commits.inc();
     }
 
-    pub fn epoch(&self, report: &weir_engine::coordinator::EpochReport) {
+    fn record_epoch(&self, report: &weir_engine::coordinator::EpochReport) {
         self.epochs.inc();
         self.epoch_seconds.observe(report.duration.as_secs_f64());
         for (projection, nodes) in &report.operators {
@@ -183,18 +183,9 @@ impl Metrics {
         }
     }
 
-    pub fn checkpoint(&self, duration: std::time::Duration, bytes: u64) {
-        self.checkpoints.inc();
-        self.checkpoint_seconds.observe(duration.as_secs_f64());
-        self.checkpoint_bytes.inc_by(bytes);
-    }
 
     pub fn restored(&self, duration: std::time::Duration) {
         self.restore_seconds.set(duration.as_secs_f64());
-    }
-
-    pub fn checkpoint_failed(&self) {
-        self.checkpoint_failures.inc();
     }
 
     /// The Prometheus text exposition of every metric.
@@ -203,6 +194,22 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+}
+
+impl weir_engine::runtime::RuntimeObserver for Metrics {
+    fn epoch(&self, report: &weir_engine::coordinator::EpochReport) {
+        self.record_epoch(report);
+    }
+
+    fn checkpoint(&self, took: std::time::Duration, bytes: u64) {
+        self.checkpoints.inc();
+        self.checkpoint_seconds.observe(took.as_secs_f64());
+        self.checkpoint_bytes.inc_by(bytes);
+    }
+
+    fn checkpoint_failed(&self) {
+        self.checkpoint_failures.inc();
     }
 }
 

@@ -37,6 +37,14 @@ impl QueryRuntime {
         })
     }
 
+    /// The query threads' handle, for long-lived tasks started elsewhere.
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime
+            .as_ref()
+            .expect("the runtime lives until drop")
+            .handle()
+    }
+
     /// Runs `future` on the query threads; dropping the handle does not
     /// stop it, aborting does.
     pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>

@@ -7,9 +7,10 @@
 //!    not cover ([`Recovery::push`]).
 //! 2. After the listeners are up, [`recover`] plans every projection. One
 //!    whose fingerprint the seal stores, and whose projection inputs are
-//!    restored too, is restored: [`restore`] (in the coordinator task)
-//!    reads every vnode's chain (vnode-parallel), applies it, publishes the
-//!    sealed epoch and replays the kept changes. Every other projection is
+//!    restored too, is restored: the engine's runtime
+//!    ([`weir_engine::runtime::Runtime::restore`]) reads every vnode's chain
+//!    (vnode-parallel), applies it, publishes the sealed epoch and replays
+//!    the kept changes. Every other projection is
 //!    rebuilt from its inputs, after the restored ones.
 //! 3. Then the database is ready. Until then managed statements answer
 //!    57P03 (see [`crate::session`]) and `/ready` is 503, so no commit can
@@ -19,23 +20,17 @@
 //! that does not fit the graph) is logged and its projections are rebuilt:
 //! slower, never wrong.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::StreamExt;
-use weir_common::{ChangeBatch, Epoch, ObjectId};
-use weir_engine::{Coordinator, VNODES, VnodeState};
+use weir_common::{ChangeBatch, ObjectId};
+use weir_engine::runtime::Restore;
+use weir_engine::runtime::checkpoints::{TABLE_LOG_ID, TABLE_LOG_OFFSET, projection_key};
 use weir_storage::{ObjectStateBackend, SealManifest, StateBackend as _};
 
-use crate::checkpoints::{TABLE_LOG_ID, TABLE_LOG_OFFSET, projection_key};
 use crate::db::Database;
 use crate::error::ServerError;
-use crate::metrics::Metrics;
-use crate::projections::{EPOCH_ROW_BUDGET, Restore};
-
-/// Vnode chains read (and decoded) at once.
-const READ_CONCURRENCY: usize = 16;
 
 /// What [`recover`] needs from opening the database.
 pub struct Recovery {
@@ -47,7 +42,7 @@ pub struct Recovery {
     /// The latest seal's source offsets and sink descriptors, when it is a
     /// seal of this data directory: sources resume there and sinks
     /// re-commit it, whether or not projection state is restored.
-    pub sealed_streams: crate::streaming::SealedStreams,
+    pub sealed_streams: weir_engine::runtime::streams::SealedStreams,
 }
 
 impl Recovery {
@@ -86,7 +81,7 @@ impl Recovery {
             );
             return Ok(recovery);
         }
-        recovery.sealed_streams = crate::streaming::SealedStreams::from_seal(
+        recovery.sealed_streams = weir_engine::runtime::streams::SealedStreams::from_seal(
             epoch,
             &seal.source_offsets,
             &seal.sink_descriptors,
@@ -176,7 +171,7 @@ pub async fn recover(db: Arc<Database>) {
                 deployments,
                 replay: recovery.replay,
             };
-            match db.projections().restore(restore).await {
+            match db.runtime().restore(restore).await {
                 Ok(()) => tracing::info!(
                     epoch = seal.epoch,
                     projections = count,
@@ -266,99 +261,12 @@ impl Managed<'_> {
     async fn plan(
         &self,
         session: &crate::session::Session,
-    ) -> Result<crate::projections::Deployment, ServerError> {
+    ) -> Result<weir_engine::runtime::Deployment, ServerError> {
         match self {
             Self::Projection(p) => session.plan_deployment(p).await,
             Self::Sink(s) => session.plan_sink_deployment(s).await,
         }
     }
-}
-
-/// The coordinator side of [`Restore`]: deploy, apply every vnode's chain,
-/// publish the sealed epoch, replay. On an error the restored projections
-/// are dropped again. Returns what restored sinks emitted while replaying.
-pub(crate) async fn restore(
-    coordinator: &mut Coordinator,
-    backend: &Arc<ObjectStateBackend>,
-    restore: Restore,
-    fingerprints: &mut HashMap<ObjectId, String>,
-    metrics: &Metrics,
-) -> Result<Vec<(ObjectId, ChangeBatch)>, ServerError> {
-    let Restore {
-        epoch,
-        deployments,
-        replay,
-    } = restore;
-    let ids: Vec<ObjectId> = deployments.iter().map(|d| d.id).collect();
-    let mut emitted = Vec::new();
-    let outcome = async {
-        for d in deployments {
-            coordinator.deploy_for_restore(d.id, d.graph, d.sources, d.schema)?;
-            if d.sink.is_some() {
-                coordinator.set_emitting(d.id);
-            }
-            fingerprints.insert(d.id, d.fingerprint);
-        }
-        // Reading and decoding run on the query threads in parallel; the
-        // coordinator applies chains as they arrive, each whole and in order.
-        let mut chains = futures::stream::iter(0..VNODES)
-            .map(|vnode| {
-                let backend = backend.clone();
-                tokio::spawn(async move { read_chain(&backend, vnode, epoch).await })
-            })
-            .buffer_unordered(READ_CONCURRENCY);
-        while let Some(chain) = chains.next().await {
-            let chain =
-                chain.map_err(|e| ServerError::internal(format!("reading a vnode: {e}")))??;
-            for state in &chain {
-                coordinator.restore_vnode(state)?;
-            }
-        }
-        coordinator.finish_restore(Epoch(epoch))?;
-        for (_, changes) in replay {
-            for (table, change) in changes {
-                coordinator.push(table, change);
-            }
-            if coordinator.pending_rows() >= EPOCH_ROW_BUDGET {
-                emitted.extend(run_replay_epoch(coordinator, metrics)?);
-            }
-        }
-        Ok::<(), ServerError>(())
-    }
-    .await;
-    if outcome.is_err() {
-        for id in &ids {
-            coordinator.drop_projection(*id);
-            fingerprints.remove(id);
-        }
-    }
-    outcome.map(|()| emitted)
-}
-
-async fn read_chain(
-    backend: &ObjectStateBackend,
-    vnode: u32,
-    epoch: u64,
-) -> Result<Vec<VnodeState>, ServerError> {
-    backend
-        .restore_chain(vnode, epoch)
-        .await?
-        .into_iter()
-        .map(|(_, bytes)| VnodeState::decode(&bytes).map_err(ServerError::from))
-        .collect()
-}
-
-fn run_replay_epoch(
-    coordinator: &mut Coordinator,
-    metrics: &Metrics,
-) -> Result<Vec<(ObjectId, ChangeBatch)>, ServerError> {
-    let mut report = coordinator.run_epoch()?;
-    let emitted = std::mem::take(&mut report.emitted);
-    for (id, error) in &report.failed {
-        tracing::error!(projection = %id, epoch = report.epoch.0, %error, "projection failed while replaying");
-    }
-    metrics.epoch(&report);
-    Ok(emitted)
 }
 
 #[cfg(test)]

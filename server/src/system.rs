@@ -30,7 +30,7 @@ use datafusion::datasource::MemTable;
 use datafusion::error::Result as DfResult;
 use weir_storage::StateBackend as _;
 
-use crate::checkpoints::ObjectChain;
+use weir_engine::runtime::checkpoints::ObjectChain;
 
 use crate::db::Database;
 
@@ -161,7 +161,7 @@ impl SystemSchema {
             "backends" => {
                 // The catalog and the table log are replayed before the
                 // listeners open; projections are restored after.
-                let state_readiness = if self.db.projections().fenced().is_some() {
+                let state_readiness = if self.db.runtime().fenced().is_some() {
                     "fenced"
                 } else if self.db.is_recovered() {
                     "ready"
@@ -224,7 +224,7 @@ impl SystemSchema {
 
     async fn epochs(&self) -> DfResult<Vec<ArrayRef>> {
         let seals = self.db.state().list_seals().await.map_err(external)?;
-        let log = self.db.projections().checkpoint_log();
+        let log = self.db.runtime().checkpoint_log();
         Ok(vec![
             Arc::new(Int64Array::from_iter_values(
                 seals.iter().map(|m| m.epoch as i64),
@@ -254,7 +254,7 @@ impl SystemSchema {
             }))),
             Arc::new(StringArray::from_iter_values(seals.iter().map(|m| {
                 m.source_offsets
-                    .get(crate::checkpoints::TABLE_LOG_OFFSET)
+                    .get(weir_engine::runtime::checkpoints::TABLE_LOG_OFFSET)
                     .cloned()
                     .unwrap_or_default()
             }))),
@@ -266,7 +266,7 @@ impl SystemSchema {
     async fn checkpoints(&self) -> DfResult<Vec<ArrayRef>> {
         let latest = self.latest_seal().await?;
         let snapshot = self.db.snapshot();
-        let log = self.db.projections().checkpoint_log();
+        let log = self.db.runtime().checkpoint_log();
         // Projections and sinks (a sink's graph keeps state too).
         let owner = |id: &weir_common::ObjectId| -> Option<Owner> {
             let catalog = &snapshot.catalog;
@@ -293,7 +293,7 @@ impl SystemSchema {
         let fingerprint = |id| {
             latest.as_ref().and_then(|m| {
                 m.source_offsets
-                    .get(&crate::checkpoints::projection_key(id))
+                    .get(&weir_engine::runtime::checkpoints::projection_key(id))
                     .cloned()
             })
         };

@@ -63,7 +63,7 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
     let opt_text = |v: Vec<Option<String>>| Arc::new(StringArray::from(v)) as ArrayRef;
     let int = |v: Vec<i64>| Arc::new(Int64Array::from(v)) as ArrayRef;
     let snapshot = db.snapshot();
-    let status = db.projections().stream_status();
+    let status = db.runtime().stream_status();
     Some(match name {
         "sources" => {
             let defs: Vec<_> = snapshot.catalog.sources.values().collect();
@@ -157,7 +157,7 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
 }
 
 /// A source's status word: `idle` until something reads it.
-pub fn source_status(state: Option<&crate::streaming::SourceStatus>) -> &'static str {
+pub fn source_status(state: Option<&weir_engine::runtime::streams::SourceStatus>) -> &'static str {
     match state.map(|s| s.status) {
         Some(status) if !status.is_empty() => status,
         _ => "idle",
@@ -165,7 +165,7 @@ pub fn source_status(state: Option<&crate::streaming::SourceStatus>) -> &'static
 }
 
 /// A sink's status word: `starting` until its connector is open.
-pub fn sink_status(state: Option<&crate::streaming::SinkStatus>) -> &'static str {
+pub fn sink_status(state: Option<&weir_engine::runtime::streams::SinkStatus>) -> &'static str {
     match state.map(|s| s.status) {
         Some(status) if !status.is_empty() => status,
         _ => "starting",

@@ -155,8 +155,13 @@ impl Compactor {
         }
     }
 
+}
+
+/// The table log's "on sealed": a seal covering `lsn` lets the log before
+/// it go, once the tables as of `lsn` are snapshotted.
+impl weir_engine::runtime::TableLogCompaction for Compactor {
     /// Whether a snapshot at `lsn` is worth taking now.
-    pub fn due(&self, lsn: Lsn) -> bool {
+    fn due(&self, lsn: Lsn) -> bool {
         let (last_lsn, last_size) = *self.last.lock();
         lsn > last_lsn
             && lsn - last_lsn >= self.min_bytes.max(last_size)
@@ -166,7 +171,7 @@ impl Compactor {
     /// Snapshots `tables` (the tables as of `lsn`) and then truncates the
     /// log before `lsn`, in the background. A failure is logged; the log
     /// is then kept and the next attempt comes at the next due point.
-    pub fn compact(&self, lsn: Lsn, tables: Arc<HashMap<ObjectId, TableState>>) {
+    fn compact(&self, lsn: Lsn, tables: Arc<HashMap<ObjectId, TableState>>) {
         self.running.store(true, Ordering::Release);
         {
             let mut last = self.last.lock();

@@ -226,6 +226,35 @@ impl Operator for Aggregate {
         self.output.schema().clone()
     }
 
+    fn structure(&self) -> String {
+        use crate::operator::{exprs_text, schema_text};
+        let calls: Vec<String> = self
+            .calls
+            .iter()
+            .map(|c| {
+                let order: Vec<String> =
+                    c.function.order_bys().iter().map(|o| o.to_string()).collect();
+                format!(
+                    "{}(distinct={} ignore_nulls={} reversed={}; {}; order {}; filter {})",
+                    c.function.fun().name(),
+                    c.function.is_distinct(),
+                    c.function.ignore_nulls(),
+                    c.function.is_reversed(),
+                    exprs_text(&c.function.expressions()),
+                    order.join(", "),
+                    exprs_text(&c.filter),
+                )
+            })
+            .collect();
+        format!(
+            "{NAME}(group {}; calls {}; in {}; out {})",
+            exprs_text(&self.group_by),
+            calls.join(" | "),
+            schema_text(self.input.schema()),
+            schema_text(self.output.schema())
+        )
+    }
+
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
         expect_inputs(NAME, inputs, 1)?;
         let input = &inputs[0];

@@ -5,7 +5,7 @@ use arrow::datatypes::SchemaRef;
 use weir_common::ChangeBatch;
 
 use crate::EngineError;
-use crate::operator::{Operator, StateEntry, expect_inputs, state_key, unreadable};
+use crate::operator::{Operator, StateEntry, expect_inputs, schema_text, state_key, unreadable};
 use crate::rows::{consolidate, empty_change};
 
 const NAME: &str = "constant";
@@ -35,6 +35,18 @@ impl Operator for Constant {
 
     fn output_schema(&self) -> SchemaRef {
         self.rows.schema()
+    }
+
+    fn structure(&self) -> String {
+        // The rows are the whole behaviour; the weights ride along.
+        let rows = self
+            .rows
+            .to_record_batch()
+            .ok()
+            .and_then(|b| arrow::util::pretty::pretty_format_batches(&[b]).ok())
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        format!("{NAME}({}; {rows})", schema_text(&self.rows.schema()))
     }
 
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {

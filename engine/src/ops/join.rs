@@ -334,6 +334,25 @@ impl Operator for Join {
         self.output.schema().clone()
     }
 
+    fn structure(&self) -> String {
+        use crate::operator::{exprs_text, schema_text};
+        let on: Vec<String> = self
+            .spec
+            .on
+            .iter()
+            .map(|(l, r)| format!("{l} = {r}"))
+            .collect();
+        format!(
+            "{NAME}({:?}; on {}; residual {}; left {}; right {}; out {})",
+            self.spec.kind,
+            on.join(" AND "),
+            exprs_text(&self.spec.residual),
+            schema_text(&self.spec.left_schema),
+            schema_text(&self.spec.right_schema),
+            schema_text(&self.spec.output_schema)
+        )
+    }
+
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
         expect_inputs(NAME, inputs, 2)?;
         let mut buckets = self.buckets.clone();

@@ -44,6 +44,15 @@ impl Operator for Map {
         self.schema.clone()
     }
 
+    fn structure(&self) -> String {
+        format!(
+            "map(where {}; project {}; {})",
+            crate::operator::exprs_text(&self.predicate),
+            crate::operator::exprs_text(&self.projection),
+            crate::operator::schema_text(&self.schema)
+        )
+    }
+
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
         expect_inputs(self.name(), inputs, 1)?;
         let input = &inputs[0];

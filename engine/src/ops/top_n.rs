@@ -188,6 +188,26 @@ impl Operator for TopN {
         self.output.schema().clone()
     }
 
+    fn structure(&self) -> String {
+        use crate::operator::{exprs_text, schema_text};
+        let order: Vec<String> = self
+            .spec
+            .order_by
+            .iter()
+            .map(|(e, o)| format!("{e} {o:?}"))
+            .collect();
+        format!(
+            "{NAME}({:?}; partition {}; order {}; offset {} limit {}; in {}; out {})",
+            self.spec.numbering,
+            exprs_text(&self.spec.partition_by),
+            order.join(", "),
+            self.spec.offset,
+            self.spec.limit,
+            schema_text(&self.spec.input_schema),
+            schema_text(&self.spec.output_schema)
+        )
+    }
+
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
         expect_inputs(NAME, inputs, 1)?;
         let input = &inputs[0];

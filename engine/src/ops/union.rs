@@ -28,6 +28,14 @@ impl Operator for Union {
         self.schema.clone()
     }
 
+    fn structure(&self) -> String {
+        format!(
+            "union({} inputs; {})",
+            self.inputs,
+            crate::operator::schema_text(&self.schema)
+        )
+    }
+
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
         expect_inputs(self.name(), inputs, self.inputs)?;
         // Inputs may name their columns differently; the output's names win.

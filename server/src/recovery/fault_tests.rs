@@ -20,7 +20,7 @@ use weir_storage::ObjectStateBackend;
 use weir_storage::StateBackend as _;
 use weir_storage::state::{FaultConfig, FaultyStore};
 
-use crate::checkpoints::{CheckpointLog, Checkpointer};
+use weir_engine::runtime::checkpoints::{CheckpointLog, Checkpointer};
 use crate::metrics::Metrics;
 
 const TABLE: ObjectId = ObjectId(1);
@@ -168,7 +168,7 @@ async fn every_seal_through_a_faulty_store_restores_exactly_the_sealed_state() {
                 &fingerprints,
                 Duration::ZERO,
                 &metrics,
-                &mut crate::streaming::Streams::detached(),
+                &mut weir_engine::runtime::streams::Streams::detached(),
             )
             .await;
         assert!(checkpointer.fenced().is_none());

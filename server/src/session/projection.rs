@@ -26,7 +26,7 @@ pub(crate) struct PlannedProjection {
     pub stream: StreamPlan,
     pub bindings: Vec<SourceBinding>,
     /// The sources among the bindings' objects, each once.
-    pub sources_read: Vec<crate::streaming::SourceToRead>,
+    pub sources_read: Vec<weir_engine::runtime::streams::SourceToRead>,
 }
 
 impl Session {
@@ -54,12 +54,12 @@ impl Session {
                 })
             })
             .collect::<Result<Vec<_>, ServerError>>()?;
-        let mut sources_read: Vec<crate::streaming::SourceToRead> = Vec::new();
+        let mut sources_read: Vec<weir_engine::runtime::streams::SourceToRead> = Vec::new();
         for binding in &bindings {
             if let Some(def) = catalog.sources.get(&binding.object)
                 && !sources_read.iter().any(|s| s.id == def.id)
             {
-                sources_read.push(crate::streaming::SourceToRead {
+                sources_read.push(weir_engine::runtime::streams::SourceToRead {
                     id: def.id,
                     name: def.qualified_name(),
                     connector: def.connector.clone(),
@@ -167,7 +167,7 @@ impl Session {
                     }
                 }
                 CatalogChange::DropProjection { id } | CatalogChange::DropSink { id } => {
-                    self.db.projections().drop_projection(*id).await;
+                    self.db.runtime().drop_projection(*id).await;
                 }
                 CatalogChange::CreateSink(def) => {
                     if let Err(e) = self.deploy_sink(def).await {
@@ -183,7 +183,7 @@ impl Session {
                     }
                 }
                 CatalogChange::DropSource { id } => {
-                    self.db.projections().drop_source(*id).await;
+                    self.db.runtime().drop_source(*id).await;
                 }
                 _ => {}
             }
@@ -212,7 +212,7 @@ impl Session {
     pub(crate) async fn plan_deployment(
         &self,
         def: &ProjectionDef,
-    ) -> Result<crate::projections::Deployment, ServerError> {
+    ) -> Result<weir_engine::runtime::Deployment, ServerError> {
         let query = parse_query(&def.query)?;
         let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
         let planned = self.plan_projection(&query, &names).await?;
@@ -224,16 +224,18 @@ impl Session {
         Ok(command("FLUSH"))
     }
 
-    /// With `read_your_writes` on, waits (by an on-demand barrier) until
-    /// this session's committed writes are visible in every projection.
+    /// With `read_your_writes` on, waits until this session's committed
+    /// writes are visible in every projection: a barrier whose target is
+    /// this session's last write position, answered by the first epoch
+    /// that covers it.
     pub(super) async fn read_your_writes(&mut self) -> Result<(), ServerError> {
-        if self.last_write_seq <= self.db.projections().covered()
+        if self.last_write_seq <= self.db.runtime().covered()
             || self.db.snapshot().catalog.projections.is_empty()
             || !self.vars.get("read_your_writes").is_none_or(|v| v == "on")
         {
             return Ok(());
         }
-        self.db.flush().await
+        self.db.flush_to(self.last_write_seq).await
     }
 }
 
@@ -242,17 +244,17 @@ pub(crate) fn deployment_of(
     id: ObjectId,
     planned: PlannedProjection,
     schema: arrow::datatypes::SchemaRef,
-    sink: Option<crate::streaming::SinkToOpen>,
-) -> Result<crate::projections::Deployment, ServerError> {
+    sink: Option<weir_engine::runtime::streams::SinkToOpen>,
+) -> Result<weir_engine::runtime::Deployment, ServerError> {
     let PlannedProjection {
         mut stream,
         bindings,
         sources_read,
     } = planned;
     stream.conform_to(schema.clone())?;
-    Ok(crate::projections::Deployment {
+    Ok(weir_engine::runtime::Deployment {
         id,
-        fingerprint: weir_engine::state_fingerprint(&stream.explain, &schema),
+        fingerprint: weir_engine::state_fingerprint(&stream.graph, &schema),
         graph: stream.graph,
         sources: bindings,
         schema,

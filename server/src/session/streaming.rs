@@ -284,7 +284,7 @@ impl Session {
         kind: Option<StreamingKind>,
     ) -> Result<StatementResult, ServerError> {
         let catalog = self.snapshot().catalog.clone();
-        let status = self.db.projections().stream_status();
+        let status = self.db.runtime().stream_status();
         use crate::system_streaming::{sink_status, source_status};
         let row = |schema: &str, name: &str, connector: &str, state: &str| {
             vec![schema.into(), name.into(), connector.into(), state.into()]
@@ -335,11 +335,11 @@ impl Session {
     pub(crate) async fn plan_sink_deployment(
         &self,
         def: &SinkDef,
-    ) -> Result<crate::projections::Deployment, ServerError> {
+    ) -> Result<weir_engine::runtime::Deployment, ServerError> {
         let query = parse_query(&def.query)?;
         let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
         let planned = self.plan_projection(&query, &names).await?;
-        let sink = crate::streaming::SinkToOpen {
+        let sink = weir_engine::runtime::streams::SinkToOpen {
             name: def.qualified_name(),
             connector: def.connector.clone(),
             options: def.options.clone(),

@@ -363,7 +363,7 @@ impl Session {
                     let value = self.vars.get("barrier_interval").unwrap_or_default();
                     let interval = crate::config::parse_duration(&value)
                         .map_err(ServerError::invalid_param)?;
-                    self.db.projections().set_barrier_interval(interval);
+                    self.db.runtime().set_barrier_interval(interval);
                 }
             }
             Set::SetTimeZone { value, .. } => {

@@ -1,4 +1,4 @@
-//! Writes each completed epoch of the projection coordinator to the state
+//! Writes each completed epoch of the coordinator to the state
 //! backend: one partial per changed vnode, then the epoch's seal.
 //!
 //! A partial is a delta (the vnode's entries that changed in the epoch)
@@ -15,7 +15,7 @@
 //! Each seal names the table-log LSN of the last commit the epoch covers,
 //! which is where replay resumes after restoring from it, and, per
 //! projection whose state it holds, that state's fingerprint
-//! ([`weir_engine::state_fingerprint`]) under `projection:<id>`. A failed
+//! ([`crate::state_fingerprint`]) under `projection:<id>`. A failed
 //! projection is not named: its state is not checkpointed.
 //!
 //! Checkpoints are at most one per barrier interval: epochs closed on
@@ -23,6 +23,14 @@
 //! one, since change records accumulate per key until drained. Each seal
 //! carries every vnode's chain, so sealing each of hundreds of on-demand
 //! epochs a second would cost far more than the state it protects.
+//!
+//! A checkpoint has three steps so that writing does not stop the loop:
+//! [`Checkpointer::prepare`] takes the epoch's partials out of the
+//! coordinator (in the loop, O(changed state)), [`PendingSeal::write`]
+//! writes them and the seal (a task of its own, while later epochs are
+//! stepped), and [`Checkpointer::finish`] records the outcome (in the
+//! loop). One checkpoint is in flight at a time, so seals land in epoch
+//! order.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -30,12 +38,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use weir_engine::Coordinator;
-use weir_engine::{VNODES, VnodeState};
 use weir_storage::{ObjectStateBackend, PartialKind, SealExtras, StateBackend};
 
-use crate::error::ServerError;
-use crate::metrics::Metrics;
+use super::RuntimeObserver;
+use super::streams::Streams;
+use crate::{Coordinator, EngineError, VNODES, VnodeState};
 
 /// A vnode's chain is cut by a snapshot after this many deltas.
 const MAX_DELTAS: u32 = 16;
@@ -121,11 +128,33 @@ pub struct Checkpointer {
     needs_full: bool,
     last_sealed: u64,
     last_checkpoint: Option<Instant>,
+    /// A checkpoint is prepared and not finished yet.
+    in_flight: bool,
     seals_since_prune: u32,
     /// Set once another process claimed the state: no more checkpoints.
     fenced: Option<String>,
     /// The table-log LSN the latest seal of this process covers.
     last_sealed_lsn: Option<u64>,
+}
+
+/// One epoch's checkpoint, taken out of the coordinator and not yet
+/// written: everything [`PendingSeal::write`] needs, owned.
+pub struct PendingSeal {
+    state: Arc<ObjectStateBackend>,
+    epoch: u64,
+    covered_lsn: u64,
+    started: Instant,
+    partials: Vec<(u32, PartialKind, Bytes)>,
+    snapshot_vnodes: BTreeSet<u32>,
+    object_bytes: HashMap<(weir_common::ObjectId, u32), u64>,
+    extras: SealExtras,
+}
+
+/// What writing a [`PendingSeal`] did, for [`Checkpointer::finish`].
+pub struct SealOutcome {
+    pending: PendingSeal,
+    /// Per partial written: (vnode, kind, bytes); or why it failed.
+    written: Result<Vec<(u32, PartialKind, u64)>, EngineError>,
 }
 
 impl Checkpointer {
@@ -142,6 +171,7 @@ impl Checkpointer {
             needs_full: true,
             last_sealed: 0,
             last_checkpoint: None,
+            in_flight: false,
             seals_since_prune: 0,
             fenced: None,
             last_sealed_lsn: None,
@@ -162,23 +192,48 @@ impl Checkpointer {
         &self.state
     }
 
-    /// Checkpoints the coordinator's latest completed epoch, covering
-    /// commits up to `covered_lsn`, unless it is sealed already or the last
-    /// checkpoint is younger than `min_interval`. A failure is logged and
-    /// counted; the next checkpoint is then written in full. The seal
-    /// also records `streams`' covered source offsets and sink
-    /// descriptors. Returns the epoch sealed, if one was.
+    /// Checkpoints the coordinator's latest completed epoch and waits for
+    /// it: [`Self::prepare`], [`PendingSeal::write`], [`Self::finish`] in
+    /// one call. Returns the epoch sealed, if one was.
     pub async fn checkpoint(
         &mut self,
         coordinator: &mut Coordinator,
         covered_lsn: u64,
         fingerprints: &HashMap<weir_common::ObjectId, String>,
         min_interval: Duration,
-        metrics: &Metrics,
-        streams: &mut crate::streaming::Streams,
+        observer: &dyn RuntimeObserver,
+        streams: &mut Streams,
     ) -> Option<u64> {
+        let pending = self.prepare(
+            coordinator,
+            covered_lsn,
+            fingerprints,
+            min_interval,
+            observer,
+            streams,
+        )?;
+        let outcome = pending.write().await;
+        self.finish(outcome, observer)
+    }
+
+    /// Takes the coordinator's latest completed epoch, covering commits up
+    /// to `covered_lsn`, out for a checkpoint, unless it is sealed already,
+    /// a checkpoint is in flight, or the last one is younger than
+    /// `min_interval`. The seal will also record `streams`' covered source
+    /// offsets and sink descriptors. Call [`Self::finish`] with the
+    /// outcome of writing it before preparing the next.
+    pub fn prepare(
+        &mut self,
+        coordinator: &mut Coordinator,
+        covered_lsn: u64,
+        fingerprints: &HashMap<weir_common::ObjectId, String>,
+        min_interval: Duration,
+        observer: &dyn RuntimeObserver,
+        streams: &mut Streams,
+    ) -> Option<PendingSeal> {
         let epoch = coordinator.view().epoch.0;
         if self.fenced.is_some()
+            || self.in_flight
             || epoch <= self.last_sealed
             || self
                 .last_checkpoint
@@ -188,63 +243,86 @@ impl Checkpointer {
         }
         let started = Instant::now();
         self.last_checkpoint = Some(started);
-        let (offsets, descriptors) = streams.seal_extras();
-        match self
-            .write_and_seal(
-                coordinator,
-                epoch,
-                covered_lsn,
-                fingerprints,
-                offsets,
-                descriptors,
-            )
-            .await
-        {
-            Ok(bytes) => {
-                metrics.checkpoint(started.elapsed(), bytes);
-                {
-                    let mut log = self.log.lock();
-                    log.durations.insert(epoch, started.elapsed());
-                    while log.durations.len() > LOGGED_EPOCHS {
-                        log.durations.pop_first();
-                    }
-                }
-                self.last_sealed = epoch;
-                self.last_sealed_lsn = Some(covered_lsn);
-                self.needs_full = false;
-                self.seals_since_prune += 1;
-                if self.seals_since_prune >= PRUNE_EVERY {
-                    self.seals_since_prune = 0;
-                    if let Err(e) = self.state.prune_before(epoch).await {
-                        tracing::warn!(error = %e, epoch, "pruning old checkpoints failed");
-                    }
-                }
-                return Some(epoch);
-            }
-            Err(ServerError::State(e)) if e.is_fenced() => {
-                tracing::error!(error = %e, epoch, "another process claimed the state backend: no more checkpoints, and writes are refused from now on");
-                metrics.checkpoint_failed();
-                self.fenced = Some(e.to_string());
+        match self.take_partials(coordinator, epoch, covered_lsn, fingerprints, streams) {
+            Ok(mut pending) => {
+                pending.started = started;
+                self.in_flight = true;
+                Some(pending)
             }
             Err(e) => {
                 tracing::error!(error = %e, epoch, "checkpoint failed; the next one is written in full");
-                metrics.checkpoint_failed();
+                observer.checkpoint_failed();
                 self.needs_full = true;
+                None
             }
         }
-        None
     }
 
-    /// Returns the bytes of partials written.
-    async fn write_and_seal(
+    /// Records the outcome of writing a prepared checkpoint. A failure is
+    /// logged and counted; the next checkpoint is then written in full.
+    /// Returns the epoch sealed, if it was.
+    pub fn finish(&mut self, outcome: SealOutcome, observer: &dyn RuntimeObserver) -> Option<u64> {
+        self.in_flight = false;
+        let SealOutcome { pending, written } = outcome;
+        let epoch = pending.epoch;
+        let written = match written {
+            Ok(w) => w,
+            Err(EngineError::State(e)) if e.is_fenced() => {
+                tracing::error!(error = %e, epoch, "another process claimed the state backend: no more checkpoints, and writes are refused from now on");
+                observer.checkpoint_failed();
+                self.fenced = Some(e.to_string());
+                return None;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, epoch, "checkpoint failed; the next one is written in full");
+                observer.checkpoint_failed();
+                self.needs_full = true;
+                return None;
+            }
+        };
+        let took = pending.started.elapsed();
+        let bytes = self.record(&pending, written);
+        observer.checkpoint(took, bytes);
+        {
+            let mut log = self.log.lock();
+            log.durations.insert(epoch, took);
+            while log.durations.len() > LOGGED_EPOCHS {
+                log.durations.pop_first();
+            }
+        }
+        self.last_sealed = epoch;
+        self.last_sealed_lsn = Some(pending.covered_lsn);
+        self.needs_full = false;
+        self.seals_since_prune += 1;
+        if self.seals_since_prune >= PRUNE_EVERY {
+            self.seals_since_prune = 0;
+            let state = self.state.clone();
+            // Pruning lists and deletes; it must not hold up the loop.
+            tokio::spawn(async move {
+                if let Err(e) = state.prune_before(epoch).await {
+                    tracing::warn!(error = %e, epoch, "pruning old checkpoints failed");
+                }
+            });
+        }
+        Some(epoch)
+    }
+
+    /// A prepared checkpoint's write was lost (its task died): nothing of
+    /// it is known to be sealed, so the next checkpoint is written in full.
+    pub fn abandon(&mut self, observer: &dyn RuntimeObserver) {
+        self.in_flight = false;
+        self.needs_full = true;
+        observer.checkpoint_failed();
+    }
+
+    fn take_partials(
         &mut self,
         coordinator: &mut Coordinator,
         epoch: u64,
         covered_lsn: u64,
         fingerprints: &HashMap<weir_common::ObjectId, String>,
-        stream_offsets: BTreeMap<String, String>,
-        sink_descriptors: BTreeMap<String, String>,
-    ) -> Result<u64, ServerError> {
+        streams: &mut Streams,
+    ) -> Result<PendingSeal, EngineError> {
         let changes = coordinator.checkpoint_changes()?;
         let (snapshot_vnodes, mut snapshots): (BTreeSet<u32>, BTreeMap<u32, VnodeState>) =
             if self.needs_full {
@@ -283,24 +361,7 @@ impl Checkpointer {
                 add(vnode, PartialKind::Delta, delta);
             }
         }
-        let version = self.state.authoritative_version();
-        let written: Vec<(u32, PartialKind, u64)> = futures::stream::iter(partials)
-            .map(|(vnode, kind, bytes)| {
-                let state = self.state.clone();
-                async move {
-                    let len = bytes.len() as u64;
-                    retrying(|| {
-                        state.write_partial_kind(vnode, epoch, version, kind, bytes.clone())
-                    })
-                    .await
-                    .map(|()| (vnode, kind, len))
-                }
-            })
-            .buffer_unordered(WRITE_CONCURRENCY)
-            .try_collect()
-            .await?;
-        let vnodes: Vec<u32> = written.iter().map(|(v, _, _)| *v).collect();
-        let mut source_offsets = stream_offsets;
+        let (mut source_offsets, sink_descriptors) = streams.seal_extras(epoch);
         source_offsets.insert(TABLE_LOG_OFFSET.to_string(), covered_lsn.to_string());
         source_offsets.insert(TABLE_LOG_ID.to_string(), self.table_log_id.clone());
         let view = coordinator.view();
@@ -313,22 +374,31 @@ impl Checkpointer {
                 source_offsets.insert(projection_key(*id), fingerprint.clone());
             }
         }
-        let extras = SealExtras {
-            source_offsets,
-            sink_descriptors,
-        };
-        let outcome = retrying(|| self.state.seal_epoch(epoch, &vnodes, extras.clone())).await?;
-        if !outcome.is_sealed() {
-            return Err(ServerError::internal(format!(
-                "epoch {epoch} was not sealed: {outcome:?}"
-            )));
-        }
+        Ok(PendingSeal {
+            state: self.state.clone(),
+            epoch,
+            covered_lsn,
+            started: Instant::now(),
+            partials,
+            snapshot_vnodes,
+            object_bytes,
+            extras: SealExtras {
+                source_offsets,
+                sink_descriptors,
+            },
+        })
+    }
+
+    /// Updates the chains after a seal; returns the bytes of partials written.
+    fn record(&mut self, pending: &PendingSeal, written: Vec<(u32, PartialKind, u64)>) -> u64 {
+        let epoch = pending.epoch;
+        let snapshot_vnodes = &pending.snapshot_vnodes;
         {
             // A snapshot replaces everything the vnode held, of every object.
             let mut log = self.log.lock();
             log.chains
                 .retain(|(_, vnode), _| !snapshot_vnodes.contains(vnode));
-            for ((object, vnode), bytes) in object_bytes {
+            for (&(object, vnode), &bytes) in &pending.object_bytes {
                 let chain = log.chains.entry((object, vnode)).or_default();
                 chain.last_written_epoch = epoch;
                 if snapshot_vnodes.contains(&vnode) {
@@ -358,6 +428,57 @@ impl Checkpointer {
                 }
             }
         }
-        Ok(bytes)
+        bytes
+    }
+}
+
+impl PendingSeal {
+    /// The epoch this checkpoint seals.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Writes every partial, then the seal. Owns what it needs, so it can
+    /// run as a task of its own while the loop goes on.
+    pub async fn write(mut self) -> SealOutcome {
+        let partials = std::mem::take(&mut self.partials);
+        let written = self.write_partials_and_seal(partials).await;
+        SealOutcome {
+            pending: self,
+            written,
+        }
+    }
+
+    async fn write_partials_and_seal(
+        &self,
+        partials: Vec<(u32, PartialKind, Bytes)>,
+    ) -> Result<Vec<(u32, PartialKind, u64)>, EngineError> {
+        let epoch = self.epoch;
+        let version = self.state.authoritative_version();
+        let written: Vec<(u32, PartialKind, u64)> = futures::stream::iter(partials)
+            .map(|(vnode, kind, bytes)| {
+                let state = self.state.clone();
+                async move {
+                    let len = bytes.len() as u64;
+                    retrying(|| {
+                        state.write_partial_kind(vnode, epoch, version, kind, bytes.clone())
+                    })
+                    .await
+                    .map(|()| (vnode, kind, len))
+                }
+            })
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .try_collect()
+            .await?;
+        let vnodes: Vec<u32> = written.iter().map(|(v, _, _)| *v).collect();
+        let outcome =
+            retrying(|| self.state.seal_epoch(epoch, &vnodes, self.extras.clone())).await?;
+        if !outcome.is_sealed() {
+            return Err(EngineError::Invariant {
+                operator: "checkpoint",
+                message: format!("epoch {epoch} was not sealed: {outcome:?}"),
+            });
+        }
+        Ok(written)
     }
 }

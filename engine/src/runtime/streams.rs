@@ -1,5 +1,4 @@
-//! Sources and sinks inside the projection coordinator's loop
-//! ([`crate::projections`]): one shared reader per source object, one
+//! Sources and sinks inside the runtime's loop: one shared reader per source object, one
 //! writer per sink, and the offsets and descriptors every seal records.
 //!
 //! - A source is read once, by a reader task started when the first
@@ -33,7 +32,8 @@ use weir_connectors::{
     SourceOpen,
 };
 
-use crate::error::ServerError;
+use super::Command;
+use crate::EngineError;
 
 /// The seal key of a source's covered offsets.
 pub fn source_key(id: ObjectId) -> String {
@@ -181,7 +181,7 @@ struct SinkSlot {
 
 /// The loop's sources and sinks.
 pub struct Streams {
-    commands: mpsc::WeakSender<crate::projections::Command>,
+    commands: mpsc::WeakSender<Command>,
     status: Arc<RwLock<StreamStatus>>,
     readers: HashMap<ObjectId, Reader>,
     /// The definition of every source being read.
@@ -197,11 +197,14 @@ pub struct Streams {
     sealed_sinks: HashMap<ObjectId, SinkSeal>,
     /// Numbers reader runs.
     runs: u64,
+    /// The covered offsets of the seal being written, acknowledged
+    /// upstream once it lands (not the offsets covered by then).
+    sealing: Option<(u64, HashMap<ObjectId, Offsets>)>,
 }
 
 impl Streams {
-    pub(crate) fn new(
-        commands: mpsc::WeakSender<crate::projections::Command>,
+    pub(super) fn new(
+        commands: mpsc::WeakSender<Command>,
         status: Arc<RwLock<StreamStatus>>,
         sealed: SealedStreams,
     ) -> Self {
@@ -216,11 +219,12 @@ impl Streams {
             sinks: HashMap::new(),
             sealed_sinks: sealed.sinks,
             runs: 0,
+            sealing: None,
         }
     }
 
-    /// Streams with no sources or sinks and no loop to report to.
-    #[cfg(test)]
+    /// Streams with no sources or sinks and no loop to report to (for
+    /// driving a [`super::Checkpointer`] outside the runtime, as tests do).
     pub fn detached() -> Self {
         let (commands, _) = mpsc::channel(1);
         Self::new(
@@ -236,7 +240,7 @@ impl Streams {
     pub fn backfills(
         &self,
         sources: &[SourceToRead],
-    ) -> impl std::future::Future<Output = Result<HashMap<ObjectId, ChangeBatch>, ServerError>>
+    ) -> impl std::future::Future<Output = Result<HashMap<ObjectId, ChangeBatch>, EngineError>>
     + Send
     + 'static {
         // Owned targets: the future must not borrow the loop's streams
@@ -458,9 +462,13 @@ impl Streams {
         entry.error = Some(error.to_string());
     }
 
-    /// What the next seal records: covered offsets per source, the latest
-    /// pre-commit per sink (or the one sealed before, if none since).
-    pub fn seal_extras(&mut self) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    /// What the seal of `epoch` records: covered offsets per source, the
+    /// latest pre-commit per sink (or the one sealed before, if none since).
+    pub fn seal_extras(
+        &mut self,
+        epoch: u64,
+    ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        self.sealing = Some((epoch, self.covered.clone()));
         let offsets = self
             .covered
             .iter()
@@ -508,8 +516,11 @@ impl Streams {
                 Err(e) => self.sink_failed(id, &e.to_string()),
             }
         }
+        let Some((_, covered)) = self.sealing.take().filter(|(e, _)| *e == epoch) else {
+            return;
+        };
         for (id, reader) in &self.readers {
-            if let Some(offsets) = self.covered.get(id) {
+            if let Some(offsets) = covered.get(id) {
                 let _ = reader.sealed.send((epoch, offsets.clone()));
             }
         }
@@ -553,7 +564,7 @@ impl Streams {
 }
 
 /// Replays `source` from offset 0 up to `target` and collects its rows.
-async fn read_up_to(source: &SourceToRead, target: &Offsets) -> Result<ChangeBatch, ServerError> {
+async fn read_up_to(source: &SourceToRead, target: &Offsets) -> Result<ChangeBatch, EngineError> {
     let empty = Offsets::new();
     let mut reader = open_source(source, &empty, Some(target))?;
     let splits = reader.splits();
@@ -569,7 +580,7 @@ async fn read_up_to(source: &SourceToRead, target: &Offsets) -> Result<ChangeBat
         }
     }
     let schema = source.schema.clone();
-    Ok(weir_engine::rows::concat_changes(&schema, &parts)?)
+    Ok(crate::rows::concat_changes(&schema, &parts)?)
 }
 
 fn open_source(
@@ -602,11 +613,10 @@ async fn read(
     def: SourceToRead,
     id: ReaderId,
     offsets: Offsets,
-    commands: mpsc::WeakSender<crate::projections::Command>,
+    commands: mpsc::WeakSender<Command>,
     stop: CancellationToken,
     mut sealed: mpsc::UnboundedReceiver<(u64, Offsets)>,
 ) {
-    use crate::projections::Command;
     let send = |message: SourceMessage| {
         let commands = commands.clone();
         async move {

@@ -1,0 +1,396 @@
+//! The runtime's task: takes commands in order, closes epochs, checkpoints.
+//!
+//! - Table changes arrive in LSN order ([`Command::Changes`]); the channel
+//!   is bounded, so a runtime that falls behind slows writers down instead
+//!   of growing memory.
+//! - An epoch closes every barrier interval when rows are pending, when
+//!   pending changes pass [`EPOCH_ROW_BUDGET`] rows (bounded memory under a
+//!   burst), and for a [`Command::Barrier`] once its target is received.
+//! - Each epoch publishes an [`EpochView`]; a statement reads every
+//!   projection from one view, so they agree on the epoch.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use weir_common::{ChangeBatch, ObjectId};
+
+use super::checkpoints::SealOutcome;
+use super::streams::{SourceMessage, Streams};
+use super::{
+    BarrierTarget, Checkpointer, Command, Deployment, EPOCH_ROW_BUDGET, RuntimeObserver, Shared,
+    TableLogCompaction, Tables,
+};
+use crate::{Coordinator, EngineError};
+
+/// Everything the task owns.
+pub(super) struct Loop {
+    pub commands: mpsc::Receiver<Command>,
+    pub shared: Arc<Shared>,
+    pub observer: Arc<dyn RuntimeObserver>,
+    pub checkpointer: Checkpointer,
+    pub coordinator: Coordinator,
+    /// The LSN of the last commit received. Everything in the table log at
+    /// open is in the tables deploys backfill from (or replayed by a
+    /// restore), so it starts as received.
+    pub received: u64,
+    /// The tables as of `received`.
+    pub tables: Tables,
+    pub compaction: Box<dyn TableLogCompaction>,
+    pub streams: Streams,
+    /// The fingerprint of every deployed projection, stored with its state.
+    pub fingerprints: HashMap<ObjectId, String>,
+    /// Barriers whose target is not received yet.
+    pub waiting: Vec<(BarrierTarget, oneshot::Sender<()>)>,
+    /// The checkpoint being written, if one is.
+    pub sealing: Option<tokio::task::JoinHandle<SealOutcome>>,
+}
+
+pub(super) async fn run(mut state: Loop) {
+    // The timer's next barrier: a deadline, not a sleep per command, so a
+    // steady stream of commits cannot keep postponing it.
+    let mut tick = tokio::time::Instant::now();
+    loop {
+        let interval = state.interval();
+        // A shorter interval set meanwhile takes effect now.
+        tick = tick.min(tokio::time::Instant::now() + interval);
+        let event = tokio::select! {
+            command = state.commands.recv() => match command {
+                Some(c) => Event::Command(c),
+                None => return,
+            },
+            written = async { state.sealing.as_mut().expect("guarded").await },
+                if state.sealing.is_some() => Event::Written(written),
+            _ = tokio::time::sleep_until(tick) => Event::Tick,
+        };
+        match event {
+            Event::Command(command) => state.handle(Some(command)).await,
+            Event::Tick => {
+                tick = tokio::time::Instant::now() + interval;
+                state.handle(None).await;
+            }
+            Event::Written(written) => {
+                state.sealing = None;
+                state.sealed(written).await;
+            }
+        }
+        state.start_checkpoint();
+        state.compact_table_log();
+    }
+}
+
+enum Event {
+    Command(Command),
+    Written(Result<SealOutcome, tokio::task::JoinError>),
+    Tick,
+}
+
+impl Loop {
+    fn interval(&self) -> Duration {
+        Duration::from_millis(self.shared.barrier_interval_ms.load(Ordering::Relaxed))
+    }
+
+    fn position(&self) -> BarrierTarget {
+        BarrierTarget {
+            table_lsn: self.received,
+        }
+    }
+
+    async fn handle(&mut self, command: Option<Command>) {
+        match command {
+            None => {
+                if self.coordinator.pending_rows() > 0 {
+                    self.close().await;
+                } else {
+                    self.shared.covered.store(self.received, Ordering::Release);
+                }
+            }
+            Some(Command::Changes(lsn, changes, after)) => {
+                for (table, change) in changes {
+                    self.coordinator.push(table, change);
+                }
+                self.received = lsn;
+                self.tables = after;
+                let position = self.position();
+                if self.coordinator.pending_rows() >= EPOCH_ROW_BUDGET
+                    || self.waiting.iter().any(|(t, _)| *t <= position)
+                {
+                    self.close().await;
+                }
+            }
+            Some(Command::Source(message)) => match message {
+                SourceMessage::Batch(reader, batch, _permit) => {
+                    if self.streams.received(reader, &batch) {
+                        self.coordinator.push(reader.source, batch.changes);
+                    }
+                    if self.coordinator.pending_rows() >= EPOCH_ROW_BUDGET {
+                        self.close().await;
+                    }
+                }
+                SourceMessage::Ended(id) => self.streams.set_source_status(id, "completed", None),
+                SourceMessage::Failed(id, e) => {
+                    tracing::error!(source = %id.source, error = %e, "source failed");
+                    self.streams.set_source_status(id, "failed", Some(e))
+                }
+                SourceMessage::Retrying(id, e) => {
+                    self.streams.set_source_status(id, "retrying", Some(e))
+                }
+            },
+            Some(Command::Barrier(target, reply)) => {
+                self.waiting.push((target, reply));
+                if target <= self.position() {
+                    self.close().await;
+                }
+            }
+            Some(Command::Restore(restore, reply)) => {
+                let opened: Vec<_> = restore
+                    .deployments
+                    .iter()
+                    .map(|d| (d.id, d.sources_read.clone(), d.sink.clone()))
+                    .collect();
+                let result = super::restore::restore(
+                    &mut self.coordinator,
+                    self.checkpointer.backend(),
+                    *restore,
+                    &mut self.fingerprints,
+                    self.observer.as_ref(),
+                )
+                .await;
+                if let Ok(emitted) = &result {
+                    let at = self.coordinator.view().epoch.0;
+                    for (id, sources, sink) in opened {
+                        self.streams.start_readers(id, &sources);
+                        if let Some(sink) = sink {
+                            self.streams.open_sink(id, &sink, None, at).await;
+                        }
+                    }
+                    self.streams.epoch_closed(at, emitted.clone()).await;
+                }
+                self.close().await;
+                let _ = reply.send(result.map(drop));
+            }
+            Some(Command::Deploy(deployment, reply)) => {
+                self.close().await;
+                let id = deployment.id;
+                let fingerprint = deployment.fingerprint.clone();
+                let result = self.deploy(*deployment).await;
+                if result.is_ok() {
+                    self.fingerprints.insert(id, fingerprint);
+                }
+                *self.shared.view.write() = self.coordinator.view();
+                let _ = reply.send(result);
+            }
+            Some(Command::Drop(id)) => {
+                self.coordinator.drop_projection(id);
+                self.streams.dropped(id);
+                self.fingerprints.remove(&id);
+                *self.shared.view.write() = self.coordinator.view();
+            }
+            Some(Command::DropSource(id)) => self.streams.source_dropped(id),
+        }
+    }
+
+    /// Starts writing a checkpoint of the latest epoch when one is due and
+    /// none is being written; epochs go on meanwhile.
+    fn start_checkpoint(&mut self) {
+        if self.sealing.is_some() {
+            return;
+        }
+        let covered = self.shared.covered.load(Ordering::Acquire);
+        let interval = self.interval();
+        let pending = self.checkpointer.prepare(
+            &mut self.coordinator,
+            covered,
+            &self.fingerprints,
+            interval,
+            self.observer.as_ref(),
+            &mut self.streams,
+        );
+        if let Some(pending) = pending {
+            self.sealing = Some(tokio::spawn(pending.write()));
+        }
+    }
+
+    /// A checkpoint was written (or failed): sinks commit and sources
+    /// acknowledge what the seal holds.
+    async fn sealed(&mut self, written: Result<SealOutcome, tokio::task::JoinError>) {
+        let outcome = match written {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                // The task panicked or was cancelled: nothing is known to be
+                // sealed, and the checkpoint after is written in full.
+                tracing::error!(error = %e, "the checkpoint task failed");
+                self.checkpointer.abandon(self.observer.as_ref());
+                return;
+            }
+        };
+        if let Some(epoch) = self.checkpointer.finish(outcome, self.observer.as_ref()) {
+            self.streams.sealed(epoch).await;
+        }
+        if let Some(reason) = self.checkpointer.fenced() {
+            let _ = self.shared.fenced.set(reason.to_string());
+        }
+    }
+
+    /// Tables are snapshotted at an LSN whose projection state is sealed
+    /// (any LSN when there are no projections), so the log kept is what a
+    /// restore from the latest seal replays. `tables` is as of `received`,
+    /// so only when the epoch covers all received.
+    fn compact_table_log(&mut self) {
+        let covered = self.shared.covered.load(Ordering::Acquire);
+        if covered == self.received
+            && self.shared.recovered.load(Ordering::Acquire)
+            && self.checkpointer.fenced().is_none()
+            && (self.fingerprints.is_empty()
+                || self.checkpointer.last_sealed_lsn() == Some(covered))
+            && self.compaction.due(covered)
+        {
+            self.compaction.compact(covered, self.tables.clone());
+        }
+    }
+
+    /// Closes an epoch, hands each sink its share and pre-commits it, and
+    /// answers the barriers the epoch covers.
+    async fn close(&mut self) {
+        let emitted = close_epoch(
+            &mut self.coordinator,
+            &self.shared,
+            self.received,
+            self.observer.as_ref(),
+        );
+        let epoch = self.coordinator.view().epoch.0;
+        self.streams.epoch_closed(epoch, emitted).await;
+        let position = self.position();
+        let (covered, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|(target, _)| *target <= position);
+        self.waiting = waiting;
+        for (_, reply) in covered {
+            let _ = reply.send(());
+        }
+    }
+
+    /// Deploys a projection or sink (with nothing pending), backfilled from
+    /// its tables and from its sources up to what was received; starts
+    /// reading its sources and opens its sink.
+    async fn deploy(&mut self, deployment: Deployment) -> Result<(), EngineError> {
+        let id = deployment.id;
+        let sources = self
+            .streams
+            .backfills(&deployment.sources_read)
+            .await
+            .map_err(|e| invariant(format!("backfilling from a source: {e}")))?;
+        let sources_read = deployment.sources_read.clone();
+        let sink = deployment.sink.clone();
+        let coordinator = &mut self.coordinator;
+        let deployed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            deploy(coordinator, deployment, sources)
+        }))
+        .unwrap_or_else(|panic| {
+            Err(invariant(format!(
+                "deploying panicked: {}",
+                panic_message(&panic)
+            )))
+        })?;
+        self.streams.start_readers(id, &sources_read);
+        if let Some(sink) = sink {
+            let epoch = self.coordinator.view().epoch.0;
+            self.streams.open_sink(id, &sink, deployed, epoch).await;
+        }
+        Ok(())
+    }
+}
+
+fn invariant(message: String) -> EngineError {
+    EngineError::Invariant {
+        operator: "coordinator",
+        message,
+    }
+}
+
+/// Closes the current epoch; returns what emitting deployments (sinks)
+/// produced in it.
+fn close_epoch(
+    coordinator: &mut Coordinator,
+    shared: &Shared,
+    received: u64,
+    observer: &dyn RuntimeObserver,
+) -> Vec<(ObjectId, ChangeBatch)> {
+    // An operator bug must not take the process (or the commit path) down.
+    let outcome =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| coordinator.run_epoch()))
+            .unwrap_or_else(|panic| {
+                let reason = panic_message(&panic);
+                tracing::error!(%reason, "an epoch panicked; every projection is marked failed");
+                coordinator.fail_all(&format!("internal error in an operator: {reason}"));
+                Err(invariant(reason))
+            });
+    let mut emitted = Vec::new();
+    match outcome {
+        Ok(mut report) => {
+            for (id, error) in &report.failed {
+                tracing::error!(projection = %id, epoch = report.epoch.0, %error, "projection failed");
+            }
+            emitted = std::mem::take(&mut report.emitted);
+            observer.epoch(&report);
+        }
+        Err(e) => tracing::error!(error = %e, "epoch failed"),
+    }
+    *shared.view.write() = coordinator.view();
+    shared.covered.store(received, Ordering::Release);
+    emitted
+}
+
+/// Deploys `deployment`; for a sink, returns its backfill's output.
+fn deploy(
+    coordinator: &mut Coordinator,
+    deployment: Deployment,
+    source_contents: HashMap<ObjectId, ChangeBatch>,
+) -> Result<Option<ChangeBatch>, EngineError> {
+    let Deployment {
+        id,
+        graph,
+        sources,
+        schema,
+        tables,
+        fingerprint: _,
+        sources_read: _,
+        sink,
+    } = deployment;
+    let contents = |object: ObjectId| -> Result<Option<ChangeBatch>, EngineError> {
+        if let Some(rows) = source_contents.get(&object) {
+            return Ok(Some(rows.clone()));
+        }
+        let Some(table) = tables.get(&object) else {
+            return Ok(None);
+        };
+        let columns: Vec<usize> = (0..table.user_columns).collect();
+        let parts = table
+            .state
+            .scan()?
+            .iter()
+            .map(|b| Ok(ChangeBatch::inserts(b.project(&columns)?)))
+            .collect::<Result<Vec<_>, EngineError>>()?;
+        let schema = Arc::new(table.state.schema().project(&columns)?);
+        Ok(Some(crate::rows::concat_changes(&schema, &parts)?))
+    };
+    if sink.is_some() {
+        coordinator
+            .deploy_emitting(id, graph, sources, schema, &contents)
+            .map(Some)
+    } else {
+        coordinator
+            .deploy(id, graph, sources, schema, &contents)
+            .map(|()| None)
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
