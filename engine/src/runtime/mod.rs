@@ -27,6 +27,8 @@ pub mod checkpoints;
 mod epoch_loop;
 mod restore;
 pub mod streams;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
