@@ -31,7 +31,7 @@ use crate::config::{AuthMode, ServeConfig};
 use crate::error::ServerError;
 use crate::metrics::Metrics;
 use weir_engine::runtime::{BarrierTarget, Deployment, Runtime, RuntimeConfig, TableContents};
-use crate::session::AdvisoryLocks;
+use crate::advisory_locks::AdvisoryLocks;
 use crate::wal::{TableWrite, WalRecord};
 
 /// A consistent view of everything: what a statement reads.
@@ -78,6 +78,18 @@ impl Snapshot {
     }
 
     /// Applies catalog changes, creating and dropping table states with them.
+    /// A projection's status word: `running`, `starting` (committed, not
+    /// yet deployed) or `failed: <why>`.
+    pub fn projection_status(&self, id: ObjectId) -> String {
+        match self.projections.projections.get(&id) {
+            None => "starting".into(),
+            Some(view) => match &view.failure {
+                Some(e) => format!("failed: {e}"),
+                None => "running".into(),
+            },
+        }
+    }
+
     pub fn apply_catalog(&mut self, changes: &[CatalogChange]) -> Result<(), ServerError> {
         if changes.is_empty() {
             return Ok(());

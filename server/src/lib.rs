@@ -23,6 +23,7 @@
 //! session's transaction, and on COMMIT goes to the table log (fsync) and,
 //! for DDL, the control log, before the next snapshot is published.
 
+pub mod advisory_locks;
 pub mod catalog;
 pub mod config;
 pub mod db;

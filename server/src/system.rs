@@ -202,7 +202,7 @@ impl SystemSchema {
                     text(defs.iter().map(|d| d.create_statement()).collect()),
                     text(
                         defs.iter()
-                            .map(|d| crate::session::projection_status(&snapshot, d.id))
+                            .map(|d| snapshot.projection_status(d.id))
                             .collect(),
                     ),
                     stat(&|v| v.last_epoch.0),

@@ -3,7 +3,6 @@
 //! locks migration tools take (`pg_advisory_lock` and friends). The catalog
 //! functions are in [`crate::catalog::functions`].
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,54 +12,12 @@ use datafusion::error::DataFusionError;
 use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
 use datafusion::prelude::SessionContext;
 use datafusion::scalar::ScalarValue;
-use parking_lot::Mutex;
 
 use super::vars::{SERVER_VERSION, SharedVars};
 use crate::db::Database;
 
 /// How long `pg_advisory_lock` waits before giving up.
 const ADVISORY_LOCK_WAIT: Duration = Duration::from_secs(60);
-
-/// Session-level advisory locks: key -> (holding backend, re-entry count).
-#[derive(Debug, Default)]
-pub struct AdvisoryLocks {
-    held: Mutex<HashMap<i64, (i32, u32)>>,
-}
-
-impl AdvisoryLocks {
-    pub fn try_lock(&self, key: i64, pid: i32) -> bool {
-        let mut held = self.held.lock();
-        match held.get_mut(&key) {
-            Some((owner, count)) if *owner == pid => {
-                *count += 1;
-                true
-            }
-            Some(_) => false,
-            None => {
-                held.insert(key, (pid, 1));
-                true
-            }
-        }
-    }
-
-    pub fn unlock(&self, key: i64, pid: i32) -> bool {
-        let mut held = self.held.lock();
-        match held.get_mut(&key) {
-            Some((owner, count)) if *owner == pid => {
-                *count -= 1;
-                if *count == 0 {
-                    held.remove(&key);
-                }
-                true
-            }
-            _ => false,
-        }
-    }
-
-    pub fn release_all(&self, pid: i32) {
-        self.held.lock().retain(|_, (owner, _)| *owner != pid);
-    }
-}
 
 pub(super) fn release_advisory_locks(db: &Database, pid: i32) {
     db.advisory_locks().release_all(pid);
@@ -311,25 +268,5 @@ pub(super) fn register_session_functions(
             Volatility::Stable,
             Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
         ));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn advisory_locks_are_reentrant_per_backend_and_exclusive_across() {
-        let locks = AdvisoryLocks::default();
-        assert!(locks.try_lock(1, 10));
-        assert!(locks.try_lock(1, 10));
-        assert!(!locks.try_lock(1, 11));
-        assert!(locks.unlock(1, 10));
-        assert!(!locks.try_lock(1, 11));
-        assert!(locks.unlock(1, 10));
-        assert!(locks.try_lock(1, 11));
-        locks.release_all(11);
-        assert!(locks.try_lock(1, 12));
-        assert!(!locks.unlock(1, 10));
     }
 }

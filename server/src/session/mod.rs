@@ -23,7 +23,6 @@ mod functions;
 mod modify;
 pub(crate) mod prepared;
 mod projection;
-pub(crate) use show::projection_status;
 mod query;
 mod show;
 mod streaming;
@@ -38,7 +37,7 @@ use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::Statement;
 
 pub use api::{CopyFormat, CopyInTarget, CopyOptions, PreparedStatement, StatementResult};
-pub use functions::AdvisoryLocks;
+pub use crate::advisory_locks::AdvisoryLocks;
 
 use crate::catalog::provider::{SessionView, WeirCatalogList};
 use crate::db::{Database, Snapshot, TxnWrites};

@@ -54,7 +54,7 @@ impl Session {
             .projections
             .values()
             .map(|p| {
-                let status = projection_status(&snapshot, p.id);
+                let status = snapshot.projection_status(p.id);
                 vec![p.schema.clone(), p.name.clone(), status]
             })
             .collect();
@@ -141,19 +141,5 @@ impl Session {
             schema,
             batches: vec![batch],
         })
-    }
-}
-
-/// `running`, `starting` (committed, not yet deployed) or `failed: <why>`.
-pub(crate) fn projection_status(
-    snapshot: &crate::db::Snapshot,
-    id: weir_common::ObjectId,
-) -> String {
-    match snapshot.projections.projections.get(&id) {
-        None => "starting".into(),
-        Some(view) => match &view.failure {
-            Some(e) => format!("failed: {e}"),
-            None => "running".into(),
-        },
     }
 }
