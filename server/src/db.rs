@@ -144,21 +144,21 @@ impl QueryEnv {
             PgCatalogStaticTables::try_new()
                 .map_err(|e| ServerError::internal(format!("pg_catalog tables: {e}")))?,
         );
-        for udf in crate::pgsem::functions() {
+        for udf in weir_pgsem::functions() {
             ctx.register_udf(udf);
         }
-        for udaf in crate::pgsem::aggregate_functions() {
+        for udaf in weir_pgsem::aggregate_functions() {
             ctx.register_udaf(udaf);
         }
         let mut builder =
             datafusion::execution::SessionStateBuilder::new_from_existing(ctx.state())
-                .with_type_planner(Arc::new(crate::types::WeirTypePlanner::default()))
+                .with_type_planner(Arc::new(weir_pgsem::pg_types::WeirTypePlanner::default()))
                 .with_physical_optimizer_rule(Arc::new(crate::yield_points::YieldAfterExpanders));
-        crate::pgsem::install(&mut builder);
+        weir_pgsem::install(&mut builder);
         let mut template = builder.build();
         datafusion::execution::FunctionRegistry::register_expr_planner(
             &mut template,
-            Arc::new(crate::pgsem::JsonOperators),
+            Arc::new(weir_pgsem::JsonOperators),
         )?;
         Ok(Self {
             template,

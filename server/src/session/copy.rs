@@ -325,10 +325,11 @@ impl Session {
                     .find(|c| &c.name == name)
                     .ok_or_else(|| ServerError::UndefinedColumn(name.clone()))?;
                 let text = StringArray::from_iter(rows.iter().map(|r| r[i].as_deref()));
-                let array = crate::text_input::parse_column(&text, &column.sql_type, &datetime)
-                    .map_err(|e| {
-                        e.in_context(format!("COPY {}, column {}", def.name, column.name))
-                    })?;
+                let array =
+                    weir_pgsem::text_input::parse_column(&text, &column.sql_type, &datetime)
+                        .map_err(|e| {
+                            e.in_context(format!("COPY {}, column {}", def.name, column.name))
+                        })?;
                 provided.insert(name.clone(), array);
             }
             let batch = self.complete_columns(&def, provided, rows.len())?;
