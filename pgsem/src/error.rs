@@ -12,6 +12,16 @@ pub enum PgsemError {
         sqlstate: &'static str,
         message: String,
     },
+    /// COPY text or CSV data that does not parse (a data exception, 22000).
+    #[error("COPY line {line}: {message}")]
+    CopyData { line: usize, message: String },
+    /// An option value the operation cannot use (22023), such as a COPY
+    /// delimiter that is not one byte.
+    #[error("{0}")]
+    InvalidParameterValue(String),
+    /// A caller broke this crate's contract (XX000).
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl From<crate::datetime_in::DateTimeError> for PgsemError {

@@ -22,6 +22,9 @@
 //! - [`interval`]: interval text (`1 day 2 hours`).
 //! - [`array_literal`]: one-dimensional array text (`{a,"b c",NULL}`).
 //! - [`json`]: json paths, validation and jsonb normalization.
+//! - [`copy_format`]: COPY's text and CSV line formats and their options
+//!   ([`CopyOptions`]). Binary COPY stays in the server: it decodes values
+//!   with the wire protocol's binary parameter codecs.
 //!
 //! Casts and functions, installed into DataFusion:
 //! - [`semantics`]: the plan rewrites ([`PgSemantics`], [`pg_result_types`],
@@ -39,6 +42,7 @@
 mod array_agg;
 pub mod array_literal;
 mod colname;
+pub mod copy_format;
 pub mod datetime_in;
 pub mod error;
 pub mod interval;
@@ -56,6 +60,7 @@ mod udfs;
 
 pub use array_literal::parse_array_literal;
 pub use colname::{name_columns, name_function_columns, presented_name, presented_schema};
+pub use copy_format::{CopyFormat, CopyOptions};
 pub use error::PgsemError;
 pub use interval::parse_interval;
 pub use json_ops::JsonOperators;

@@ -237,7 +237,8 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
             Some(inner) => inner.sqlstate(),
             None => match e.downcast_ref::<PgsemError>() {
                 Some(PgsemError::Value { sqlstate, .. }) => sqlstate,
-                None => "XX000",
+                // Only value errors are raised inside expressions.
+                Some(_) | None => "XX000",
             },
         },
         DataFusionError::ArrowError(err, _) => match err.as_ref() {
@@ -286,7 +287,7 @@ impl From<DataFusionError> for ServerError {
                         sqlstate,
                         message: message.clone(),
                     },
-                    None => Self::DataFusion(e),
+                    _ => Self::DataFusion(e),
                 },
             },
             DataFusionError::Plan(msg)
@@ -302,11 +303,15 @@ impl From<DataFusionError> for ServerError {
 }
 
 /// pgsem's errors keep the SQLSTATE they were raised with: a value error
-/// is a [`ServerError::Value`] (22P02, 22003, 22007, ...).
+/// is a [`ServerError::Value`] (22P02, 22003, 22007, ...), bad COPY data
+/// 22000, a bad option 22023, a broken contract XX000.
 impl From<PgsemError> for ServerError {
     fn from(e: PgsemError) -> Self {
         match e {
             PgsemError::Value { sqlstate, message } => Self::Value { sqlstate, message },
+            e @ PgsemError::CopyData { .. } => Self::DataException(e.to_string()),
+            PgsemError::InvalidParameterValue(message) => Self::InvalidParameterValue(message),
+            PgsemError::Internal(message) => Self::Internal(message),
         }
     }
 }
