@@ -2,6 +2,8 @@
 //! with. Each variant keeps what the server needs to choose the SQLSTATE
 //! the client sees (`weir-server`'s `error.rs` maps them, in one place).
 
+use datafusion::error::DataFusionError;
+
 #[derive(Debug, thiserror::Error)]
 pub enum PgsemError {
     /// A data exception with its own SQLSTATE (22003 out of range, 22001
@@ -22,6 +24,13 @@ pub enum PgsemError {
     /// A caller broke this crate's contract (XX000).
     #[error("{0}")]
     Internal(String),
+    /// datafusion-pg-catalog could not set up `pg_catalog` in the session
+    /// template (XX000).
+    #[error("pg_catalog setup: {0}")]
+    PgCatalogSetup(#[source] Box<DataFusionError>),
+    /// DataFusion refused part of the session template.
+    #[error(transparent)]
+    DataFusion(#[from] DataFusionError),
 }
 
 impl From<crate::datetime_in::DateTimeError> for PgsemError {

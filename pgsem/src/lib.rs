@@ -35,6 +35,10 @@
 //!   `jsonb_predicates` (the json operators), `colname` (PostgreSQL's
 //!   result column names).
 //!
+//! The session template: [`template::session_template`] builds the
+//! DataFusion `SessionState` every plan is made in, with all of the above
+//! installed.
+//!
 //! Errors: [`PgsemError`]; each keeps the SQLSTATE the client must see, and
 //! expression errors travel through DataFusion as
 //! `DataFusionError::External(PgsemError)` ([`value_error`]).
@@ -52,6 +56,7 @@ mod jsonb_predicates;
 mod numeric_div;
 pub mod pg_types;
 pub mod semantics;
+pub mod template;
 pub mod text_input;
 pub mod text_output;
 mod to_char;
@@ -68,5 +73,6 @@ pub use semantics::{
     PgSemantics, SessionSettings, UNCONSTRAINED_NUMERIC, VARCHAR_LEN_KEY, aggregate_functions,
     at_time_zone_as_function, datetime_context, functions, install, pg_result_types,
 };
+pub use template::session_template;
 pub use types::{OID_ALIAS_METADATA_KEY, PG_TYPE_METADATA_KEY, SqlType};
 pub use udfs::{regtype_name, value_error};

@@ -304,7 +304,8 @@ impl From<DataFusionError> for ServerError {
 
 /// pgsem's errors keep the SQLSTATE they were raised with: a value error
 /// is a [`ServerError::Value`] (22P02, 22003, 22007, ...), bad COPY data
-/// 22000, a bad option 22023, a broken contract XX000.
+/// 22000, a bad option 22023, a broken contract or a failed session
+/// template XX000, DataFusion's errors as DataFusion's.
 impl From<PgsemError> for ServerError {
     fn from(e: PgsemError) -> Self {
         match e {
@@ -312,6 +313,8 @@ impl From<PgsemError> for ServerError {
             e @ PgsemError::CopyData { .. } => Self::DataException(e.to_string()),
             PgsemError::InvalidParameterValue(message) => Self::InvalidParameterValue(message),
             PgsemError::Internal(message) => Self::Internal(message),
+            e @ PgsemError::PgCatalogSetup(_) => Self::Internal(e.to_string()),
+            PgsemError::DataFusion(e) => e.into(),
         }
     }
 }
