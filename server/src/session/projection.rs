@@ -336,7 +336,7 @@ pub(crate) fn column_defs(stream: &StreamPlan) -> Result<Vec<ColumnDef>, ServerE
         .iter()
         .map(|f| {
             // A repeated select-list name is marked to plan (see
-            // `pgsem::colname`); a projection's columns must be unique.
+            // `weir_pgsem::name_columns`); a projection's columns must be unique.
             let name = weir_pgsem::presented_name(f.name());
             if !seen.insert(name.to_string()) {
                 return Err(ServerError::DuplicateColumn(name.to_string()));
