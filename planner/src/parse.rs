@@ -299,7 +299,7 @@ fn array_cast_elements(expr: &mut datafusion::sql::sqlparser::ast::Expr) {
     let Value::SingleQuotedString(text) = &value.value else {
         return;
     };
-    let Ok(elements) = crate::parse_array_literal(text) else {
+    let Ok(elements) = weir_pgsem::parse_array_literal(text) else {
         // Malformed text is left for the cast, which rejects it with 22P02
         // as PostgreSQL does; parenthesized so the compatibility parser does
         // not split it on commas into an array first.

@@ -28,7 +28,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 
 use crate::error::PlanError;
-use crate::interval::parse_interval;
+use weir_pgsem::parse_interval;
 
 /// Most windows HOP may put one row in; each is a branch of the rewritten
 /// query, so this bounds the plan's size.

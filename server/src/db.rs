@@ -21,9 +21,8 @@ use weir_storage::StateBackend as _;
 use weir_storage::{ControlLog, DataDirLock, TableLog};
 
 use datafusion::execution::SessionState;
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::SessionConfig;
 use datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables;
-use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 
 use crate::catalog::model::{DATABASE_NAME, DEFAULT_SCHEMA, SUPERUSER, ScramSecret};
 use crate::catalog::{Catalog, CatalogChange, ControlEntry};
@@ -133,8 +132,9 @@ struct BackendEntry {
     running: Option<CancellationToken>,
 }
 
-/// What every session's DataFusion context starts from: functions, type
-/// planner and pg_catalog's static tables, built once.
+/// What every session's DataFusion context starts from: the PostgreSQL
+/// session template (`weir_pgsem::session_template`) with the server's
+/// yield points, and pg_catalog's static tables, built once.
 pub struct QueryEnv {
     pub template: SessionState,
     pub pg_static: Arc<PgCatalogStaticTables>,
@@ -142,36 +142,19 @@ pub struct QueryEnv {
 
 impl QueryEnv {
     fn new() -> Result<Self, ServerError> {
-        let mut config = SessionConfig::new()
+        let config = SessionConfig::new()
             .with_default_catalog_and_schema(DATABASE_NAME, DEFAULT_SCHEMA)
             // Weir serves information_schema itself (catalog::info_schema);
             // DataFusion's would shadow it.
             .with_information_schema(false);
-        // `1.5` is numeric in PostgreSQL, not float8.
-        config.options_mut().sql_parser.parse_float_as_decimal = true;
-        let ctx = SessionContext::new_with_config(config);
-        datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE_NAME, EmptyContextProvider)
-            .map_err(|e| ServerError::internal(format!("pg_catalog setup: {e}")))?;
+        let template = weir_pgsem::session_template(
+            config,
+            [Arc::new(crate::yield_points::YieldAfterExpanders) as _],
+        )?;
         let pg_static = Arc::new(
             PgCatalogStaticTables::try_new()
                 .map_err(|e| ServerError::internal(format!("pg_catalog tables: {e}")))?,
         );
-        for udf in crate::pgsem::functions() {
-            ctx.register_udf(udf);
-        }
-        for udaf in crate::pgsem::aggregate_functions() {
-            ctx.register_udaf(udaf);
-        }
-        let mut builder =
-            datafusion::execution::SessionStateBuilder::new_from_existing(ctx.state())
-                .with_type_planner(Arc::new(crate::types::WeirTypePlanner::default()))
-                .with_physical_optimizer_rule(Arc::new(crate::yield_points::YieldAfterExpanders));
-        crate::pgsem::install(&mut builder);
-        let mut template = builder.build();
-        datafusion::execution::FunctionRegistry::register_expr_planner(
-            &mut template,
-            Arc::new(crate::pgsem::JsonOperators),
-        )?;
         Ok(Self {
             template,
             pg_static,

@@ -3,6 +3,7 @@
 
 use datafusion::error::DataFusionError;
 use weir_engine::EngineError;
+use weir_pgsem::PgsemError;
 use weir_storage::StorageError;
 
 #[derive(Debug, thiserror::Error)]
@@ -234,7 +235,11 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
         DataFusionError::NotImplemented(_) => "0A000",
         DataFusionError::External(e) => match e.downcast_ref::<ServerError>() {
             Some(inner) => inner.sqlstate(),
-            None => "XX000",
+            None => match e.downcast_ref::<PgsemError>() {
+                Some(PgsemError::Value { sqlstate, .. }) => sqlstate,
+                // Only value errors are raised inside expressions.
+                Some(_) | None => "XX000",
+            },
         },
         DataFusionError::ArrowError(err, _) => match err.as_ref() {
             arrow::error::ArrowError::DivideByZero => "22012",
@@ -276,7 +281,14 @@ impl From<DataFusionError> for ServerError {
                     sqlstate,
                     message: message.clone(),
                 },
-                _ => Self::DataFusion(e),
+                Some(_) => Self::DataFusion(e),
+                None => match inner.downcast_ref::<PgsemError>() {
+                    Some(PgsemError::Value { sqlstate, message }) => Self::Value {
+                        sqlstate,
+                        message: message.clone(),
+                    },
+                    _ => Self::DataFusion(e),
+                },
             },
             DataFusionError::Plan(msg)
                 if msg.starts_with("table '") && msg.ends_with("' not found") =>
@@ -287,6 +299,29 @@ impl From<DataFusionError> for ServerError {
             }
             _ => Self::DataFusion(e),
         }
+    }
+}
+
+/// pgsem's errors keep the SQLSTATE they were raised with: a value error
+/// is a [`ServerError::Value`] (22P02, 22003, 22007, ...), bad COPY data
+/// 22000, a bad option 22023, a broken contract or a failed session
+/// template XX000, DataFusion's errors as DataFusion's.
+impl From<PgsemError> for ServerError {
+    fn from(e: PgsemError) -> Self {
+        match e {
+            PgsemError::Value { sqlstate, message } => Self::Value { sqlstate, message },
+            e @ PgsemError::CopyData { .. } => Self::DataException(e.to_string()),
+            PgsemError::InvalidParameterValue(message) => Self::InvalidParameterValue(message),
+            PgsemError::Internal(message) => Self::Internal(message),
+            e @ PgsemError::PgCatalogSetup(_) => Self::Internal(e.to_string()),
+            PgsemError::DataFusion(e) => e.into(),
+        }
+    }
+}
+
+impl From<weir_pgsem::datetime_in::DateTimeError> for ServerError {
+    fn from(e: weir_pgsem::datetime_in::DateTimeError) -> Self {
+        PgsemError::from(e).into()
     }
 }
 

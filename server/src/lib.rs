@@ -19,6 +19,9 @@
 //!   front ends and yields, so one heavy query cannot starve the others.
 //! - [`error::ServerError`]: every client-visible error and its SQLSTATE.
 //!
+//! PostgreSQL value semantics (the SQL type map, text input and output,
+//! casts, PostgreSQL functions) come from `weir-pgsem`.
+//!
 //! Data enters through DML/COPY/ingest, becomes a change batch in the
 //! session's transaction, and on COMMIT goes to the table log (fsync) and,
 //! for DDL, the control log, before the next snapshot is published.
@@ -31,7 +34,6 @@ pub mod error;
 pub mod flight;
 pub mod http;
 pub mod metrics;
-pub mod pgsem;
 pub mod pgwire;
 pub mod query_runtime;
 pub mod recovery;
@@ -40,9 +42,6 @@ pub mod session;
 pub mod system;
 pub mod system_streaming;
 pub mod table_snapshot;
-pub mod text_input;
-pub mod text_output;
-pub mod types;
 pub mod wal;
 pub mod yield_points;
 

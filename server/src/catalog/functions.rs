@@ -20,7 +20,7 @@ use datafusion::logical_expr::{
 use datafusion::prelude::SessionContext;
 use datafusion::scalar::ScalarValue;
 use datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables;
-use weir_planner::SqlType;
+use weir_pgsem::SqlType;
 
 use super::TableDef;
 use super::model::quote_ident;

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use datafusion::catalog::{SchemaProvider, TableProvider};
 use datafusion::datasource::MemTable;
 use datafusion::error::Result as DfResult;
-use weir_planner::SqlType;
+use weir_pgsem::SqlType;
 
 use super::model::DATABASE_NAME;
 use super::pg::{Column, PgCatalog, columns_of, columns_of_schema};

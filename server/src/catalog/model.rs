@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_common::ObjectId;
-use weir_planner::SqlType;
+use weir_pgsem::SqlType;
 
 use crate::error::ServerError;
 

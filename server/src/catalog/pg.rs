@@ -23,7 +23,7 @@ use datafusion::scalar::ScalarValue;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use datafusion_pg_catalog::pg_catalog::{PgCatalogSchemaProvider, PgCatalogStaticTables};
 use weir_common::ObjectId;
-use weir_planner::SqlType;
+use weir_pgsem::SqlType;
 
 use super::TableDef;
 use super::provider::{INFORMATION_SCHEMA, PG_CATALOG, SessionView, ViewCatalogInfo, WEIR_CATALOG};

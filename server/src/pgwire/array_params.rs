@@ -31,7 +31,7 @@ pub(crate) fn decode_array(
     item: &FieldRef,
     binary: bool,
     bytes: &Bytes,
-    datetime: &crate::pgsem::datetime_in::DateTimeContext,
+    datetime: &weir_pgsem::datetime_in::DateTimeContext,
 ) -> PgWireResult<ScalarValue> {
     let values = if binary {
         binary_elements(idx, bytes)?
@@ -147,7 +147,7 @@ fn binary_elements(idx: usize, bytes: &Bytes) -> PgWireResult<Vec<Option<Bytes>>
 fn text_elements(idx: usize, bytes: &Bytes) -> PgWireResult<Vec<Option<Bytes>>> {
     let text = std::str::from_utf8(bytes)
         .map_err(|_| errors::error("22021", "invalid byte sequence for encoding \"UTF8\""))?;
-    let elements = weir_planner::array_literal::parse_array_literal(text).map_err(|e| {
+    let elements = weir_pgsem::parse_array_literal(text).map_err(|e| {
         errors::error(
             "22P02",
             format!("invalid value for parameter ${}: {e}", idx + 1),

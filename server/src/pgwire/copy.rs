@@ -3,7 +3,7 @@
 //! `COPY t FROM STDIN`: after CopyInResponse the client's CopyData payloads
 //! are buffered in [`CopyInState`]; CopyDone hands them to
 //! `Session::copy_in` (which parses them with
-//! [`super::copy_format::decode_copy`]) and sends its command tag. CopyFail,
+//! [`weir_pgsem::copy_format::decode_copy`]) and sends its command tag. CopyFail,
 //! an error, or a disconnect drops the buffer: nothing is written and the
 //! session stays usable.
 //!
@@ -27,11 +27,11 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail, CopyInResponse, CopyOutResponse};
 
-use super::copy_format::{encode_copy_header, encode_copy_line};
 use super::encode::{data_row_values, encode_batches, field_infos};
 use super::simple::{Sent, send_result, send_tag};
 use super::{Conn, copy_binary, errors, sync_status};
 use crate::session::api::{CopyFormat, CopyInTarget, CopyOptions, StatementResult};
+use weir_pgsem::copy_format::{encode_copy_header, encode_copy_line};
 
 /// The most COPY FROM STDIN data buffered for one statement. The session
 /// takes the whole payload at once, so this bounds one client's memory.

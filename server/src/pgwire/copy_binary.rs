@@ -96,7 +96,10 @@ pub fn decode_binary_copy(data: &[u8], fields: &[Field]) -> Result<Vec<ArrayRef>
         usize::try_from(extension).map_err(|_| bad("invalid header extension length"))?;
     r.take(extension, "the header extension")?;
 
-    let wire: Vec<_> = fields.iter().map(crate::types::pg_type_of_field).collect();
+    let wire: Vec<_> = fields
+        .iter()
+        .map(weir_pgsem::pg_types::pg_type_of_field)
+        .collect();
     let mut columns: Vec<Vec<ScalarValue>> = vec![Vec::new(); fields.len()];
     let mut row = 0usize;
     loop {

@@ -1,6 +1,6 @@
 //! Arrow record batches to pgwire `DataRow`s.
 //!
-//! Every column's PostgreSQL type comes from [`crate::types::pg_type_of_field`]
+//! Every column's PostgreSQL type comes from [`weir_pgsem::pg_types::pg_type_of_field`]
 //! (ARCHITECTURE §7). Utf8 columns tagged `weir.pg_type` = uuid / json / jsonb
 //! / varchar are encoded here, because their Arrow storage is a string but
 //! their binary wire form is not plain text (uuid is 16 raw bytes, jsonb has
@@ -29,7 +29,7 @@ pub(crate) const PG_TYPE_KEY: &str = "weir.pg_type";
 
 /// The PostgreSQL type clients see for an Arrow type with no metadata.
 pub(crate) fn pg_type_of(data_type: &DataType) -> Type {
-    crate::types::pg_type_of_field(&Field::new("", data_type.clone(), true))
+    weir_pgsem::pg_types::pg_type_of_field(&Field::new("", data_type.clone(), true))
 }
 
 /// The format of result column `idx`, tolerating a short format list (Bind
@@ -55,7 +55,7 @@ pub(crate) fn field_infos(schema: &Schema, format: &Format) -> Vec<FieldInfo> {
                 f.name().clone(),
                 None,
                 None,
-                crate::types::pg_type_of_field(f),
+                weir_pgsem::pg_types::pg_type_of_field(f),
                 format_at(format, idx),
             )
         })
@@ -157,7 +157,7 @@ impl RowEncoder {
             schema_fields: schema.fields().iter().cloned().collect(),
             extra_float_digits: schema
                 .metadata()
-                .get(crate::text_output::EXTRA_FLOAT_DIGITS_KEY)
+                .get(weir_pgsem::text_output::EXTRA_FLOAT_DIGITS_KEY)
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1),
             tagged,
@@ -182,7 +182,7 @@ impl RowEncoder {
             // The batch's own field matches the array's physical type, which
             // arrow_pg relies on when it downcasts.
             let arrow_field = batch_schema.field(col);
-            if crate::text_output::is_null_at(array.as_ref(), row) {
+            if weir_pgsem::text_output::is_null_at(array.as_ref(), row) {
                 self.writer.put(None);
                 continue;
             }
@@ -193,7 +193,7 @@ impl RowEncoder {
                     .schema_fields
                     .get(col)
                     .map_or(arrow_field, |f| f.as_ref());
-                let text = crate::text_output::value_text_with(
+                let text = weir_pgsem::text_output::value_text_with(
                     array.as_ref(),
                     row,
                     field,

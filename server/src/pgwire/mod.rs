@@ -10,7 +10,7 @@
 //! - `simple`: simple-protocol query strings, one result per statement;
 //! - `extended`: Parse / Bind / Describe / Execute / Sync;
 //! - `copy`: the COPY sub-protocol in both directions, with the line formats
-//!   in [`copy_format`];
+//!   in `weir_pgsem::copy_format` and the binary format in [`copy_binary`];
 //! - `encode` and `params`: Arrow rows to `DataRow`s, bound values to
 //!   `ScalarValue`s.
 //!
@@ -23,7 +23,6 @@ mod array_params;
 mod auth;
 mod copy;
 pub mod copy_binary;
-pub mod copy_format;
 mod encode;
 mod errors;
 mod extended;
@@ -57,7 +56,7 @@ use tokio::task::JoinSet;
 use tokio_util::codec::{Framed, FramedParts};
 use tokio_util::sync::CancellationToken;
 
-pub use copy_format::decode_copy;
+pub use weir_pgsem::copy_format::decode_copy;
 
 use crate::db::Database;
 use crate::session::api::PreparedStatement;

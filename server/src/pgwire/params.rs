@@ -7,7 +7,7 @@
 //! `StoredStatement::parameter_types`). uuid, json and jsonb are decoded here
 //! into Utf8 strings, arrays element by element (`array_params`), dates and
 //! times in text format as PostgreSQL reads them (the session's DateStyle
-//! and TimeZone, `crate::pgsem::datetime_in`); every other type goes through
+//! and TimeZone, `weir_pgsem::datetime_in`); every other type goes through
 //! `arrow_pg::datatypes::df::deserialize_parameters`.
 
 use std::sync::Arc;
@@ -27,8 +27,8 @@ use postgres_types::Kind;
 
 use super::encode::pg_type_of;
 use super::errors;
-use crate::pgsem::datetime_in::DateTimeContext;
 use crate::session::api::PreparedStatement;
+use weir_pgsem::datetime_in::DateTimeContext;
 
 /// The planning hint for one Parse parameter type OID.
 ///
@@ -39,7 +39,7 @@ pub(crate) fn hint_for_oid(oid: u32) -> PgWireResult<Option<DataType>> {
     if oid == 0 || oid == Type::UNKNOWN.oid() {
         return Ok(None);
     }
-    if let Some(data_type) = crate::types::arrow_type_of_pg_oid(oid) {
+    if let Some(data_type) = weir_pgsem::pg_types::arrow_type_of_pg_oid(oid) {
         return Ok(Some(data_type));
     }
     if Type::from_oid(oid).is_some() {
@@ -229,8 +229,8 @@ fn decode_with_arrow_pg(
 }
 
 /// The date/time type whose text PostgreSQL reads its own way.
-fn datetime_type(arrow: &DataType) -> Option<weir_planner::SqlType> {
-    use weir_planner::SqlType as S;
+fn datetime_type(arrow: &DataType) -> Option<weir_pgsem::SqlType> {
+    use weir_pgsem::SqlType as S;
     match arrow {
         DataType::Date32 => Some(S::Date),
         DataType::Time64(_) => Some(S::Time),
@@ -243,7 +243,7 @@ fn datetime_type(arrow: &DataType) -> Option<weir_planner::SqlType> {
 fn decode_datetime_text(
     idx: usize,
     arrow: &DataType,
-    sql_type: &weir_planner::SqlType,
+    sql_type: &weir_pgsem::SqlType,
     bytes: &[u8],
     datetime: &DateTimeContext,
 ) -> PgWireResult<ScalarValue> {
@@ -254,7 +254,7 @@ fn decode_datetime_text(
         )
     };
     let text = std::str::from_utf8(bytes).map_err(|e| invalid("22021", e.to_string()))?;
-    let read = crate::text_input::parse_column(
+    let read = weir_pgsem::text_input::parse_column(
         &arrow::array::StringArray::from(vec![text]),
         sql_type,
         datetime,

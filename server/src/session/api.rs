@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
+pub use weir_pgsem::copy_format::{CopyFormat, CopyOptions};
 
 /// What one statement produced.
 #[derive(Debug)]
@@ -48,29 +49,6 @@ pub struct CopyInTarget {
     /// The Arrow schema of those columns, for the front end's field count.
     pub schema: SchemaRef,
     pub options: CopyOptions,
-}
-
-/// `COPY` format options.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CopyOptions {
-    pub format: CopyFormat,
-    /// Field delimiter: tab for text, comma for CSV.
-    pub delimiter: char,
-    /// The NULL marker: `\N` for text, empty for CSV.
-    pub null: String,
-    /// CSV only: the first line is a header.
-    pub header: bool,
-    /// CSV only.
-    pub quote: char,
-    pub escape: char,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CopyFormat {
-    Text,
-    Csv,
-    /// PostgreSQL's binary COPY format; the other options do not apply.
-    Binary,
 }
 
 /// A parsed and described statement, ready to bind and execute many times.

@@ -12,29 +12,6 @@ use super::dml::{Conflict, normalize_ident};
 use super::{CopyFormat, CopyInTarget, CopyOptions, Session, StatementResult, command};
 use crate::error::ServerError;
 
-impl CopyOptions {
-    fn for_format(format: CopyFormat) -> Self {
-        match format {
-            CopyFormat::Text => Self {
-                format,
-                delimiter: '\t',
-                null: "\\N".into(),
-                header: false,
-                quote: '"',
-                escape: '"',
-            },
-            CopyFormat::Csv | CopyFormat::Binary => Self {
-                format,
-                delimiter: ',',
-                null: String::new(),
-                header: false,
-                quote: '"',
-                escape: '"',
-            },
-        }
-    }
-}
-
 fn copy_options(
     options: &[CopyOption],
     legacy: &[CopyLegacyOption],
@@ -312,11 +289,8 @@ impl Session {
                     self.insert_rows(&def, batch, Conflict::Error, &def.name.clone(), None)?;
                 return Ok(command(&format!("COPY {}", written.num_rows())));
             }
-            let rows = crate::pgwire::copy_format::decode_copy(
-                &data,
-                &target.options,
-                target.columns.len(),
-            )?;
+            let rows =
+                weir_pgsem::copy_format::decode_copy(&data, &target.options, target.columns.len())?;
             let datetime = self.datetime_context();
             for (i, name) in target.columns.iter().enumerate() {
                 let column = def
@@ -325,10 +299,11 @@ impl Session {
                     .find(|c| &c.name == name)
                     .ok_or_else(|| ServerError::UndefinedColumn(name.clone()))?;
                 let text = StringArray::from_iter(rows.iter().map(|r| r[i].as_deref()));
-                let array = crate::text_input::parse_column(&text, &column.sql_type, &datetime)
-                    .map_err(|e| {
-                        e.in_context(format!("COPY {}, column {}", def.name, column.name))
-                    })?;
+                let array =
+                    weir_pgsem::text_input::parse_column(&text, &column.sql_type, &datetime)
+                        .map_err(|e| {
+                            e.in_context(format!("COPY {}, column {}", def.name, column.name))
+                        })?;
                 provided.insert(name.clone(), array);
             }
             let batch = self.complete_columns(&def, provided, rows.len())?;

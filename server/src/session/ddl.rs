@@ -6,7 +6,7 @@ use datafusion::sql::sqlparser::ast::{
     ColumnOption, CreateRole, CreateTable, CreateUser, Expr, ObjectName, ObjectType, Password,
     SchemaName, TableConstraint, Value,
 };
-use weir_planner::SqlType;
+use weir_pgsem::SqlType;
 
 use super::dml::normalize_ident;
 use super::projection::drop_readers;

@@ -28,8 +28,8 @@ use super::{Session, StatementResult, command};
 use crate::catalog::TableDef;
 use crate::db::TxnWrites;
 use crate::error::ServerError;
-use crate::pgsem::datetime_in::DateTimeContext;
 use crate::wal::TableWrite;
+use weir_pgsem::datetime_in::DateTimeContext;
 
 /// What an INSERT does with a row whose key exists.
 pub(super) enum Conflict {
@@ -680,13 +680,13 @@ pub(super) fn conform(
             array.data_type(),
             DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8
         );
-        let parsed = if text && crate::text_input::needs_text_input(&column.sql_type) {
+        let parsed = if text && weir_pgsem::text_input::needs_text_input(&column.sql_type) {
             let strings = cast_with_options(array, &DataType::Utf8, &strict_cast())?;
             let strings = strings
                 .as_any()
                 .downcast_ref::<StringArray>()
                 .ok_or_else(|| ServerError::internal("cast to Utf8"))?;
-            crate::text_input::parse_column(strings, &column.sql_type, datetime)
+            weir_pgsem::text_input::parse_column(strings, &column.sql_type, datetime)
                 .map_err(|e| e.in_context(&context))?
         } else {
             array.clone()
@@ -699,7 +699,7 @@ pub(super) fn conform(
                 e => invalid(e.to_string()),
             })?;
         columns.push(match column.sql_type {
-            weir_planner::SqlType::Varchar(Some(n)) => fit_varchar(cast, n)?,
+            weir_pgsem::SqlType::Varchar(Some(n)) => fit_varchar(cast, n)?,
             _ => cast,
         });
     }
@@ -710,8 +710,8 @@ pub(super) fn conform(
     )?)
 }
 
-fn out_of_range(sql_type: &weir_planner::SqlType) -> ServerError {
-    use weir_planner::SqlType as S;
+fn out_of_range(sql_type: &weir_pgsem::SqlType) -> ServerError {
+    use weir_pgsem::SqlType as S;
     let name = match sql_type {
         S::Int2 => "smallint",
         S::Int4 => "integer",

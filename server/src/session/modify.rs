@@ -26,7 +26,7 @@ use weir_common::ChangeBatch;
 
 use super::dml::{assigned_column, conform, normalize_ident, rebind, take_batch};
 use super::{Session, StatementResult};
-use weir_planner::SqlType;
+use weir_pgsem::SqlType;
 
 use crate::catalog::TableDef;
 use crate::db::TxnWrites;

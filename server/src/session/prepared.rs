@@ -67,7 +67,7 @@ impl Session {
                     (None, Some(field)) => field.as_ref().clone(),
                     (None, None) => Field::new("", DataType::Utf8, true),
                 };
-                crate::types::pg_type_of_field(&field).oid()
+                weir_pgsem::pg_types::pg_type_of_field(&field).oid()
             })
             .collect();
         Ok(PreparedStatement {
@@ -128,7 +128,7 @@ impl Session {
             Statement::Query(_) | Statement::Explain { .. } => {
                 let plan = self.plan_statement(statement).await?;
                 let planned = plan.schema().as_arrow();
-                let schema = crate::pgsem::presented_schema(planned)
+                let schema = weir_pgsem::presented_schema(planned)
                     .unwrap_or_else(|| Arc::new(planned.clone()));
                 Ok((parameter_types(&plan)?, Some(schema)))
             }

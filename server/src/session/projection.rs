@@ -13,7 +13,8 @@ use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder, col};
 use datafusion::sql::sqlparser::ast::{CreateTableOptions, CreateView, Query, Statement};
 use weir_common::ObjectId;
 use weir_engine::SourceBinding;
-use weir_planner::{SqlType, StreamPlan};
+use weir_pgsem::SqlType;
+use weir_planner::StreamPlan;
 
 use super::{Session, StatementResult, command, show::text_rows};
 use crate::catalog::model::{ColumnDef, ProjectionDef};
@@ -337,8 +338,8 @@ pub(crate) fn column_defs(stream: &StreamPlan) -> Result<Vec<ColumnDef>, ServerE
         .iter()
         .map(|f| {
             // A repeated select-list name is marked to plan (see
-            // `pgsem::colname`); a projection's columns must be unique.
-            let name = crate::pgsem::presented_name(f.name());
+            // `weir_pgsem::name_columns`); a projection's columns must be unique.
+            let name = weir_pgsem::presented_name(f.name());
             if !seen.insert(name.to_string()) {
                 return Err(ServerError::DuplicateColumn(name.to_string()));
             }

@@ -21,9 +21,9 @@ impl Session {
         mut statement: Statement,
     ) -> Result<LogicalPlan, ServerError> {
         weir_planner::rewrite_window_tvfs(&mut statement)?;
-        crate::pgsem::name_columns(&mut statement);
-        crate::pgsem::name_function_columns(&mut statement);
-        crate::pgsem::at_time_zone_as_function(&mut statement);
+        weir_pgsem::name_columns(&mut statement);
+        weir_pgsem::name_function_columns(&mut statement);
+        weir_pgsem::at_time_zone_as_function(&mut statement);
         let original = (compat::reads_only_catalog(&statement)
             && compat::select_subquery_count(&statement) > 0)
             .then(|| statement.clone());
@@ -35,7 +35,7 @@ impl Session {
             (Err(_), Some(original)) => self.plan_without_lookups(original).await?,
             (planned, _) => planned?,
         };
-        Ok(crate::pgsem::pg_result_types(plan)?)
+        Ok(weir_pgsem::pg_result_types(plan)?)
     }
 
     async fn plan_sql(&self, statement: Statement) -> Result<LogicalPlan, ServerError> {
@@ -95,7 +95,7 @@ impl Session {
     ) -> Result<(SchemaRef, Vec<RecordBatch>), ServerError> {
         let df = self.ctx.execute_logical_plan(plan).await?;
         let planned: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let presented = crate::pgsem::presented_schema(&planned);
+        let presented = weir_pgsem::presented_schema(&planned);
         // On the query threads, so the session's select! sees a cancel while
         // the plan computes. Dropping the handle (cancel, disconnect) aborts it.
         let task = self.db.query_runtime().spawn(df.collect());
@@ -110,7 +110,7 @@ impl Session {
                 // folding may have made narrower than the plan's.
                 let batches = batches
                     .into_iter()
-                    .map(|b| match crate::pgsem::presented_schema(&b.schema()) {
+                    .map(|b| match weir_pgsem::presented_schema(&b.schema()) {
                         Some(own) => RecordBatch::try_new(own, b.columns().to_vec()),
                         None => Ok(b),
                     })
@@ -204,7 +204,7 @@ impl Session {
         }
         let mut metadata = schema.metadata().clone();
         metadata.insert(
-            crate::text_output::EXTRA_FLOAT_DIGITS_KEY.to_string(),
+            weir_pgsem::text_output::EXTRA_FLOAT_DIGITS_KEY.to_string(),
             digits.to_string(),
         );
         let schema = Arc::new(Schema::new_with_metadata(schema.fields().clone(), metadata));

@@ -11,7 +11,7 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use weir_common::ObjectId;
 use weir_connectors::{ConnectorError, ConnectorKind};
-use weir_planner::SqlType;
+use weir_pgsem::SqlType;
 use weir_planner::streaming_ddl::{DeclaredColumn, StreamingDdl, StreamingKind};
 
 use super::projection::{column_def_of, column_defs, deployment_of, drop_readers, parse_query};

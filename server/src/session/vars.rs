@@ -252,7 +252,7 @@ impl Vars {
 fn normalize(key: &str, value: &str, current: Option<&str>) -> Result<String, ServerError> {
     let value = value.trim();
     match key {
-        "DateStyle" => crate::pgsem::datetime_in::date_style(value, current.unwrap_or("ISO, MDY"))
+        "DateStyle" => weir_pgsem::datetime_in::date_style(value, current.unwrap_or("ISO, MDY"))
             .map_err(ServerError::from),
         "client_encoding" => {
             let upper = value.to_ascii_uppercase().replace(['-', '_'], "");
@@ -471,7 +471,7 @@ impl Session {
         let mut state = state.write();
         let options = state.config_mut().options_mut();
         options.catalog.default_schema = schema;
-        let mut settings = crate::pgsem::SessionSettings::default();
+        let mut settings = weir_pgsem::SessionSettings::default();
         settings.date_style = date_style;
         options.extensions.insert(settings);
         options.execution.time_zone = Some(if tz == "UTC" {
@@ -482,8 +482,8 @@ impl Session {
     }
 
     /// How this session reads date/time text: its DateStyle and TimeZone.
-    pub(crate) fn datetime_context(&self) -> crate::pgsem::datetime_in::DateTimeContext {
-        crate::pgsem::datetime_context(self.ctx.state_ref().read().config().options())
+    pub(crate) fn datetime_context(&self) -> weir_pgsem::datetime_in::DateTimeContext {
+        weir_pgsem::datetime_context(self.ctx.state_ref().read().config().options())
     }
 }
 

@@ -15,7 +15,7 @@ use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 
-use super::udfs::value_error;
+use crate::udfs::value_error;
 
 /// Fewest decimals a quotient gets (PostgreSQL's `NUMERIC_MIN_SIG_DIGITS`).
 const MIN_QUOTIENT_SCALE: i8 = 16;
@@ -111,7 +111,7 @@ impl ScalarUDFImpl for NumericDiv {
             })
             .collect::<Result<Decimal128Array>>()?
             .with_precision_and_scale(38, scale)?;
-        super::udfs::shaped_like(&args.args, std::sync::Arc::new(quotients))
+        crate::udfs::shaped_like(&args.args, std::sync::Arc::new(quotients))
     }
 }
 

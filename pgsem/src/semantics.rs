@@ -11,30 +11,19 @@
 //!   to bytea, arrays, interval, uuid, json, jsonb and varchar(n) read the
 //!   text as PostgreSQL does; integer `+ - *` fail with 22003 on overflow;
 //!   a cast to unconstrained `numeric` keeps the value's own scale;
-//!   `numeric / numeric` keeps 16 decimals at least ([`numeric_div`]).
-//! - `pg_typeof`; `array_agg` keeps its argument's type ([`array_agg`]).
-//! - json's `->`, `->>`, `#>`, `#>>` ([`json_ops`]); jsonb's `@>`, `<@`,
-//!   `?`, `?|`, `?&` ([`jsonb_predicates`]).
-//! - `to_char` with PostgreSQL's template patterns ([`to_char`]).
+//!   `numeric / numeric` keeps 16 decimals at least ([`crate::numeric_div`]).
+//! - `pg_typeof`; `array_agg` keeps its argument's type ([`crate::array_agg`]).
+//! - json's `->`, `->>`, `#>`, `#>>` ([`crate::json_ops`]); jsonb's `@>`, `<@`,
+//!   `?`, `?|`, `?&` ([`crate::jsonb_predicates`]).
+//! - `to_char` with PostgreSQL's template patterns ([`crate::to_char`]).
 //! - Date and time text read as PostgreSQL reads it, in the session's
-//!   DateStyle order and TimeZone ([`datetime_in`]); the analyzer finds
+//!   DateStyle order and TimeZone ([`crate::datetime_in`]); the analyzer finds
 //!   those in [`SessionSettings`] and `datafusion.execution.time_zone`.
-
-mod array_agg;
-mod colname;
-pub mod datetime_in;
-pub mod json;
-mod json_ops;
-mod jsonb_predicates;
-mod numeric_div;
-mod to_char;
-mod udfs;
-
-pub use colname::{name_columns, name_function_columns, presented_name, presented_schema};
-pub use json_ops::JsonOperators;
 
 use std::sync::Arc;
 
+use crate::{PG_TYPE_METADATA_KEY, SqlType};
+use crate::{array_agg, datetime_in, numeric_div, to_char, udfs};
 use arrow::datatypes::{DataType, Field};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
@@ -45,10 +34,6 @@ use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::utils::merge_schema;
 use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator};
 use datafusion::optimizer::AnalyzerRule;
-use weir_planner::{PG_TYPE_METADATA_KEY, SqlType};
-
-pub use udfs::{regtype_name, value_error};
-pub use weir_planner::interval::parse_interval;
 
 /// Field metadata key for the declared length of a `varchar(n)` cast.
 pub const VARCHAR_LEN_KEY: &str = "weir.varchar_len";

@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use crate::PG_TYPE_METADATA_KEY;
 use arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::{DFSchema, Result, exec_err};
@@ -23,10 +24,9 @@ use datafusion::logical_expr::{
     Signature, Volatility,
 };
 use datafusion::sql::sqlparser::ast::BinaryOperator;
-use weir_planner::PG_TYPE_METADATA_KEY;
 
-use super::json::{self, Step};
-use super::udfs::{strings, value_error};
+use crate::json::{self, Step};
+use crate::udfs::{strings, value_error};
 
 /// Whether `field` holds json or jsonb, and which.
 fn json_kind(field: &Field) -> Option<&str> {
@@ -38,7 +38,7 @@ fn json_kind(field: &Field) -> Option<&str> {
 }
 
 /// Plans `->`, `->>`, `#>`, `#>>` whose left side is json or jsonb, and
-/// jsonb's `@>`, `<@`, `?`, `?|`, `?&` ([`super::jsonb_predicates`]).
+/// jsonb's `@>`, `<@`, `?`, `?|`, `?&` ([`crate::jsonb_predicates`]).
 #[derive(Debug)]
 pub struct JsonOperators;
 
@@ -48,7 +48,7 @@ impl ExprPlanner for JsonOperators {
         expr: RawBinaryExpr,
         schema: &DFSchema,
     ) -> Result<PlannerResult<RawBinaryExpr>> {
-        if let Some((test, swapped)) = super::jsonb_predicates::Test::of(&expr.op) {
+        if let Some((test, swapped)) = crate::jsonb_predicates::Test::of(&expr.op) {
             return plan_jsonb_predicate(expr, schema, test, swapped);
         }
         let (path, as_text) = match expr.op {
@@ -73,7 +73,7 @@ impl ExprPlanner for JsonOperators {
 fn plan_jsonb_predicate(
     expr: RawBinaryExpr,
     schema: &DFSchema,
-    test: super::jsonb_predicates::Test,
+    test: crate::jsonb_predicates::Test,
     swapped: bool,
 ) -> Result<PlannerResult<RawBinaryExpr>> {
     let document = if swapped { &expr.right } else { &expr.left };
@@ -87,7 +87,7 @@ fn plan_jsonb_predicate(
         vec![expr.left, expr.right]
     };
     Ok(PlannerResult::Planned(
-        super::jsonb_predicates::JsonbPredicate::udf(test).call(args),
+        crate::jsonb_predicates::JsonbPredicate::udf(test).call(args),
     ))
 }
 
@@ -114,8 +114,8 @@ impl JsonGet {
 fn path_steps(list: &ArrayRef, row: usize) -> Result<Option<Vec<String>>> {
     if let DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8 = list.data_type() {
         let text = strings(list)?;
-        let steps = weir_planner::parse_array_literal(text.value(row))
-            .map_err(|e| value_error("22P02", e))?;
+        let steps =
+            crate::parse_array_literal(text.value(row)).map_err(|e| value_error("22P02", e))?;
         return Ok(steps.into_iter().collect());
     }
     let DataType::List(_) = list.data_type() else {
@@ -226,6 +226,6 @@ impl ScalarUDFImpl for JsonGet {
             };
             out.push(value);
         }
-        super::udfs::shaped_like(&args.args, Arc::new(StringArray::from(out)))
+        crate::udfs::shaped_like(&args.args, Arc::new(StringArray::from(out)))
     }
 }

@@ -99,15 +99,6 @@ pub fn date_style(value: &str, current: &str) -> Read<String> {
     Ok(format!("ISO, {}", order.name()))
 }
 
-impl From<DateTimeError> for crate::error::ServerError {
-    fn from(e: DateTimeError) -> Self {
-        Self::Value {
-            sqlstate: e.sqlstate,
-            message: e.message,
-        }
-    }
-}
-
 /// What reading date/time text depends on in a session.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DateTimeContext {

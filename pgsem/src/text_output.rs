@@ -7,6 +7,7 @@
 
 use std::fmt::Write;
 
+use crate::PG_TYPE_METADATA_KEY;
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{
     DataType, Date32Type, Date64Type, Decimal128Type, Decimal256Type, DurationMicrosecondType,
@@ -18,7 +19,6 @@ use arrow::datatypes::{
     TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Offset, TimeZone, Timelike};
-use weir_planner::PG_TYPE_METADATA_KEY;
 
 /// Result-schema metadata key carrying a session's `extra_float_digits`
 /// when it is not the default.

@@ -6,15 +6,15 @@
 
 use std::sync::Arc;
 
+use crate::SqlType;
 use arrow::array::{
     Array, ArrayRef, BinaryBuilder, BooleanBuilder, Date32Array, ListArray, StringArray,
     Time64MicrosecondArray, TimestampMicrosecondArray,
 };
 use arrow::buffer::OffsetBuffer;
 use arrow::compute::cast_with_options;
-use weir_planner::SqlType;
 
-use crate::pgsem::datetime_in::{self, DateTimeContext, DateTimeError};
+use crate::datetime_in::{self, DateTimeContext, DateTimeError};
 
 /// Text that is not a value of its type, with the SQLSTATE to report.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,9 +42,9 @@ impl From<DateTimeError> for InputError {
 }
 
 impl InputError {
-    /// As a server error whose message starts with `context` (the column).
-    pub fn in_context(self, context: impl std::fmt::Display) -> crate::error::ServerError {
-        crate::error::ServerError::Value {
+    /// As an error whose message starts with `context` (the column).
+    pub fn in_context(self, context: impl std::fmt::Display) -> crate::PgsemError {
+        crate::PgsemError::Value {
             sqlstate: self.sqlstate,
             message: format!("{context}: {}", self.message),
         }
@@ -169,7 +169,7 @@ pub fn parse_column(
                 .iter()
                 .map(|v| {
                     v.map(|v| {
-                        crate::pgsem::parse_interval(v).map(|i| {
+                        crate::parse_interval(v).map(|i| {
                             arrow::datatypes::IntervalMonthDayNano::new(
                                 i.months,
                                 i.days,
@@ -186,14 +186,14 @@ pub fn parse_column(
         }
         SqlType::Json => {
             for value in text.iter().flatten() {
-                crate::pgsem::json::validate_json(value)?;
+                crate::json::validate_json(value)?;
             }
             Ok(Arc::new(text.clone()))
         }
         SqlType::Jsonb => {
             let normalized = text
                 .iter()
-                .map(|v| v.map(crate::pgsem::json::normalize_jsonb).transpose())
+                .map(|v| v.map(crate::json::normalize_jsonb).transpose())
                 .collect::<Result<StringArray, String>>()?;
             Ok(Arc::new(normalized))
         }
@@ -255,7 +255,7 @@ fn parse_bytea(v: &str) -> Result<Vec<u8>, String> {
     }
 }
 
-pub use weir_planner::parse_array_literal;
+pub use crate::array_literal::parse_array_literal;
 
 #[cfg(test)]
 mod tests {

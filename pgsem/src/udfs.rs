@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::SqlType;
 use arrow::array::{Array, ArrayRef, IntervalMonthDayNanoArray, StringArray};
 use arrow::datatypes::{DataType, Field, FieldRef, IntervalMonthDayNano};
 use datafusion::common::ScalarValue;
@@ -12,16 +13,16 @@ use datafusion::logical_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
     Volatility,
 };
-use weir_planner::SqlType;
 
-use super::datetime_in::DateTimeContext;
-use crate::error::ServerError;
-use weir_planner::interval::parse_interval;
+use crate::PgsemError;
+use crate::datetime_in::DateTimeContext;
+use crate::interval::parse_interval;
 
 /// A PostgreSQL error raised while evaluating an expression; the SQLSTATE
-/// survives DataFusion's error wrapping (see `crate::error`).
+/// survives DataFusion's error wrapping (the server finds it in
+/// `DataFusionError::External`).
 pub fn value_error(sqlstate: &'static str, message: impl Into<String>) -> DataFusionError {
-    DataFusionError::External(Box::new(ServerError::Value {
+    DataFusionError::External(Box::new(PgsemError::Value {
         sqlstate,
         message: message.into(),
     }))

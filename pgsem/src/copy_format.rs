@@ -9,8 +9,54 @@
 //! `copyfromparse.c`: backslash escapes and `\N` in text format, quoting with
 //! doubled quotes in CSV, an optional header line, and the `\.` end marker.
 
-use crate::error::ServerError;
-use crate::session::api::{CopyFormat, CopyOptions};
+use crate::PgsemError;
+
+/// `COPY` format options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CopyOptions {
+    pub format: CopyFormat,
+    /// Field delimiter: tab for text, comma for CSV.
+    pub delimiter: char,
+    /// The NULL marker: `\N` for text, empty for CSV.
+    pub null: String,
+    /// CSV only: the first line is a header.
+    pub header: bool,
+    /// CSV only.
+    pub quote: char,
+    pub escape: char,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyFormat {
+    Text,
+    Csv,
+    /// PostgreSQL's binary COPY format; the other options do not apply.
+    Binary,
+}
+
+impl CopyOptions {
+    /// PostgreSQL's defaults for `format`, before the statement's options.
+    pub fn for_format(format: CopyFormat) -> Self {
+        match format {
+            CopyFormat::Text => Self {
+                format,
+                delimiter: '\t',
+                null: "\\N".into(),
+                header: false,
+                quote: '"',
+                escape: '"',
+            },
+            CopyFormat::Csv | CopyFormat::Binary => Self {
+                format,
+                delimiter: ',',
+                null: String::new(),
+                header: false,
+                quote: '"',
+                escape: '"',
+            },
+        }
+    }
+}
 
 /// Appends one row, terminated by `\n`, to `out`.
 ///
@@ -27,7 +73,7 @@ pub fn encode_copy_line(values: &[Option<&str>], options: &CopyOptions, out: &mu
             (None, _) => out.extend_from_slice(options.null.as_bytes()),
             (Some(v), CopyFormat::Text) => encode_text_value(v, options.delimiter, out),
             (Some(v), CopyFormat::Csv) => encode_csv_value(v, options, single_column, out),
-            // Binary rows are written by `copy_binary`, never as lines.
+            // Binary rows are written by the server's `copy_binary`, never as lines.
             (Some(v), CopyFormat::Binary) => out.extend_from_slice(v.as_bytes()),
         }
     }
@@ -93,7 +139,7 @@ pub fn decode_copy(
     data: &[u8],
     options: &CopyOptions,
     ncols: usize,
-) -> Result<Vec<Vec<Option<String>>>, ServerError> {
+) -> Result<Vec<Vec<Option<String>>>, PgsemError> {
     let delimiter = single_byte(options.delimiter, "COPY delimiter")?;
     let mut reader = Reader { data, pos: 0 };
     let mut rows = Vec::new();
@@ -107,8 +153,8 @@ pub fn decode_copy(
         let fields = match options.format {
             CopyFormat::Text => reader.text_record(delimiter, null),
             CopyFormat::Binary => {
-                return Err(ServerError::internal(
-                    "binary COPY data reached the text decoder",
+                return Err(PgsemError::Internal(
+                    "binary COPY data reached the text decoder".into(),
                 ));
             }
             CopyFormat::Csv => reader.csv_record(
@@ -127,15 +173,18 @@ pub fn decode_copy(
     Ok(rows)
 }
 
-fn copy_error(line: usize, msg: &str) -> ServerError {
-    ServerError::DataException(format!("COPY line {line}: {msg}"))
+fn copy_error(line: usize, msg: &str) -> PgsemError {
+    PgsemError::CopyData {
+        line,
+        message: msg.to_string(),
+    }
 }
 
-fn single_byte(c: char, what: &str) -> Result<u8, ServerError> {
+fn single_byte(c: char, what: &str) -> Result<u8, PgsemError> {
     if c.is_ascii() {
         Ok(c as u8)
     } else {
-        Err(ServerError::invalid_param(format!(
+        Err(PgsemError::InvalidParameterValue(format!(
             "{what} must be a single one-byte character"
         )))
     }

@@ -1,4 +1,4 @@
-//! jsonb's containment and existence operators, which [`super::JsonOperators`]
+//! jsonb's containment and existence operators, which [`crate::JsonOperators`]
 //! plans as calls of [`JsonbPredicate`]:
 //!
 //! - `a @> b`, `b <@ a`: `a` contains `b` ([`json::contains`]);
@@ -18,8 +18,8 @@ use datafusion::logical_expr::{
 };
 use datafusion::sql::sqlparser::ast::BinaryOperator;
 
-use super::json;
-use super::udfs::{strings, value_error};
+use crate::json;
+use crate::udfs::{strings, value_error};
 
 /// Which test a [`JsonbPredicate`] makes of its `(document, operand)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -72,7 +72,7 @@ fn keys_at(keys: &ArrayRef, row: usize) -> Result<Vec<Option<String>>> {
                 .collect())
         }
         DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8 => {
-            weir_planner::parse_array_literal(strings(keys)?.value(row))
+            crate::parse_array_literal(strings(keys)?.value(row))
                 .map_err(|e| value_error("22P02", e))
         }
         other => exec_err!("?| and ?& take a text array, got {other}"),
@@ -132,6 +132,6 @@ impl ScalarUDFImpl for JsonbPredicate {
             };
             out.push(Some(answer));
         }
-        super::udfs::shaped_like(&args.args, Arc::new(BooleanArray::from(out)))
+        crate::udfs::shaped_like(&args.args, Arc::new(BooleanArray::from(out)))
     }
 }

@@ -4,7 +4,7 @@
 //! catalog `oid` column, `varchar[]` for a `varchar` one. DataFusion's
 //! `array_agg` builds its list item field from the argument's Arrow type
 //! alone, dropping the field metadata that carries those types (see
-//! `weir_planner::types`), so `array_agg(atttypid)` would go out as `int4[]`.
+//! `crate::types`), so `array_agg(atttypid)` would go out as `int4[]`.
 //! asyncpg's type introspection aggregates `atttypid` and must get `oid[]`,
 //! the one array type it decodes before introspecting.
 //!
@@ -336,7 +336,7 @@ mod tests {
 
     fn oid_field(name: &str) -> Field {
         Field::new(name, DataType::Int32, true).with_metadata(HashMap::from([(
-            weir_planner::OID_ALIAS_METADATA_KEY.to_string(),
+            crate::OID_ALIAS_METADATA_KEY.to_string(),
             "oid".to_string(),
         )]))
     }

@@ -25,7 +25,7 @@ use datafusion::sql::sqlparser::ast::{
     TableAliasColumnDef, TableFactor, VisitMut, VisitorMut,
 };
 
-use weir_planner::SqlType;
+use crate::SqlType;
 
 /// How sure the name is: a cast names its column after the type only when
 /// the casted expression has no name of its own (`x::text` is `x`).

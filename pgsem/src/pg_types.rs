@@ -1,11 +1,14 @@
 //! PostgreSQL wire types of Arrow fields: the §7 mapping as pgwire sees it.
 //!
-//! The SQL-level table lives in `weir_planner::types`; this adds the pgwire
-//! `Type` values and OID lookups the front ends need.
+//! The SQL-level table lives in [`crate::types`]; this adds the PostgreSQL
+//! `Type` values (`postgres_types::Type`, which pgwire re-exports) and OID
+//! lookups the front ends need, and the type planner that lets queries name
+//! the PostgreSQL types DataFusion lacks.
 
 use arrow::datatypes::{DataType, Field};
-use pgwire::api::Type;
-use weir_planner::SqlType;
+use postgres_types::Type;
+
+use crate::SqlType;
 
 /// The PostgreSQL type a result column is reported as.
 pub fn pg_type_of_field(field: &Field) -> Type {
@@ -100,7 +103,7 @@ impl datafusion::logical_expr::planner::TypePlanner for WeirTypePlanner {
                 if let Some(len) = len {
                     // The length only matters to the cast itself (it truncates).
                     let mut metadata = field.metadata().clone();
-                    metadata.insert(crate::pgsem::VARCHAR_LEN_KEY.into(), len.to_string());
+                    metadata.insert(crate::VARCHAR_LEN_KEY.into(), len.to_string());
                     field = field.with_metadata(metadata);
                 }
                 return Ok(Some(std::sync::Arc::new(field)));
@@ -108,8 +111,8 @@ impl datafusion::logical_expr::planner::TypePlanner for WeirTypePlanner {
             D::Numeric(ExactNumberInfo::None) | D::Decimal(ExactNumberInfo::None) => {
                 let field = SqlType::Numeric(None).field("", true).with_metadata(
                     std::collections::HashMap::from([(
-                        weir_planner::PG_TYPE_METADATA_KEY.to_string(),
-                        crate::pgsem::UNCONSTRAINED_NUMERIC.to_string(),
+                        crate::PG_TYPE_METADATA_KEY.to_string(),
+                        crate::UNCONSTRAINED_NUMERIC.to_string(),
                     )]),
                 );
                 return Ok(Some(std::sync::Arc::new(field)));

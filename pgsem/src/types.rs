@@ -347,11 +347,13 @@ fn char_len(len: &datafusion::sql::sqlparser::ast::CharacterLength) -> Option<u6
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse_sql;
     use datafusion::sql::sqlparser::ast::Statement;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
 
     fn column_types(ddl: &str) -> Vec<SqlType> {
-        let Statement::CreateTable(create) = parse_sql(ddl).unwrap().remove(0) else {
+        let statements = Parser::parse_sql(&PostgreSqlDialect {}, ddl).unwrap();
+        let Statement::CreateTable(create) = statements.into_iter().next().unwrap() else {
             panic!("not a CREATE TABLE")
         };
         create

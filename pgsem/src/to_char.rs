@@ -210,7 +210,7 @@ impl ScalarUDFImpl for ToChar {
                 _ => None,
             })
             .collect();
-        super::udfs::shaped_like(&args.args, Arc::new(out))
+        crate::udfs::shaped_like(&args.args, Arc::new(out))
     }
 }
 
