@@ -5,6 +5,9 @@
 //! - [`parse`]: SQL text to `sqlparser` statements (PostgreSQL dialect, with
 //!   the PostgreSQL-compatibility rewrites psql and drivers need), with
 //!   syntax errors carrying the 1-based character position.
+//! - [`bind`]: a statement to DataFusion's `LogicalPlan` after Weir's
+//!   rewrites, in the caller's DataFusion state; [`compat`]: the rewrites
+//!   for catalog queries drivers send that DataFusion cannot plan as sent.
 //! - [`window_tvf`]: the `TUMBLE`/`HOP` window table functions, rewritten in
 //!   the statement's AST into derived tables with `window_start` and
 //!   `window_end`; ad-hoc queries and projections both plan through it.
@@ -14,6 +17,8 @@
 //!   sqlparser does not know.
 //! - [`error`]: [`PlanError`].
 
+pub mod bind;
+pub mod compat;
 pub mod error;
 pub mod lower;
 pub mod parse;
@@ -21,6 +26,7 @@ pub mod streaming_ddl;
 pub mod window_tvf;
 
 pub use datafusion::sql::sqlparser;
+pub use bind::bind;
 pub use error::PlanError;
 pub use lower::{SourceRef, StreamPlan, lower};
 pub use parse::{ParseError, parse_sql};

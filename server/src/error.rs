@@ -354,7 +354,7 @@ impl From<weir_planner::PlanError> for ServerError {
         match e {
             PlanError::Unsupported(what) => Self::FeatureNotSupported(what),
             PlanError::InvalidArgument(what) => Self::InvalidParameterValue(what),
-            PlanError::DataFusion(e) => Self::DataFusion(e),
+            PlanError::DataFusion(e) => e.into(),
             PlanError::Arrow(e) => e.into(),
             PlanError::Engine(e) => e.into(),
         }

@@ -8,6 +8,8 @@
 //!   Flight SQL front ends, translating their protocols to sessions.
 //! - [`http`]: `/health`, `/ready`, `/metrics`.
 //! - [`catalog`]: catalog model, control-log entries, DataFusion providers.
+//! - [`planning`]: a projection's or sink's query to what the runtime
+//!   deploys, for sessions and for recovery alike (no session needed).
 //! - [`recovery`]: after a start, plans every projection and sink and has
 //!   the engine's runtime ([`weir_engine::runtime`]: epochs, sources,
 //!   sinks, checkpoints and seals) restore them from the latest sealed
@@ -35,6 +37,7 @@ pub mod flight;
 pub mod http;
 pub mod metrics;
 pub mod pgwire;
+pub mod planning;
 pub mod query_runtime;
 pub mod recovery;
 pub mod server;

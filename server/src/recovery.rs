@@ -5,7 +5,9 @@
 //!    ([`Recovery::start`]) and, while it replays the table log into the
 //!    tables, keeps the projection changes of every record the seal does
 //!    not cover ([`Recovery::push`]).
-//! 2. After the listeners are up, [`recover`] plans every projection. One
+//! 2. After the listeners are up, [`recover`] plans every projection and
+//!    sink ([`crate::planning`], under the settings it was created with;
+//!    no session is involved). One
 //!    whose fingerprint the seal stores, and whose projection inputs are
 //!    restored too, is restored: the engine's runtime
 //!    ([`weir_engine::runtime::Runtime::restore`]) reads every vnode's chain
@@ -25,12 +27,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use weir_common::{ChangeBatch, ObjectId};
-use weir_engine::runtime::Restore;
+use weir_engine::runtime::{Deployment, Restore};
 use weir_engine::runtime::checkpoints::{TABLE_LOG_ID, TABLE_LOG_OFFSET, projection_key};
 use weir_storage::{ObjectStateBackend, SealManifest, StateBackend as _};
 
 use crate::db::Database;
 use crate::error::ServerError;
+use crate::planning::PlanContext;
 
 /// What [`recover`] needs from opening the database.
 pub struct Recovery {
@@ -131,23 +134,13 @@ pub async fn recover(db: Arc<Database>) {
         return;
     };
     let catalog = db.snapshot().catalog.clone();
-    let mut session = crate::session::Session::new(
-        db.clone(),
-        crate::catalog::model::SUPERUSER,
-        crate::catalog::model::DATABASE_NAME,
-    );
     let mut restored: HashSet<ObjectId> = HashSet::new();
-    session.refresh_view();
     if let Some(seal) = &recovery.seal {
         let mut deployments = Vec::new();
         // Catalog ids grow with creation: a projection comes after its
         // inputs; sinks come after every projection.
         for object in managed_objects(&catalog) {
-            if let Err(e) = object.adopt_settings(&mut session) {
-                tracing::error!(object = %object.name(), error = %e, "settings could not be restored");
-                continue;
-            }
-            let deployment = match object.plan(&session).await {
+            let deployment = match object.plan(&db).await {
                 Ok(d) => d,
                 Err(e) => {
                     tracing::error!(object = %object.name(), error = %e, "could not be planned");
@@ -190,12 +183,10 @@ pub async fn recover(db: Arc<Database>) {
         if restored.contains(&object.id()) {
             continue;
         }
-        session.refresh_view();
-        let deployed = match object.adopt_settings(&mut session) {
-            Ok(()) => match object {
-                Managed::Projection(def) => session.deploy(def).await,
-                Managed::Sink(def) => session.deploy_sink(def).await,
-            },
+        // Planned again over the catalog as it is now, after what was
+        // rebuilt before it.
+        let deployed = match object.plan(&db).await {
+            Ok(deployment) => db.deploy_projection(deployment).await,
             Err(e) => Err(e),
         };
         match deployed {
@@ -251,20 +242,12 @@ impl Managed<'_> {
         }
     }
 
-    fn adopt_settings(&self, session: &mut crate::session::Session) -> Result<(), ServerError> {
+    /// Plans the object under the settings it was created with, apart
+    /// from any session.
+    async fn plan(&self, db: &Arc<Database>) -> Result<Deployment, ServerError> {
         match self {
-            Self::Projection(p) => session.adopt_settings(p),
-            Self::Sink(s) => session.adopt_sink_settings(s),
-        }
-    }
-
-    async fn plan(
-        &self,
-        session: &crate::session::Session,
-    ) -> Result<weir_engine::runtime::Deployment, ServerError> {
-        match self {
-            Self::Projection(p) => session.plan_deployment(p).await,
-            Self::Sink(s) => session.plan_sink_deployment(s).await,
+            Self::Projection(p) => PlanContext::for_settings(db, &p.settings)?.projection(p).await,
+            Self::Sink(s) => PlanContext::for_settings(db, &s.settings)?.sink(s).await,
         }
     }
 }

@@ -11,7 +11,6 @@
 //!   (`pg_table_is_visible`, `format_type`'s companions, ...) and
 //!   [`compat`]: rewrites for catalog queries DataFusion cannot plan as sent.
 
-pub mod compat;
 pub mod functions;
 pub mod info_schema;
 mod json;

@@ -742,7 +742,7 @@ fn statement_name(statement: &Statement) -> String {
 /// projections, so no commit reaches projections before the replay.
 fn available_while_recovering(statement: &Statement) -> bool {
     match statement {
-        Statement::Query(_) => crate::catalog::compat::reads_only_system(statement),
+        Statement::Query(_) => weir_planner::compat::reads_only_system(statement),
         Statement::Set(_)
         | Statement::ShowVariable { .. }
         | Statement::ShowVariables { .. }

@@ -8,11 +8,8 @@
 //! creation is undone and the error returned, as PostgreSQL fails a
 //! `CREATE MATERIALIZED VIEW` whose query fails.
 
-use datafusion::common::TableReference;
-use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder, col};
-use datafusion::sql::sqlparser::ast::{CreateTableOptions, CreateView, Query, Statement};
+use datafusion::sql::sqlparser::ast::{CreateTableOptions, CreateView, Query};
 use weir_common::ObjectId;
-use weir_engine::SourceBinding;
 use weir_pgsem::SqlType;
 use weir_planner::StreamPlan;
 
@@ -21,59 +18,25 @@ use crate::catalog::model::{ColumnDef, ProjectionDef};
 use crate::catalog::{Catalog, CatalogChange};
 use crate::db::TxnWrites;
 use crate::error::ServerError;
-
-/// A projection's graph with its sources bound to catalog objects.
-pub(crate) struct PlannedProjection {
-    pub stream: StreamPlan,
-    pub bindings: Vec<SourceBinding>,
-    /// The sources among the bindings' objects, each once.
-    pub sources_read: Vec<weir_engine::runtime::streams::SourceToRead>,
-}
+use crate::planning::{PlanContext, PlannedProjection};
 
 impl Session {
-    /// Binds and lowers a projection query against the session's catalog.
+    /// Binds and lowers a projection query in this session's state.
     pub(crate) async fn plan_projection(
         &self,
         query: &Query,
         column_names: &[String],
     ) -> Result<PlannedProjection, ServerError> {
-        let plan = self
-            .plan_statement(Statement::Query(Box::new(query.clone())))
-            .await?;
-        let plan = rename_columns(plan, column_names)?;
-        let stream = weir_planner::lower(&plan, &self.ctx.state())?;
-        let catalog = self.snapshot().catalog.clone();
-        let default_schema = self.vars.default_schema();
-        let bindings = stream
-            .sources
-            .iter()
-            .map(|source| {
-                let object = resolve_source(&catalog, &source.name, &default_schema)?;
-                Ok(SourceBinding {
-                    object,
-                    schema: source.schema.clone(),
-                })
-            })
-            .collect::<Result<Vec<_>, ServerError>>()?;
-        let mut sources_read: Vec<weir_engine::runtime::streams::SourceToRead> = Vec::new();
-        for binding in &bindings {
-            if let Some(def) = catalog.sources.get(&binding.object)
-                && !sources_read.iter().any(|s| s.id == def.id)
-            {
-                sources_read.push(weir_engine::runtime::streams::SourceToRead {
-                    id: def.id,
-                    name: def.qualified_name(),
-                    connector: def.connector.clone(),
-                    options: def.options.clone(),
-                    schema: def.arrow_schema(),
-                });
-            }
-        }
-        Ok(PlannedProjection {
-            stream,
-            bindings,
-            sources_read,
-        })
+        self.plan_context().plan_projection(query, column_names).await
+    }
+
+    /// Where this session's statements are planned.
+    pub(crate) fn plan_context(&self) -> PlanContext {
+        PlanContext::new(
+            self.ctx.state(),
+            self.snapshot().catalog.clone(),
+            self.vars.default_schema(),
+        )
     }
 
     pub(super) async fn create_projection(
@@ -198,26 +161,13 @@ impl Session {
         self.db.deploy_projection(deployment).await
     }
 
-    /// Takes on the settings a projection was created under, to plan it
-    /// again at a start (see [`ProjectionDef::settings`]).
-    pub(crate) fn adopt_settings(&mut self, def: &ProjectionDef) -> Result<(), ServerError> {
-        for (name, value) in &def.settings {
-            self.vars.set(name, value)?;
-        }
-        self.apply_vars_to_planner();
-        Ok(())
-    }
-
-    /// Plans a committed projection into what the coordinator deploys
+    /// Plans a committed projection into what the runtime deploys
     /// (without table contents, which the caller adds under the commit lock).
     pub(crate) async fn plan_deployment(
         &self,
         def: &ProjectionDef,
     ) -> Result<weir_engine::runtime::Deployment, ServerError> {
-        let query = parse_query(&def.query)?;
-        let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
-        let planned = self.plan_projection(&query, &names).await?;
-        deployment_of(def.id, planned, def.arrow_schema(), None)
+        self.plan_context().projection(def).await
     }
 
     pub(super) async fn flush(&mut self) -> Result<StatementResult, ServerError> {
@@ -240,31 +190,6 @@ impl Session {
     }
 }
 
-/// What the coordinator deploys for a planned projection or sink.
-pub(crate) fn deployment_of(
-    id: ObjectId,
-    planned: PlannedProjection,
-    schema: arrow::datatypes::SchemaRef,
-    sink: Option<weir_engine::runtime::streams::SinkToOpen>,
-) -> Result<weir_engine::runtime::Deployment, ServerError> {
-    let PlannedProjection {
-        mut stream,
-        bindings,
-        sources_read,
-    } = planned;
-    stream.conform_to(schema.clone())?;
-    Ok(weir_engine::runtime::Deployment {
-        id,
-        fingerprint: weir_engine::state_fingerprint(&stream.graph, &schema),
-        graph: stream.graph,
-        sources: bindings,
-        schema,
-        tables: Default::default(),
-        sources_read,
-        sink,
-    })
-}
-
 /// `CREATE PROJECTION p (a, b) AS ...`: the names given to its columns.
 pub(crate) fn declared_columns(create: &CreateView) -> Vec<String> {
     create
@@ -272,62 +197,6 @@ pub(crate) fn declared_columns(create: &CreateView) -> Vec<String> {
         .iter()
         .map(|c| super::dml::normalize_ident(&c.name))
         .collect()
-}
-
-/// The catalog object a scanned relation of a projection is.
-fn resolve_source(
-    catalog: &Catalog,
-    name: &TableReference,
-    default_schema: &str,
-) -> Result<ObjectId, ServerError> {
-    let schema = name.schema().unwrap_or(default_schema);
-    let table = name.table();
-    if let Some(t) = catalog.table(schema, table) {
-        return Ok(t.id);
-    }
-    if let Some(p) = catalog.projection(schema, table) {
-        return Ok(p.id);
-    }
-    if let Some(s) = catalog.source(schema, table) {
-        return Ok(s.id);
-    }
-    Err(ServerError::feature_not_supported(format!(
-        "reading {name} in a projection: only tables, sources and projections can be maintained incrementally"
-    )))
-}
-
-pub(crate) fn parse_query(text: &str) -> Result<Query, ServerError> {
-    let mut statements = weir_planner::parse_sql(text)
-        .map_err(|e| ServerError::internal(format!("stored projection query: {e}")))?;
-    match statements.pop() {
-        Some(Statement::Query(q)) if statements.is_empty() => Ok(*q),
-        _ => Err(ServerError::internal(format!(
-            "stored projection query is not one query: {text}"
-        ))),
-    }
-}
-
-/// `CREATE PROJECTION p (a, b) AS ...` names the columns.
-fn rename_columns(plan: LogicalPlan, names: &[String]) -> Result<LogicalPlan, ServerError> {
-    if names.is_empty() {
-        return Ok(plan);
-    }
-    let fields = plan.schema().columns();
-    if names.len() > fields.len() {
-        return Err(ServerError::invalid_param(format!(
-            "CREATE PROJECTION names {} columns but the query has {}",
-            names.len(),
-            fields.len()
-        )));
-    }
-    let exprs = fields
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| match names.get(i) {
-            Some(n) => col(c).alias(n),
-            None => col(c),
-        });
-    Ok(LogicalPlanBuilder::from(plan).project(exprs)?.build()?)
 }
 
 pub(crate) fn column_defs(stream: &StreamPlan) -> Result<Vec<ColumnDef>, ServerError> {

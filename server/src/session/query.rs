@@ -7,74 +7,18 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion::common::ParamValues;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 
 use super::{Session, StatementResult};
-use crate::catalog::compat;
 use crate::error::ServerError;
 
 impl Session {
     /// Binds a statement with DataFusion (no parameters substituted yet).
     pub(super) async fn plan_statement(
         &self,
-        mut statement: Statement,
+        statement: Statement,
     ) -> Result<LogicalPlan, ServerError> {
-        weir_planner::rewrite_window_tvfs(&mut statement)?;
-        weir_pgsem::name_columns(&mut statement);
-        weir_pgsem::name_function_columns(&mut statement);
-        weir_pgsem::at_time_zone_as_function(&mut statement);
-        let original = (compat::reads_only_catalog(&statement)
-            && compat::select_subquery_count(&statement) > 0)
-            .then(|| statement.clone());
-        let planned = self.plan_sql(compat::rewrite(statement)).await;
-        let plan = match (planned, original) {
-            (Ok(plan), Some(original)) if !self.runnable(&plan) => {
-                self.plan_without_lookups(original).await?
-            }
-            (Err(_), Some(original)) => self.plan_without_lookups(original).await?,
-            (planned, _) => planned?,
-        };
-        Ok(weir_pgsem::pg_result_types(plan)?)
-    }
-
-    async fn plan_sql(&self, statement: Statement) -> Result<LogicalPlan, ServerError> {
-        Ok(self
-            .ctx
-            .state()
-            .statement_to_plan(DfStatement::Statement(Box::new(statement)))
-            .await?)
-    }
-
-    /// Whether DataFusion can execute `plan`: it decorrelates every subquery.
-    fn runnable(&self, plan: &LogicalPlan) -> bool {
-        self.ctx
-            .state()
-            .optimize(plan)
-            .is_ok_and(|p| !compat::keeps_subqueries(&p))
-    }
-
-    /// A catalog query with select-list lookups DataFusion cannot
-    /// decorrelate: each lookup that runs when it is the only one left is
-    /// kept, the others answer NULL (see [`compat::null_select_subqueries`]).
-    async fn plan_without_lookups(&self, original: Statement) -> Result<LogicalPlan, ServerError> {
-        let count = compat::select_subquery_count(&original);
-        let mut runs_alone = Vec::with_capacity(count);
-        for keep in 0..count {
-            let mut alone = original.clone();
-            compat::null_select_subqueries(&mut alone, |i| i != keep);
-            let plan = self.plan_sql(compat::rewrite(alone)).await;
-            runs_alone.push(plan.is_ok_and(|p| self.runnable(&p)));
-        }
-        let mut kept = original.clone();
-        compat::null_select_subqueries(&mut kept, |i| !runs_alone[i]);
-        let plan = self.plan_sql(compat::rewrite(kept)).await?;
-        if self.runnable(&plan) {
-            return Ok(plan);
-        }
-        let mut none = original;
-        compat::null_select_subqueries(&mut none, |_| true);
-        self.plan_sql(compat::rewrite(none)).await
+        Ok(weir_planner::bind(&self.ctx.state(), statement).await?)
     }
 
     /// Substitutes bound parameters, if any.

@@ -14,7 +14,8 @@ use weir_connectors::{ConnectorError, ConnectorKind};
 use weir_pgsem::SqlType;
 use weir_planner::streaming_ddl::{DeclaredColumn, StreamingDdl, StreamingKind};
 
-use super::projection::{column_def_of, column_defs, deployment_of, drop_readers, parse_query};
+use super::projection::{column_def_of, column_defs, drop_readers};
+use crate::planning::parse_query;
 use super::{Session, StatementResult, command, show::text_rows};
 use crate::catalog::CatalogChange;
 use crate::catalog::model::ColumnDef;
@@ -336,25 +337,7 @@ impl Session {
         &self,
         def: &SinkDef,
     ) -> Result<weir_engine::runtime::Deployment, ServerError> {
-        let query = parse_query(&def.query)?;
-        let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
-        let planned = self.plan_projection(&query, &names).await?;
-        let sink = weir_engine::runtime::streams::SinkToOpen {
-            name: def.qualified_name(),
-            connector: def.connector.clone(),
-            options: def.options.clone(),
-            schema: def.arrow_schema(),
-        };
-        deployment_of(def.id, planned, def.arrow_schema(), Some(sink))
-    }
-
-    /// Takes on the settings a sink was created under.
-    pub(crate) fn adopt_sink_settings(&mut self, def: &SinkDef) -> Result<(), ServerError> {
-        for (name, value) in &def.settings {
-            self.vars.set(name, value)?;
-        }
-        self.apply_vars_to_planner();
-        Ok(())
+        self.plan_context().sink(def).await
     }
 }
 

@@ -238,12 +238,7 @@ impl Vars {
 
     /// The first schema of `search_path` (`$user` skipped), for unqualified names.
     pub fn default_schema(&self) -> String {
-        self.get("search_path")
-            .unwrap_or_default()
-            .split(',')
-            .map(|s| s.trim().trim_matches('"').to_string())
-            .find(|s| !s.is_empty() && s != "$user")
-            .unwrap_or_else(|| "public".to_string())
+        crate::planning::default_schema_of(&self.get("search_path").unwrap_or_default())
     }
 }
 
@@ -469,16 +464,12 @@ impl Session {
         let date_style = self.vars.get("DateStyle").unwrap_or_default();
         let state = self.ctx.state_ref();
         let mut state = state.write();
-        let options = state.config_mut().options_mut();
-        options.catalog.default_schema = schema;
-        let mut settings = weir_pgsem::SessionSettings::default();
-        settings.date_style = date_style;
-        options.extensions.insert(settings);
-        options.execution.time_zone = Some(if tz == "UTC" {
-            "+00:00".to_string()
-        } else {
-            tz
-        });
+        crate::planning::apply_settings(
+            state.config_mut().options_mut(),
+            &schema,
+            tz,
+            date_style,
+        );
     }
 
     /// How this session reads date/time text: its DateStyle and TimeZone.

@@ -317,7 +317,7 @@ fn domain_base_type_walk(query: &Query) -> Option<Query> {
         _ => return None,
     };
     lookup.projection = vec![SelectItem::UnnamedExpr(base_type)];
-    Some(weir_planner::plain_query(SetExpr::Select(Box::new(lookup))))
+    Some(crate::plain_query(SetExpr::Select(Box::new(lookup))))
 }
 
 /// Applies the rewrites to one statement.
@@ -535,7 +535,7 @@ mod tests {
     use super::*;
 
     fn rewritten(sql: &str) -> String {
-        let statement = weir_planner::parse_sql(sql).unwrap().remove(0);
+        let statement = crate::parse_sql(sql).unwrap().remove(0);
         rewrite(statement).to_string()
     }
 

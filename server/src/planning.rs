@@ -1,0 +1,269 @@
+//! Planning projections and sinks into what the runtime deploys, apart
+//! from any session: a CREATE plans through here with its session's
+//! DataFusion state, and recovery plans every projection and sink again at
+//! a start with a state of its own ([`PlanContext::for_settings`]), under
+//! the settings the object was created with.
+//!
+//! Binding and lowering are the planner's ([`weir_planner::bind`],
+//! [`weir_planner::lower`]); this module binds the scanned relations to
+//! catalog objects and says which sources a graph reads.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::common::TableReference;
+use datafusion::config::ConfigOptions;
+use datafusion::execution::{SessionState, SessionStateBuilder};
+use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder, col};
+use datafusion::sql::sqlparser::ast::{Query, Statement};
+use weir_common::ObjectId;
+use weir_engine::SourceBinding;
+use weir_engine::runtime::Deployment;
+use weir_engine::runtime::streams::{SinkToOpen, SourceToRead};
+use weir_planner::StreamPlan;
+
+use crate::catalog::model::ProjectionDef;
+use crate::catalog::provider::{SessionView, WeirCatalogList};
+use crate::catalog::streaming::SinkDef;
+use crate::catalog::Catalog;
+use crate::db::Database;
+use crate::error::ServerError;
+
+/// A projection's graph with its sources bound to catalog objects.
+pub(crate) struct PlannedProjection {
+    pub stream: StreamPlan,
+    pub bindings: Vec<SourceBinding>,
+    /// The sources among the bindings' objects, each once.
+    pub sources_read: Vec<SourceToRead>,
+}
+
+/// What a query is planned in: DataFusion's state (catalog providers,
+/// settings), the catalog its relations resolve in, the schema unqualified
+/// names mean.
+pub struct PlanContext {
+    state: SessionState,
+    catalog: Arc<Catalog>,
+    default_schema: String,
+}
+
+impl PlanContext {
+    pub fn new(state: SessionState, catalog: Arc<Catalog>, default_schema: String) -> Self {
+        Self {
+            state,
+            catalog,
+            default_schema,
+        }
+    }
+
+    /// A state of its own over the database's current snapshot, under
+    /// `settings` (an object's stored `search_path`, `DateStyle` and
+    /// `TimeZone`; PostgreSQL's defaults for those not given).
+    pub fn for_settings(
+        db: &Arc<Database>,
+        settings: &BTreeMap<String, String>,
+    ) -> Result<Self, ServerError> {
+        let snapshot = db.snapshot();
+        let catalog = snapshot.catalog.clone();
+        let view = Arc::new(SessionView::new(
+            snapshot,
+            Arc::new(crate::system::SystemSchema::new(db.clone())),
+        ));
+        let env = db.query_env();
+        let catalog_list = WeirCatalogList::new(view, env.pg_static.clone())?;
+        let mut state = SessionStateBuilder::new_from_existing(env.template.clone())
+            .with_catalog_list(Arc::new(catalog_list))
+            .build();
+        let setting = |name: &str, default: &str| {
+            settings
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| default.to_string())
+        };
+        let default_schema = default_schema_of(&setting("search_path", "\"$user\", public"));
+        apply_settings(
+            state.config_mut().options_mut(),
+            &default_schema,
+            setting("TimeZone", "UTC"),
+            setting("DateStyle", "ISO, MDY"),
+        );
+        Ok(Self::new(state, catalog, default_schema))
+    }
+
+    /// Binds and lowers a projection query; `column_names` rename its
+    /// output columns in order (`CREATE PROJECTION p (a, b) AS ...`).
+    pub(crate) async fn plan_projection(
+        &self,
+        query: &Query,
+        column_names: &[String],
+    ) -> Result<PlannedProjection, ServerError> {
+        let plan =
+            weir_planner::bind(&self.state, Statement::Query(Box::new(query.clone()))).await?;
+        let plan = rename_columns(plan, column_names)?;
+        let stream = weir_planner::lower(&plan, &self.state)?;
+        let bindings = stream
+            .sources
+            .iter()
+            .map(|source| {
+                let object = resolve_source(&self.catalog, &source.name, &self.default_schema)?;
+                Ok(SourceBinding {
+                    object,
+                    schema: source.schema.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>, ServerError>>()?;
+        let mut sources_read: Vec<SourceToRead> = Vec::new();
+        for binding in &bindings {
+            if let Some(def) = self.catalog.sources.get(&binding.object)
+                && !sources_read.iter().any(|s| s.id == def.id)
+            {
+                sources_read.push(SourceToRead {
+                    id: def.id,
+                    name: def.qualified_name(),
+                    connector: def.connector.clone(),
+                    options: def.options.clone(),
+                    schema: def.arrow_schema(),
+                });
+            }
+        }
+        Ok(PlannedProjection {
+            stream,
+            bindings,
+            sources_read,
+        })
+    }
+
+    /// A committed projection, planned into what the runtime deploys
+    /// (without table contents, which the caller adds under the commit lock).
+    pub async fn projection(&self, def: &ProjectionDef) -> Result<Deployment, ServerError> {
+        let query = parse_query(&def.query)?;
+        let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
+        let planned = self.plan_projection(&query, &names).await?;
+        deployment_of(def.id, planned, def.arrow_schema(), None)
+    }
+
+    /// A committed sink, planned into what the runtime deploys.
+    pub async fn sink(&self, def: &SinkDef) -> Result<Deployment, ServerError> {
+        let query = parse_query(&def.query)?;
+        let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
+        let planned = self.plan_projection(&query, &names).await?;
+        let sink = SinkToOpen {
+            name: def.qualified_name(),
+            connector: def.connector.clone(),
+            options: def.options.clone(),
+            schema: def.arrow_schema(),
+        };
+        deployment_of(def.id, planned, def.arrow_schema(), Some(sink))
+    }
+}
+
+/// Sets what a query's text means in DataFusion's options: the schema of
+/// unqualified names, the time zone of `timestamptz` literals, how date
+/// text is read. Sessions call it whenever one of them is SET.
+pub(crate) fn apply_settings(
+    options: &mut ConfigOptions,
+    default_schema: &str,
+    time_zone: String,
+    date_style: String,
+) {
+    options.catalog.default_schema = default_schema.to_string();
+    let mut settings = weir_pgsem::SessionSettings::default();
+    settings.date_style = date_style;
+    options.extensions.insert(settings);
+    options.execution.time_zone = Some(if time_zone == "UTC" {
+        "+00:00".to_string()
+    } else {
+        time_zone
+    });
+}
+
+/// The schema unqualified names resolve in, for a `search_path` value: its
+/// first entry other than `$user` (Weir has no per-user schemas).
+pub(crate) fn default_schema_of(search_path: &str) -> String {
+    search_path
+        .split(',')
+        .map(|s| s.trim().trim_matches('"').to_string())
+        .find(|s| !s.is_empty() && s != "$user")
+        .unwrap_or_else(|| "public".to_string())
+}
+
+/// What the runtime deploys for a planned projection or sink.
+pub(crate) fn deployment_of(
+    id: ObjectId,
+    planned: PlannedProjection,
+    schema: arrow::datatypes::SchemaRef,
+    sink: Option<SinkToOpen>,
+) -> Result<Deployment, ServerError> {
+    let PlannedProjection {
+        mut stream,
+        bindings,
+        sources_read,
+    } = planned;
+    stream.conform_to(schema.clone())?;
+    Ok(Deployment {
+        id,
+        fingerprint: weir_engine::state_fingerprint(&stream.graph, &schema),
+        graph: stream.graph,
+        sources: bindings,
+        schema,
+        tables: Default::default(),
+        sources_read,
+        sink,
+    })
+}
+
+/// The catalog object a scanned relation of a projection is.
+fn resolve_source(
+    catalog: &Catalog,
+    name: &TableReference,
+    default_schema: &str,
+) -> Result<ObjectId, ServerError> {
+    let schema = name.schema().unwrap_or(default_schema);
+    let table = name.table();
+    if let Some(t) = catalog.table(schema, table) {
+        return Ok(t.id);
+    }
+    if let Some(p) = catalog.projection(schema, table) {
+        return Ok(p.id);
+    }
+    if let Some(s) = catalog.source(schema, table) {
+        return Ok(s.id);
+    }
+    Err(ServerError::feature_not_supported(format!(
+        "reading {name} in a projection: only tables, sources and projections can be maintained incrementally"
+    )))
+}
+
+/// A stored projection's or sink's query text, parsed again.
+pub(crate) fn parse_query(text: &str) -> Result<Query, ServerError> {
+    let mut statements = weir_planner::parse_sql(text)
+        .map_err(|e| ServerError::internal(format!("stored projection query: {e}")))?;
+    match statements.pop() {
+        Some(Statement::Query(q)) if statements.is_empty() => Ok(*q),
+        _ => Err(ServerError::internal(format!(
+            "stored projection query is not one query: {text}"
+        ))),
+    }
+}
+
+/// `CREATE PROJECTION p (a, b) AS ...` names the columns.
+fn rename_columns(plan: LogicalPlan, names: &[String]) -> Result<LogicalPlan, ServerError> {
+    if names.is_empty() {
+        return Ok(plan);
+    }
+    let fields = plan.schema().columns();
+    if names.len() > fields.len() {
+        return Err(ServerError::invalid_param(format!(
+            "CREATE PROJECTION names {} columns but the query has {}",
+            names.len(),
+            fields.len()
+        )));
+    }
+    let exprs = fields
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| match names.get(i) {
+            Some(n) => col(c).alias(n),
+            None => col(c),
+        });
+    Ok(LogicalPlanBuilder::from(plan).project(exprs)?.build()?)
+}
