@@ -18,7 +18,10 @@ use crate::PlanError;
 use crate::compat;
 
 /// Binds `statement` in `state` (parameters stay placeholders).
-pub async fn bind(state: &SessionState, mut statement: Statement) -> Result<LogicalPlan, PlanError> {
+pub async fn bind(
+    state: &SessionState,
+    mut statement: Statement,
+) -> Result<LogicalPlan, PlanError> {
     crate::rewrite_window_tvfs(&mut statement)?;
     weir_pgsem::name_columns(&mut statement);
     weir_pgsem::name_function_columns(&mut statement);

@@ -32,29 +32,12 @@ use std::ops::ControlFlow;
 use datafusion::sql::sqlparser::ast::helpers::attached_token::AttachedToken;
 use datafusion::sql::sqlparser::ast::{
     AccessExpr, BinaryOperator, CaseWhen, CastKind, DataType as SqlDataType, Expr, Function,
-    FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, GroupByExpr, Ident,
-    ObjectName, ObjectNamePart, Query, Select, SelectItem, SetExpr, SetOperator, Statement,
-    TableFactor, Value, Visit, Visitor, visit_expressions_mut,
+    FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr, Query, Select, SelectItem,
+    SetExpr, SetOperator, Statement, TableFactor, Value, Visit, Visitor, visit_expressions_mut,
 };
 
 fn call(name: &str, args: Vec<Expr>) -> Expr {
-    Expr::Function(Function {
-        name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(name))]),
-        uses_odbc_syntax: false,
-        parameters: FunctionArguments::None,
-        args: FunctionArguments::List(FunctionArgumentList {
-            duplicate_treatment: None,
-            args: args
-                .into_iter()
-                .map(|e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e)))
-                .collect(),
-            clauses: vec![],
-        }),
-        filter: None,
-        null_treatment: None,
-        over: None,
-        within_group: vec![],
-    })
+    Expr::Function(crate::window_tvf::function(name, args))
 }
 
 /// The plain positional arguments of a call named `name` (any schema).

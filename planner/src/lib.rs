@@ -25,8 +25,8 @@ pub mod parse;
 pub mod streaming_ddl;
 pub mod window_tvf;
 
-pub use datafusion::sql::sqlparser;
 pub use bind::bind;
+pub use datafusion::sql::sqlparser;
 pub use error::PlanError;
 pub use lower::{SourceRef, StreamPlan, lower};
 pub use parse::{ParseError, parse_sql};

@@ -402,7 +402,8 @@ fn render(micros: i64) -> String {
     format!("INTERVAL '{}'", interval_string(micros))
 }
 
-fn function(name: &str, args: Vec<Expr>) -> Function {
+/// A plain call `name(args...)` in the AST.
+pub(crate) fn function(name: &str, args: Vec<Expr>) -> Function {
     Function {
         name: ObjectName::from(vec![Ident::new(name)]),
         uses_odbc_syntax: false,

@@ -24,14 +24,14 @@ use datafusion::execution::SessionState;
 use datafusion::prelude::SessionConfig;
 use datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables;
 
+use crate::advisory_locks::AdvisoryLocks;
 use crate::catalog::model::{DATABASE_NAME, DEFAULT_SCHEMA, SUPERUSER, ScramSecret};
 use crate::catalog::{Catalog, CatalogChange, ControlEntry};
 use crate::config::{AuthMode, ServeConfig};
 use crate::error::ServerError;
 use crate::metrics::Metrics;
-use weir_engine::runtime::{BarrierTarget, Deployment, Runtime, RuntimeConfig, TableContents};
-use crate::advisory_locks::AdvisoryLocks;
 use crate::wal::{TableWrite, WalRecord};
+use weir_engine::runtime::{BarrierTarget, Deployment, Runtime, RuntimeConfig, TableContents};
 
 /// A consistent view of everything: what a statement reads.
 #[derive(Debug, Clone)]

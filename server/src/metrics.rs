@@ -183,7 +183,6 @@ impl Metrics {
         }
     }
 
-
     pub fn restored(&self, duration: std::time::Duration) {
         self.restore_seconds.set(duration.as_secs_f64());
     }

@@ -22,10 +22,10 @@ use weir_engine::runtime::Deployment;
 use weir_engine::runtime::streams::{SinkToOpen, SourceToRead};
 use weir_planner::StreamPlan;
 
+use crate::catalog::Catalog;
 use crate::catalog::model::ProjectionDef;
 use crate::catalog::provider::{SessionView, WeirCatalogList};
 use crate::catalog::streaming::SinkDef;
-use crate::catalog::Catalog;
 use crate::db::Database;
 use crate::error::ServerError;
 

@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use weir_common::{ChangeBatch, ObjectId};
-use weir_engine::runtime::{Deployment, Restore};
 use weir_engine::runtime::checkpoints::{TABLE_LOG_ID, TABLE_LOG_OFFSET, projection_key};
+use weir_engine::runtime::{Deployment, Restore};
 use weir_storage::{ObjectStateBackend, SealManifest, StateBackend as _};
 
 use crate::db::Database;
@@ -246,7 +246,11 @@ impl Managed<'_> {
     /// from any session.
     async fn plan(&self, db: &Arc<Database>) -> Result<Deployment, ServerError> {
         match self {
-            Self::Projection(p) => PlanContext::for_settings(db, &p.settings)?.projection(p).await,
+            Self::Projection(p) => {
+                PlanContext::for_settings(db, &p.settings)?
+                    .projection(p)
+                    .await
+            }
             Self::Sink(s) => PlanContext::for_settings(db, &s.settings)?.sink(s).await,
         }
     }

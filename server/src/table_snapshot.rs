@@ -154,7 +154,6 @@ impl Compactor {
             running: Arc::default(),
         }
     }
-
 }
 
 /// The table log's "on sealed": a seal covering `lsn` lets the log before

@@ -232,8 +232,12 @@ impl Operator for Aggregate {
             .calls
             .iter()
             .map(|c| {
-                let order: Vec<String> =
-                    c.function.order_bys().iter().map(|o| o.to_string()).collect();
+                let order: Vec<String> = c
+                    .function
+                    .order_bys()
+                    .iter()
+                    .map(|o| o.to_string())
+                    .collect();
                 format!(
                     "{}(distinct={} ignore_nulls={} reversed={}; {}; order {}; filter {})",
                     c.function.fun().name(),

@@ -181,9 +181,7 @@ impl Runtime {
         let shared = Arc::new(Shared {
             view: RwLock::new(Arc::new(EpochView::default())),
             covered: AtomicU64::new(config.last_lsn),
-            barrier_interval_ms: AtomicU64::new(
-                config.barrier_interval.as_millis().max(1) as u64
-            ),
+            barrier_interval_ms: AtomicU64::new(config.barrier_interval.as_millis().max(1) as u64),
             fenced: std::sync::OnceLock::new(),
             recovered: AtomicBool::new(false),
             streams: Arc::default(),

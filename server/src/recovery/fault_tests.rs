@@ -20,8 +20,8 @@ use weir_storage::ObjectStateBackend;
 use weir_storage::StateBackend as _;
 use weir_storage::state::{FaultConfig, FaultyStore};
 
-use weir_engine::runtime::checkpoints::{CheckpointLog, Checkpointer};
 use crate::metrics::Metrics;
+use weir_engine::runtime::checkpoints::{CheckpointLog, Checkpointer};
 
 const TABLE: ObjectId = ObjectId(1);
 const PROJECTION: ObjectId = ObjectId(2);

@@ -36,8 +36,8 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::Statement;
 
-pub use api::{CopyFormat, CopyInTarget, CopyOptions, PreparedStatement, StatementResult};
 pub use crate::advisory_locks::AdvisoryLocks;
+pub use api::{CopyFormat, CopyInTarget, CopyOptions, PreparedStatement, StatementResult};
 
 use crate::catalog::provider::{SessionView, WeirCatalogList};
 use crate::db::{Database, Snapshot, TxnWrites};

@@ -27,7 +27,9 @@ impl Session {
         query: &Query,
         column_names: &[String],
     ) -> Result<PlannedProjection, ServerError> {
-        self.plan_context().plan_projection(query, column_names).await
+        self.plan_context()
+            .plan_projection(query, column_names)
+            .await
     }
 
     /// Where this session's statements are planned.

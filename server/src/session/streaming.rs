@@ -15,13 +15,13 @@ use weir_pgsem::SqlType;
 use weir_planner::streaming_ddl::{DeclaredColumn, StreamingDdl, StreamingKind};
 
 use super::projection::{column_def_of, column_defs, drop_readers};
-use crate::planning::parse_query;
 use super::{Session, StatementResult, command, show::text_rows};
 use crate::catalog::CatalogChange;
 use crate::catalog::model::ColumnDef;
 use crate::catalog::streaming::{SinkDef, SourceDef, WatermarkDef};
 use crate::db::TxnWrites;
 use crate::error::ServerError;
+use crate::planning::parse_query;
 
 impl Session {
     pub(super) async fn streaming(

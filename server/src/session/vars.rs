@@ -464,12 +464,7 @@ impl Session {
         let date_style = self.vars.get("DateStyle").unwrap_or_default();
         let state = self.ctx.state_ref();
         let mut state = state.write();
-        crate::planning::apply_settings(
-            state.config_mut().options_mut(),
-            &schema,
-            tz,
-            date_style,
-        );
+        crate::planning::apply_settings(state.config_mut().options_mut(), &schema, tz, date_style);
     }
 
     /// How this session reads date/time text: its DateStyle and TimeZone.
