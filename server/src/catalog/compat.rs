@@ -26,35 +26,20 @@
 //! `CASE WHEN <condition> THEN (subquery) END`, which is NULL exactly when the
 //! subquery would find no row. A lookup in a catalog Weir always leaves
 //! empty (`pg_sequence`) is NULL, whatever it selects from the outer row.
+//!
+//! `ARRAY(subquery)` is rewritten by [`super::compat_array`].
 
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::helpers::attached_token::AttachedToken;
 use datafusion::sql::sqlparser::ast::{
     AccessExpr, BinaryOperator, CaseWhen, CastKind, DataType as SqlDataType, Expr, Function,
-    FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, GroupByExpr, Ident,
-    ObjectName, ObjectNamePart, Query, Select, SelectItem, SetExpr, SetOperator, Statement,
-    TableFactor, Value, Visit, Visitor, visit_expressions_mut,
+    FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr, Query, Select, SelectItem,
+    SetExpr, SetOperator, Statement, TableFactor, Value, Visit, Visitor, visit_expressions_mut,
 };
 
 fn call(name: &str, args: Vec<Expr>) -> Expr {
-    Expr::Function(Function {
-        name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(name))]),
-        uses_odbc_syntax: false,
-        parameters: FunctionArguments::None,
-        args: FunctionArguments::List(FunctionArgumentList {
-            duplicate_treatment: None,
-            args: args
-                .into_iter()
-                .map(|e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e)))
-                .collect(),
-            clauses: vec![],
-        }),
-        filter: None,
-        null_treatment: None,
-        over: None,
-        within_group: vec![],
-    })
+    super::compat_array::call_with(name, args, vec![])
 }
 
 /// The plain positional arguments of a call named `name` (any schema).
@@ -393,7 +378,9 @@ pub fn rewrite(mut statement: Statement) -> Statement {
         let Expr::Function(f) = expr else {
             return ControlFlow::<()>::Continue(());
         };
-        if let Some([array]) = args_of(f, "_pg_expandarray").as_deref() {
+        if let Some(array) = super::compat_array::rewrite_array_subquery(f) {
+            *expr = array;
+        } else if let Some([array]) = args_of(f, "_pg_expandarray").as_deref() {
             let inner = call("_pg_expandarray", vec![(*array).clone()]);
             *expr = call("unnest", vec![inner]);
         } else if let Some([array, dim]) = args_of(f, "generate_subscripts").as_deref() {
@@ -411,6 +398,8 @@ pub fn rewrite(mut statement: Statement) -> Statement {
     });
     statement
 }
+
+pub use super::compat_array::has_unrewritable_array;
 
 /// Whether every table `statement` reads is a system table (`pg_catalog`,
 /// `information_schema`, `weir_catalog`, or an unqualified `pg_*` name).

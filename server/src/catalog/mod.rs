@@ -9,9 +9,11 @@
 //! - [`pg`] and [`info_schema`]: `pg_catalog` and `information_schema` as
 //!   PostgreSQL clients expect them; [`functions`]: the catalog functions
 //!   (`pg_table_is_visible`, `format_type`'s companions, ...) and
-//!   [`compat`]: rewrites for catalog queries DataFusion cannot plan as sent.
+//!   [`compat`] (and `compat_array`): rewrites for catalog queries
+//!   DataFusion cannot plan as sent.
 
 pub mod compat;
+mod compat_array;
 pub mod functions;
 pub mod info_schema;
 mod json;

@@ -24,6 +24,11 @@ impl Session {
         crate::pgsem::name_columns(&mut statement);
         crate::pgsem::name_function_columns(&mut statement);
         crate::pgsem::at_time_zone_as_function(&mut statement);
+        if compat::has_unrewritable_array(&statement) {
+            return Err(ServerError::feature_not_supported(
+                "ARRAY(subquery) over a grouped, DISTINCT, LIMITed or UNION query with ORDER BY",
+            ));
+        }
         let original = (compat::reads_only_catalog(&statement)
             && compat::select_subquery_count(&statement) > 0)
             .then(|| statement.clone());
