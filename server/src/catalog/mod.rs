@@ -19,6 +19,7 @@ pub mod info_schema;
 mod json;
 pub mod model;
 pub mod pg;
+mod pg_foreign;
 pub mod provider;
 mod rows;
 pub mod streaming;
