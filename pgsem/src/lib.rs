@@ -33,7 +33,7 @@
 //!   private helpers: `udfs` (text casts, checked arithmetic, `pg_typeof`,
 //!   `timezone`), `numeric_div`, `to_char`, `array_agg`, `json_ops` and
 //!   `jsonb_predicates` (the json operators), `colname` (PostgreSQL's
-//!   result column names).
+//!   result column names), `quote` (`quote_literal`).
 //!
 //! The session template: [`template::session_template`] builds the
 //! DataFusion `SessionState` every plan is made in, with all of the above
@@ -55,6 +55,7 @@ mod json_ops;
 mod jsonb_predicates;
 mod numeric_div;
 pub mod pg_types;
+pub(crate) mod quote;
 pub mod semantics;
 pub mod template;
 pub mod text_input;

@@ -15,7 +15,8 @@
 //! - `pg_typeof`; `array_agg` keeps its argument's type ([`crate::array_agg`]).
 //! - json's `->`, `->>`, `#>`, `#>>` ([`crate::json_ops`]); jsonb's `@>`, `<@`,
 //!   `?`, `?|`, `?&` ([`crate::jsonb_predicates`]).
-//! - `to_char` with PostgreSQL's template patterns ([`crate::to_char`]).
+//! - `to_char` with PostgreSQL's template patterns ([`crate::to_char`]);
+//!   `quote_literal` ([`crate::quote`]).
 //! - Date and time text read as PostgreSQL reads it, in the session's
 //!   DateStyle order and TimeZone ([`crate::datetime_in`]); the analyzer finds
 //!   those in [`SessionSettings`] and `datafusion.execution.time_zone`.
@@ -23,7 +24,7 @@
 use std::sync::Arc;
 
 use crate::{PG_TYPE_METADATA_KEY, SqlType};
-use crate::{array_agg, datetime_in, numeric_div, to_char, udfs};
+use crate::{array_agg, datetime_in, numeric_div, quote, to_char, udfs};
 use arrow::datatypes::{DataType, Field};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
@@ -85,6 +86,7 @@ pub fn functions() -> Vec<datafusion::logical_expr::ScalarUDF> {
         udfs::PgTypeof::udf(),
         udfs::TimeZoneFn::udf(),
         to_char::ToChar::udf(),
+        quote::udf(),
     ]
 }
 
@@ -181,7 +183,19 @@ pub fn pg_result_types(plan: LogicalPlan) -> Result<LogicalPlan> {
         plan,
         |p| matches!(p, LogicalPlan::Limit(_) | LogicalPlan::Values(_)),
         |expr, schema, _| {
-            expr.transform_up(|e| match e {
+            // A lambda's parameter keeps the element type it was bound
+            // with, so the list it maps must keep its type too: calls of
+            // higher-order functions (`array_transform`, which ARRAY(subquery)
+            // becomes) are left as bound.
+            let skip_lambdas = |e: Expr| {
+                let tnr = if matches!(e, Expr::HigherOrderFunction(_)) {
+                    TreeNodeRecursion::Jump
+                } else {
+                    TreeNodeRecursion::Continue
+                };
+                Ok(Transformed::new(e, false, tnr))
+            };
+            expr.transform_down_up(skip_lambdas, |e| match e {
                 Expr::Literal(ScalarValue::Int64(Some(n)), meta) if i32::try_from(n).is_ok() => Ok(
                     Transformed::yes(Expr::Literal(ScalarValue::Int32(Some(n as i32)), meta)),
                 ),

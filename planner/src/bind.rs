@@ -26,6 +26,11 @@ pub async fn bind(
     weir_pgsem::name_columns(&mut statement);
     weir_pgsem::name_function_columns(&mut statement);
     weir_pgsem::at_time_zone_as_function(&mut statement);
+    if compat::has_unrewritable_array(&statement) {
+        return Err(PlanError::unsupported(
+            "ARRAY(subquery) over a grouped, DISTINCT, LIMITed or UNION query with ORDER BY",
+        ));
+    }
     let original = (compat::reads_only_catalog(&statement)
         && compat::select_subquery_count(&statement) > 0)
         .then(|| statement.clone());

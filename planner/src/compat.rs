@@ -26,6 +26,8 @@
 //! `CASE WHEN <condition> THEN (subquery) END`, which is NULL exactly when the
 //! subquery would find no row. A lookup in a catalog Weir always leaves
 //! empty (`pg_sequence`) is NULL, whatever it selects from the outer row.
+//!
+//! `ARRAY(subquery)` is rewritten by [`crate::compat_array`].
 
 use std::ops::ControlFlow;
 
@@ -37,7 +39,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 
 fn call(name: &str, args: Vec<Expr>) -> Expr {
-    Expr::Function(crate::window_tvf::function(name, args))
+    crate::compat_array::call_with(name, args, vec![])
 }
 
 /// The plain positional arguments of a call named `name` (any schema).
@@ -376,7 +378,9 @@ pub fn rewrite(mut statement: Statement) -> Statement {
         let Expr::Function(f) = expr else {
             return ControlFlow::<()>::Continue(());
         };
-        if let Some([array]) = args_of(f, "_pg_expandarray").as_deref() {
+        if let Some(array) = crate::compat_array::rewrite_array_subquery(f) {
+            *expr = array;
+        } else if let Some([array]) = args_of(f, "_pg_expandarray").as_deref() {
             let inner = call("_pg_expandarray", vec![(*array).clone()]);
             *expr = call("unnest", vec![inner]);
         } else if let Some([array, dim]) = args_of(f, "generate_subscripts").as_deref() {
@@ -394,6 +398,8 @@ pub fn rewrite(mut statement: Statement) -> Statement {
     });
     statement
 }
+
+pub use crate::compat_array::has_unrewritable_array;
 
 /// Whether every table `statement` reads is a system table (`pg_catalog`,
 /// `information_schema`, `weir_catalog`, or an unqualified `pg_*` name).

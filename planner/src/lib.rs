@@ -6,8 +6,9 @@
 //!   the PostgreSQL-compatibility rewrites psql and drivers need), with
 //!   syntax errors carrying the 1-based character position.
 //! - [`bind`]: a statement to DataFusion's `LogicalPlan` after Weir's
-//!   rewrites, in the caller's DataFusion state; [`compat`]: the rewrites
-//!   for catalog queries drivers send that DataFusion cannot plan as sent.
+//!   rewrites, in the caller's DataFusion state; [`compat`] (and
+//!   `compat_array` for `ARRAY(subquery)`): the rewrites for catalog
+//!   queries drivers send that DataFusion cannot plan as sent.
 //! - [`window_tvf`]: the `TUMBLE`/`HOP` window table functions, rewritten in
 //!   the statement's AST into derived tables with `window_start` and
 //!   `window_end`; ad-hoc queries and projections both plan through it.
@@ -19,6 +20,7 @@
 
 pub mod bind;
 pub mod compat;
+mod compat_array;
 pub mod error;
 pub mod lower;
 pub mod parse;

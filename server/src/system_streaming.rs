@@ -3,7 +3,7 @@
 //!   something reads it, `running`, `retrying`, `completed`, `failed`),
 //!   rows read, offsets per split, largest event time and last error;
 //! - `sinks`: every sink with its connector, status, rows handed to it,
-//!   rows and epoch committed, and last error;
+//!   rows, epoch and connector descriptor committed, and last error;
 //! - `connectors`: every connector's spec (options and capabilities),
 //!   also what `SHOW CONNECTORS` prints.
 
@@ -44,6 +44,7 @@ pub fn fields(name: &str) -> Option<Vec<Field>> {
             int8("rows_out"),
             int8("committed_rows"),
             int8("committed_epoch"),
+            opt_utf8("committed_descriptor"),
             opt_utf8("error"),
             utf8("definition"),
         ],
@@ -142,6 +143,12 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                 int(state.iter().map(|s| s.rows_out as i64).collect()),
                 int(state.iter().map(|s| s.committed_rows as i64).collect()),
                 int(state.iter().map(|s| s.committed_epoch as i64).collect()),
+                opt_text(
+                    state
+                        .iter()
+                        .map(|s| s.committed_descriptor.clone())
+                        .collect(),
+                ),
                 opt_text(state.iter().map(|s| s.error.clone()).collect()),
                 text(defs.iter().map(|d| d.create_statement()).collect()),
             ]

@@ -154,6 +154,9 @@ pub struct SinkStatus {
     /// Rows of committed epochs.
     pub committed_rows: u64,
     pub committed_epoch: u64,
+    /// The connector's descriptor of the committed epoch (what the seal
+    /// recorded for it), shown so its exactly-once state can be checked.
+    pub committed_descriptor: Option<String>,
     pub error: Option<String>,
 }
 
@@ -338,6 +341,7 @@ impl Streams {
                 entry.rows_out = s.rows;
                 entry.committed_rows = s.rows;
                 entry.committed_epoch = s.epoch;
+                entry.committed_descriptor = Some(s.descriptor.clone());
             }
         }
         let restored = sealed.is_some();
@@ -512,6 +516,7 @@ impl Streams {
                     let s = status.sinks.entry(id).or_default();
                     s.committed_rows = entry.rows;
                     s.committed_epoch = entry.epoch;
+                    s.committed_descriptor = Some(entry.descriptor.clone());
                 }
                 Err(e) => self.sink_failed(id, &e.to_string()),
             }

@@ -8,14 +8,16 @@
 //!   session's view of a database snapshot.
 //! - [`pg`] and [`info_schema`]: `pg_catalog` and `information_schema` as
 //!   PostgreSQL clients expect them; [`functions`]: the catalog functions
-//!   (`pg_table_is_visible`, `format_type`'s companions, ...) and
-//!   [`compat`]: rewrites for catalog queries DataFusion cannot plan as sent.
+//!   (`pg_table_is_visible`, `format_type`'s companions, ...). The
+//!   rewrites for catalog queries DataFusion cannot plan as sent are the
+//!   planner's (`weir_planner::compat`).
 
 pub mod functions;
 pub mod info_schema;
 mod json;
 pub mod model;
 pub mod pg;
+mod pg_foreign;
 pub mod provider;
 mod rows;
 pub mod streaming;

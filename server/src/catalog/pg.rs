@@ -6,8 +6,9 @@
 //! `numeric` has no typmod) and its OIDs are handed out per session, so Weir
 //! computes the relation tables itself from the catalog model:
 //! `pg_namespace`, `pg_class`, `pg_attribute`, `pg_attrdef`, `pg_index` and
-//! `pg_constraint` (the last two keep PostgreSQL's system rows too). Every
-//! other table comes from the crate.
+//! `pg_constraint` (the last two keep PostgreSQL's system rows too), and
+//! the foreign-data tables that describe sources ([`super::pg_foreign`]).
+//! Every other table comes from the crate.
 //!
 //! OIDs are derived from catalog ids, so they are the same in every session
 //! and across restarts: table `id` is `16384 + 4*id`, its primary-key index
@@ -26,6 +27,7 @@ use weir_common::ObjectId;
 use weir_pgsem::SqlType;
 
 use super::TableDef;
+use super::pg_foreign;
 use super::provider::{INFORMATION_SCHEMA, PG_CATALOG, SessionView, ViewCatalogInfo, WEIR_CATALOG};
 use super::rows::{Row, batch, boolean, conform, int, int2_list, null, oid_list, text};
 use arrow::datatypes::{DataType, Field, Schema};
@@ -178,6 +180,9 @@ const COMPUTED: &[&str] = &[
     "pg_index",
     "pg_constraint",
     "pg_settings",
+    "pg_foreign_data_wrapper",
+    "pg_foreign_server",
+    "pg_foreign_table",
 ];
 
 /// `schema` with nullable `text[]` columns `names` added before column
@@ -504,14 +509,33 @@ impl PgCatalog {
                 self.pg_class(),
                 None,
             ),
+            // A column's options, psql's `\d` of a foreign table reads.
             "pg_attribute" => (
-                self.crate_schema(name)?.as_ref().clone(),
+                pg_foreign::with_text_lists(self.crate_schema(name)?.as_ref(), |c| {
+                    c == "attfdwoptions"
+                }),
                 self.pg_attribute(),
                 None,
             ),
             "pg_attrdef" => (
                 self.pg_static.pg_attrdef.schema().as_ref().clone(),
                 self.pg_attrdef(),
+                None,
+            ),
+            name if pg_foreign::TABLES.contains(&name) => (
+                pg_foreign::with_text_lists(
+                    self.crate_schema(name)?.as_ref(),
+                    pg_foreign::is_list_column,
+                ),
+                pg_foreign::rows(
+                    name,
+                    self.view
+                        .snapshot()
+                        .catalog
+                        .sources
+                        .values()
+                        .map(|d| d.as_ref()),
+                ),
                 None,
             ),
             "pg_index" => {

@@ -1,7 +1,7 @@
 //! CREATE / DROP / SHOW of sources and sinks, and deploying sinks.
 //!
 //! A source is only a catalog entry until something reads it: the first
-//! projection or sink over it starts its reader (see [`crate::streaming`]).
+//! projection or sink over it starts its reader (see [`weir_engine::runtime::streams`]).
 //! A sink is planned like a projection, its query lowered to a graph whose
 //! output goes to the connector each epoch instead of being kept.
 

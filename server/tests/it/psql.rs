@@ -236,3 +236,51 @@ DROP TABLE tour_rides;
         csv = csv.display()
     )
 }
+
+/// A source is a foreign table to psql: `\d` shows its columns and, as
+/// the footer, its connector as the server and its options; a sink is no
+/// relation (it has no rows to read) and leaves `\d` alone.
+#[test]
+fn psql_describes_a_source_as_a_foreign_table() {
+    let server = WeirServer::start();
+    psql(
+        &server,
+        &[
+            "-c",
+            "CREATE SOURCE psql_bid (auction BIGINT, price BIGINT, date_time TIMESTAMP) WITH (connector = 'nexmark', event = 'bid', max_events = '100', base_time = '1700000000000')",
+            "-c",
+            "CREATE SINK psql_counts AS SELECT auction % 10 AS k, count(*) AS n FROM psql_bid GROUP BY 1 WITH (connector = 'blackhole')",
+        ],
+    );
+    for command in ["\\d psql_bid", "\\d+ psql_bid"] {
+        let out = psql(&server, &["-c", command]);
+        assert_contains_all(
+            &out,
+            command,
+            &[
+                "Foreign table \"public.psql_bid\"",
+                "auction",
+                "bigint",
+                "date_time",
+                "timestamp without time zone",
+                "Server: nexmark",
+                "FDW options: (base_time '1700000000000', event 'bid', max_events '100')",
+            ],
+        );
+    }
+    let out = psql(&server, &["-c", "\\d"]);
+    assert_contains_all(&out, "\\d lists the source", &["psql_bid", "foreign table"]);
+    assert!(
+        !out.contains("psql_counts"),
+        "a sink is no relation:\n{out}"
+    );
+    let out = psql(&server, &["-c", "\\det", "-c", "\\des"]);
+    assert_contains_all(&out, "\\det and \\des", &["psql_bid", "nexmark"]);
+    // Sinks are in weir_catalog.sinks, which psql describes as a view.
+    let out = psql(&server, &["-c", "\\d weir_catalog.sinks"]);
+    assert_contains_all(
+        &out,
+        "\\d weir_catalog.sinks",
+        &["committed_epoch", "definition"],
+    );
+}

@@ -1,8 +1,9 @@
 //! Sources and sinks: DDL and option validation over pgwire, SHOW CREATE
 //! round trips, DROP with and without CASCADE, restarts, and `kill -9` at
-//! random moments under a projection and a blackhole sink over a bounded
-//! nexmark source (seeded by `WEIR_CRASH_SEED`): after the last restart both
-//! hold exactly what an uninterrupted read of the same events gives.
+//! random moments under a projection and blackhole sinks over a bounded
+//! nexmark source (seeded by `WEIR_CRASH_SEED`): after the last restart they
+//! hold exactly what an uninterrupted read of the same events gives, an
+//! updating sink's net changelog included.
 
 use std::time::Duration;
 
@@ -325,19 +326,45 @@ impl Rng {
 
 const ROUNDS: u64 = 10;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nexmark_projection_and_sink_are_exact_after_kill_9_at_random_moments() {
+/// The seed of the kill moments: `WEIR_CRASH_SEED`, or a fixed one; mixed
+/// with `salt` so tests sharing a seed kill at different moments.
+fn crash_rng(salt: u64) -> Rng {
     let seed: u64 = std::env::var("WEIR_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x5EED_50C5);
-    let mut rng = Rng(seed);
-    let mut server = WeirServer::start_with(
+    Rng(seed ^ salt)
+}
+
+/// A server that seals every 100 ms, so kills land between many seals.
+fn crash_server() -> WeirServer {
+    WeirServer::start_with(
         Options::default()
             .arg("--barrier-interval")
             .arg("100ms")
             .watchdog(Duration::from_secs(600)),
-    );
+    )
+}
+
+/// [`ROUNDS`] times: waits 100 ms plus up to `spread_ms`, kills the server
+/// with SIGKILL, restarts it and waits until it is ready.
+async fn kill_at_random_moments(server: &mut WeirServer, rng: &mut Rng, spread_ms: u64) {
+    for round in 0..ROUNDS {
+        tokio::time::sleep(Duration::from_millis(100 + rng.below(spread_ms))).await;
+        server.kill();
+        server.restart();
+        let client = server.connect().await;
+        client
+            .batch_execute("SELECT weir_wait_ready('60s')")
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e:?}\n{}", server.log_tail()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nexmark_projection_and_sink_are_exact_after_kill_9_at_random_moments() {
+    let mut rng = crash_rng(0);
+    let mut server = crash_server();
     let client = server.connect().await;
     // 400 000 events are 368 000 bids; at 40 000 events/s the source
     // runs for about ten seconds, across every kill.
@@ -354,16 +381,7 @@ async fn nexmark_projection_and_sink_are_exact_after_kill_9_at_random_moments() 
         .await
         .expect("setup");
     drop(client);
-    for round in 0..ROUNDS {
-        tokio::time::sleep(Duration::from_millis(100 + rng.below(900))).await;
-        server.kill();
-        server.restart();
-        let client = server.connect().await;
-        client
-            .batch_execute("SELECT weir_wait_ready('60s')")
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: {e:?}\n{}", server.log_tail()));
-    }
+    kill_at_random_moments(&mut server, &mut rng, 900).await;
     let client = server.connect().await;
     wait_complete(&client).await;
     // The uninterrupted answer: a projection created now reads the whole
@@ -396,4 +414,70 @@ async fn nexmark_projection_and_sink_are_exact_after_kill_9_at_random_moments() 
     .await;
     assert_eq!(committed, expected, "{}", server.log_tail());
     assert_ne!(expected, "0");
+}
+
+/// The committed blackhole descriptor of sink `name`: (net rows, checksum
+/// of the net changelog, row changes).
+async fn committed_changelog(client: &Client, name: &str) -> (i64, u64, u64) {
+    let descriptor = value(
+        client,
+        &format!("SELECT committed_descriptor FROM weir_catalog.sinks WHERE name = '{name}'"),
+    )
+    .await;
+    let json: serde_json::Value = serde_json::from_str(&descriptor)
+        .unwrap_or_else(|e| panic!("descriptor of {name}: {descriptor}: {e}"));
+    let field = |f: &str| json[f].clone();
+    (
+        field("net").as_i64().expect("net"),
+        field("checksum").as_u64().expect("checksum"),
+        field("rows").as_u64().expect("rows"),
+    )
+}
+
+/// A sink over an aggregate receives updates (a key's old count retracted,
+/// its new one inserted); `kill -9` at random moments must neither repeat
+/// nor lose any. The blackhole's descriptor sums weight × hash(row) over
+/// the changes it committed, which is the same for any split into epochs:
+/// after the kills it must equal that of the same sink created afterwards,
+/// which reads the whole source in one uninterrupted run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updating_sink_changelog_is_exact_after_kill_9_at_random_moments() {
+    let mut rng = crash_rng(0xC0DE);
+    let mut server = crash_server();
+    let client = server.connect().await;
+    // 100 000 events at 25 000 events/s: about four seconds of reading,
+    // spread over the kills.
+    const QUERY: &str = "SELECT auction % 10 AS k, count(*) AS n FROM bid GROUP BY 1";
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE bid WITH (connector = 'nexmark', event = 'bid', max_events = '100000',
+                 rate_limit = '25000', base_time = '{BASE_TIME}');
+             CREATE SINK counts AS {QUERY} WITH (connector = 'blackhole');"
+        ))
+        .await
+        .expect("setup");
+    drop(client);
+    kill_at_random_moments(&mut server, &mut rng, 400).await;
+    let client = server.connect().await;
+    wait_complete(&client).await;
+    client
+        .batch_execute(&format!(
+            "CREATE SINK uninterrupted AS {QUERY} WITH (connector = 'blackhole')"
+        ))
+        .await
+        .unwrap();
+    wait_complete(&client).await;
+    let (net, checksum, changes) = committed_changelog(&client, "counts").await;
+    let expected = committed_changelog(&client, "uninterrupted").await;
+    assert_eq!(net, 10, "one row per key: {}", server.log_tail());
+    assert!(
+        changes > 10,
+        "the counts were updated, not just inserted ({changes} changes)"
+    );
+    assert_eq!(
+        (net, checksum),
+        (expected.0, expected.1),
+        "net changelog after {ROUNDS} kills vs uninterrupted\n{}",
+        server.log_tail()
+    );
 }
