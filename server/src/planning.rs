@@ -96,8 +96,8 @@ impl PlanContext {
         query: &Query,
         column_names: &[String],
     ) -> Result<PlannedProjection, ServerError> {
-        let plan =
-            weir_planner::bind(&self.state, Statement::Query(Box::new(query.clone()))).await?;
+        let statement = Statement::Query(Box::new(query.clone()));
+        let plan = Box::pin(weir_planner::bind(&self.state, statement)).await?;
         let plan = rename_columns(plan, column_names)?;
         let stream = weir_planner::lower(&plan, &self.state)?;
         let bindings = stream

@@ -18,7 +18,10 @@ impl Session {
         &self,
         statement: Statement,
     ) -> Result<LogicalPlan, ServerError> {
-        Ok(weir_planner::bind(&self.ctx.state(), statement).await?)
+        // Boxed: binding's future is large, and every statement's future
+        // would otherwise carry it inline (debug builds overflow a 2 MiB
+        // test thread's stack).
+        Ok(Box::pin(weir_planner::bind(&self.ctx.state(), statement)).await?)
     }
 
     /// Substitutes bound parameters, if any.
