@@ -184,7 +184,7 @@ pub struct Database {
     next_pid: AtomicI32,
     ready: AtomicBool,
     /// What the recovery after open needs; taken by [`crate::recovery::recover`].
-    recovery: Mutex<Option<crate::recovery::Recovery>>,
+    recovery: Mutex<Option<crate::recovery::seal::Recovery>>,
     _lock: DataDirLock,
 }
 
@@ -254,7 +254,8 @@ impl Database {
         }
         let last_lsn = records.last().map_or(0, |(lsn, _)| *lsn).max(snapshot_lsn);
         let mut recovery =
-            crate::recovery::Recovery::start(&state, &table_log_id, snapshot_lsn, last_lsn).await?;
+            crate::recovery::seal::Recovery::start(&state, &table_log_id, snapshot_lsn, last_lsn)
+                .await?;
         if snapshot.catalog.projections.is_empty() && snapshot.catalog.sinks.is_empty() {
             recovery.seal = None;
         }
@@ -371,7 +372,7 @@ impl Database {
         self.ready.store(true, Ordering::Release);
     }
 
-    pub(crate) fn take_recovery(&self) -> Option<crate::recovery::Recovery> {
+    pub(crate) fn take_recovery(&self) -> Option<crate::recovery::seal::Recovery> {
         self.recovery.lock().take()
     }
 
