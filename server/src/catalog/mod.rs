@@ -16,6 +16,7 @@ pub mod functions;
 pub mod info_schema;
 mod json;
 pub mod model;
+mod oids;
 pub mod pg;
 mod pg_foreign;
 pub mod provider;

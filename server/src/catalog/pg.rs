@@ -59,9 +59,7 @@ pub fn schema_oid(name: &str) -> i64 {
     }
 }
 
-pub fn table_oid(id: ObjectId) -> i64 {
-    16384 + 4 * id.0 as i64
-}
+pub use super::oids::table_oid;
 
 pub fn pkey_index_oid(id: ObjectId) -> i64 {
     table_oid(id) + 1

@@ -23,7 +23,7 @@ use datafusion::scalar::ScalarValue;
 use weir_connectors::ConnectorKind;
 use weir_connectors::spec::ConnectorSpec;
 
-use super::pg::table_oid;
+use super::oids::table_oid;
 use super::rows::{Row, int, null, text};
 use super::streaming::SourceDef;
 
