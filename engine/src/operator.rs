@@ -63,7 +63,7 @@ pub trait Operator: Send {
     /// and every parameter that shapes its state or output (canonical
     /// expressions, keys, limits, constant rows). Two operators with equal
     /// structure on equal inputs keep interchangeable state, so checkpoints
-    /// are matched to graphs by it ([`crate::graph::Graph::fingerprint`]).
+    /// are matched to graphs by it ([`crate::state_fingerprint`]).
     /// Unlike EXPLAIN text it changes only when the operator does.
     fn structure(&self) -> String;
 

@@ -27,7 +27,7 @@
 //! subquery would find no row. A lookup in a catalog Weir always leaves
 //! empty (`pg_sequence`) is NULL, whatever it selects from the outer row.
 //!
-//! `ARRAY(subquery)` is rewritten by [`crate::compat_array`].
+//! `ARRAY(subquery)` is rewritten by the private `compat_array` module.
 
 use std::ops::ControlFlow;
 

@@ -5,14 +5,14 @@
 //! - [`parse`]: SQL text to `sqlparser` statements (PostgreSQL dialect, with
 //!   the PostgreSQL-compatibility rewrites psql and drivers need), with
 //!   syntax errors carrying the 1-based character position.
-//! - [`bind`]: a statement to DataFusion's `LogicalPlan` after Weir's
+//! - [`mod@bind`]: a statement to DataFusion's `LogicalPlan` after Weir's
 //!   rewrites, in the caller's DataFusion state; [`compat`] (and
 //!   `compat_array` for `ARRAY(subquery)`): the rewrites for catalog
 //!   queries drivers send that DataFusion cannot plan as sent.
 //! - [`window_tvf`]: the `TUMBLE`/`HOP` window table functions, rewritten in
 //!   the statement's AST into derived tables with `window_start` and
 //!   `window_end`; ad-hoc queries and projections both plan through it.
-//! - [`lower`]: a projection's bound `LogicalPlan` to its incremental
+//! - [`mod@lower`]: a projection's bound `LogicalPlan` to its incremental
 //!   operator graph ([`StreamPlan`]), rejecting what cannot be maintained.
 //! - [`streaming_ddl`]: CREATE/DROP/SHOW of sources and sinks, which
 //!   sqlparser does not know.

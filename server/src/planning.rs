@@ -4,8 +4,8 @@
 //! a start with a state of its own ([`PlanContext::for_settings`]), under
 //! the settings the object was created with.
 //!
-//! Binding and lowering are the planner's ([`weir_planner::bind`],
-//! [`weir_planner::lower`]); this module binds the scanned relations to
+//! Binding and lowering are the planner's ([`weir_planner::bind()`],
+//! [`weir_planner::lower()`]); this module binds the scanned relations to
 //! catalog objects and says which sources a graph reads.
 
 use std::collections::BTreeMap;
