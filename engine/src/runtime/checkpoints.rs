@@ -192,30 +192,6 @@ impl Checkpointer {
         &self.state
     }
 
-    /// Checkpoints the coordinator's latest completed epoch and waits for
-    /// it: [`Self::prepare`], [`PendingSeal::write`], [`Self::finish`] in
-    /// one call. Returns the epoch sealed, if one was.
-    pub async fn checkpoint(
-        &mut self,
-        coordinator: &mut Coordinator,
-        covered_lsn: u64,
-        fingerprints: &HashMap<weir_common::ObjectId, String>,
-        min_interval: Duration,
-        observer: &dyn RuntimeObserver,
-        streams: &mut Streams,
-    ) -> Option<u64> {
-        let pending = self.prepare(
-            coordinator,
-            covered_lsn,
-            fingerprints,
-            min_interval,
-            observer,
-            streams,
-        )?;
-        let outcome = pending.write().await;
-        self.finish(outcome, observer)
-    }
-
     /// Takes the coordinator's latest completed epoch, covering commits up
     /// to `covered_lsn`, out for a checkpoint, unless it is sealed already,
     /// a checkpoint is in flight, or the last one is younger than

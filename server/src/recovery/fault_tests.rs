@@ -161,16 +161,18 @@ async fn every_seal_through_a_faulty_store_restores_exactly_the_sealed_state() {
             ChangeBatch::retractions(rows(&retractions.0, &retractions.1)),
         );
         live.run_epoch().unwrap();
-        checkpointer
-            .checkpoint(
-                &mut live,
-                step,
-                &fingerprints,
-                Duration::ZERO,
-                &metrics,
-                &mut weir_engine::runtime::streams::Streams::detached(),
-            )
-            .await;
+        // The loop's three steps, run back to back.
+        let pending = checkpointer.prepare(
+            &mut live,
+            step,
+            &fingerprints,
+            Duration::ZERO,
+            &metrics,
+            &mut weir_engine::runtime::streams::Streams::detached(),
+        );
+        if let Some(pending) = pending {
+            checkpointer.finish(pending.write().await, &metrics);
+        }
         assert!(checkpointer.fenced().is_none());
         if checkpointer.last_sealed_lsn() != Some(step) {
             failed += 1;
