@@ -42,9 +42,10 @@ impl StateEntry {
 ///   so an update undone within the epoch produces nothing;
 /// - the sum of all returned changes equals the operator's query over the sum
 ///   of all input changes (the Z-set semantics of ARCHITECTURE.md §2);
-/// - `step` on an error leaves the state, and the record of changed keys
-///   [`Operator::take_state_changes`] reads, as they were before the call,
-///   so the epoch can be retried;
+/// - nothing after an error: a `step` that fails may leave its state part
+///   way, because a failed step poisons its graph ([`crate::Graph`]) and the
+///   owner rebuilds it from its inputs or a checkpoint; never retried, so
+///   operators need not copy their state to undo a failed step;
 /// - [`Operator::state_entries`] applied to a fresh operator of the same plan
 ///   (or [`Operator::snapshot`] then [`Operator::restore`]) gives an operator
 ///   that behaves identically, and so do a snapshot's entries followed by
@@ -231,6 +232,28 @@ pub(crate) fn changed_entries(
             })
         })
         .collect()
+}
+
+/// [`Operator::take_state_changes`] for operators that record changed
+/// keys in a hash set: the entries in key order, with their current values
+/// from `value_of`; the record is cleared only when that succeeded.
+pub(crate) fn take_changed(
+    changed: &mut hashbrown::HashSet<Vec<u8>>,
+    value_of: impl Fn(&[u8]) -> Result<Option<Vec<u8>>, EngineError>,
+) -> Result<Vec<StateEntry>, EngineError> {
+    let mut keys: Vec<&Vec<u8>> = changed.iter().collect();
+    keys.sort_unstable();
+    let entries = keys
+        .into_iter()
+        .map(|key| {
+            Ok(StateEntry {
+                value: value_of(key)?,
+                key: key.clone(),
+            })
+        })
+        .collect::<Result<Vec<_>, EngineError>>()?;
+    changed.clear();
+    Ok(entries)
 }
 
 /// Checks the one-change-per-input contract.

@@ -98,17 +98,41 @@ impl RowCodec {
         Ok(rows.iter().map(|r| RowBytes::from(r.as_ref())).collect())
     }
 
+    /// The rows of `columns` in one buffer, without an allocation per row:
+    /// `rows.row(i).as_ref()` is row `i`'s bytes, as [`Self::encode_rows`]
+    /// would give them (or as [`Self::encode_keys`] when `as_keys`).
+    pub fn encode_buffer(
+        &self,
+        columns: &[ArrayRef],
+        as_keys: bool,
+    ) -> Result<arrow::row::Rows, EngineError> {
+        Ok(if as_keys {
+            let canonical: Vec<ArrayRef> = columns.iter().map(canonical_key).collect();
+            self.converter.convert_columns(&canonical)?
+        } else {
+            self.converter.convert_columns(columns)?
+        })
+    }
+
     /// Decodes rows into one batch of the codec's schema.
     pub fn decode<'a>(
         &self,
         rows: impl IntoIterator<Item = &'a RowBytes>,
     ) -> Result<RecordBatch, EngineError> {
+        self.decode_bytes(rows.into_iter().map(|r| r.as_ref()))
+    }
+
+    /// [`Self::decode`] of rows given as byte slices.
+    pub fn decode_bytes<'a>(
+        &self,
+        rows: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<RecordBatch, EngineError> {
         let parser = self.converter.parser();
-        let rows: Vec<&RowBytes> = rows.into_iter().collect();
+        let rows: Vec<&[u8]> = rows.into_iter().collect();
         let num_rows = rows.len();
         let columns = self
             .converter
-            .convert_rows(rows.into_iter().map(|r| parser.parse(r.as_ref())))?;
+            .convert_rows(rows.into_iter().map(|r| parser.parse(r)))?;
         Ok(RecordBatch::try_new_with_options(
             self.schema.clone(),
             columns,

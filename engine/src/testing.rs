@@ -100,6 +100,19 @@ pub fn render(change: &ChangeBatch) -> Vec<String> {
     lines
 }
 
+/// Adds `change` to `result`, a collection as rendered rows (without the
+/// weight) and their counts; rows whose count reaches 0 leave it.
+pub fn accumulate(result: &mut std::collections::BTreeMap<String, i64>, change: &ChangeBatch) {
+    for line in render(change) {
+        let (row, weight) = line.rsplit_once(' ').expect("a weight");
+        let count = result.entry(row.to_string()).or_default();
+        *count += weight.parse::<i64>().expect("a weight like +1");
+        if *count == 0 {
+            result.remove(row);
+        }
+    }
+}
+
 /// A small deterministic random source (xorshift64*), so randomized tests
 /// need no extra dependency and replay from their seed.
 pub struct Rng(u64);

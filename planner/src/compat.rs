@@ -441,6 +441,23 @@ fn relations_are_system(statement: &Statement) -> (bool, bool) {
     (any, flow.is_continue())
 }
 
+/// The name of every relation `statement` reads, each as its lower-cased
+/// parts (`["weir_catalog", "sources"]`, `["t"]`), in the order they appear.
+pub fn relation_names(statement: &Statement) -> Vec<Vec<String>> {
+    use datafusion::sql::sqlparser::ast::visit_relations;
+    let mut names = Vec::new();
+    let _ = visit_relations(statement, |name| {
+        names.push(
+            name.0
+                .iter()
+                .filter_map(|p| p.as_ident().map(|i| i.value.to_lowercase()))
+                .collect(),
+        );
+        ControlFlow::<()>::Continue(())
+    });
+    names
+}
+
 /// How many scalar subqueries the select lists of `statement` hold.
 pub fn select_subquery_count(statement: &Statement) -> usize {
     let mut copy = statement.clone();

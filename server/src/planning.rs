@@ -99,7 +99,17 @@ impl PlanContext {
         let statement = Statement::Query(Box::new(query.clone()));
         let plan = Box::pin(weir_planner::bind(&self.state, statement)).await?;
         let plan = rename_columns(plan, column_names)?;
-        let stream = weir_planner::lower(&plan, &self.state)?;
+        let append_only = |name: &TableReference| {
+            resolve_source(&self.catalog, name, &self.default_schema)
+                .ok()
+                .and_then(|id| self.catalog.sources.get(&id))
+                .and_then(|def| {
+                    weir_connectors::connector(&def.connector, weir_connectors::ConnectorKind::Source)
+                        .ok()
+                })
+                .is_some_and(|c| c.spec().capabilities.append_only)
+        };
+        let stream = weir_planner::lower(&plan, &self.state, &append_only)?;
         let bindings = stream
             .sources
             .iter()

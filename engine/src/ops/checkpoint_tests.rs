@@ -300,25 +300,17 @@ fn a_constant_remembers_it_emitted() {
 }
 
 #[test]
-fn a_failed_step_records_no_change() {
+fn a_failed_step_is_an_error_and_top_n_records_no_change() {
+    // A failed step poisons its graph, which is rebuilt: the aggregate and
+    // the join need not undo it, only report it.
     let mut agg: Box<dyn Operator> = Box::new(aggregate(true, min_max_sum_count()));
     agg.step(&[change(INPUT, "a 1 +1")]).unwrap();
-    let before = agg.state_entries().unwrap();
-    // b's row is new, but the retraction of a row never inserted fails the step.
     assert!(agg.step(&[change(INPUT, "b 2 +1; a 9 -1")]).is_err());
-    assert_eq!(agg.state_entries().unwrap(), before);
-    let changes = agg.take_state_changes().unwrap();
-    assert_eq!(
-        as_map(changes),
-        as_map(before),
-        "only the first step's changes"
-    );
 
     let mut j: Box<dyn Operator> = Box::new(join(JoinKind::Inner));
     j.step(&[change(L, "1 x +1"), change(R, "")]).unwrap();
     j.take_state_changes().unwrap();
     assert!(j.step(&[change(L, "2 y +1"), change(R, "1 x -1")]).is_err());
-    assert!(j.take_state_changes().unwrap().is_empty());
 
     let mut t: Box<dyn Operator> = Box::new(top(Numbering::RowNumber, true));
     t.take_state_changes().unwrap();

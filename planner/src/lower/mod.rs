@@ -55,6 +55,8 @@ pub struct SourceRef {
     pub name: TableReference,
     /// The columns the graph expects, in this order.
     pub schema: SchemaRef,
+    /// The relation only ever inserts (a source whose connector says so).
+    pub append_only: bool,
 }
 
 /// A projection's operator graph, ready to step.
@@ -68,8 +70,14 @@ pub struct StreamPlan {
     pub explain: Vec<String>,
 }
 
-/// Lowers the bound (analyzed, not yet optimized) plan of a projection query.
-pub fn lower(plan: &LogicalPlan, state: &SessionState) -> Result<StreamPlan, PlanError> {
+/// Lowers the bound (analyzed, not yet optimized) plan of a projection
+/// query. `append_only` says which scanned relations only ever insert, so
+/// operators over them can skip retraction state.
+pub fn lower(
+    plan: &LogicalPlan,
+    state: &SessionState,
+    append_only: &dyn Fn(&TableReference) -> bool,
+) -> Result<StreamPlan, PlanError> {
     checks::maintainable(plan)?;
     let optimized = state.optimize(plan)?;
     checks::no_subqueries(&optimized)?;
@@ -77,10 +85,11 @@ pub fn lower(plan: &LogicalPlan, state: &SessionState) -> Result<StreamPlan, Pla
         graph: Graph::new(0),
         sources: Vec::new(),
         explain: Vec::new(),
+        appends: Vec::new(),
         props: state.execution_props().clone(),
         planning: PhysicalPlanningContext::default(),
     };
-    lowering.collect_sources(&optimized)?;
+    lowering.collect_sources(&optimized, append_only)?;
     lowering.graph = Graph::new(lowering.sources.len());
     let output = lowering.node(&optimized)?;
     let schema: SchemaRef = Arc::new(optimized.schema().as_arrow().clone());
@@ -150,6 +159,8 @@ struct Lowering {
     graph: Graph,
     sources: Vec<SourceRef>,
     explain: Vec<String>,
+    /// Per node: its output only ever inserts.
+    appends: Vec<bool>,
     props: ExecutionProps,
     planning: PhysicalPlanningContext,
 }
@@ -157,19 +168,32 @@ struct Lowering {
 impl Lowering {
     /// Registers every distinct scanned relation, in plan order, so the graph
     /// knows its source count before any node is added.
-    fn collect_sources(&mut self, plan: &LogicalPlan) -> Result<(), PlanError> {
+    fn collect_sources(
+        &mut self,
+        plan: &LogicalPlan,
+        append_only: &dyn Fn(&TableReference) -> bool,
+    ) -> Result<(), PlanError> {
         if let LogicalPlan::TableScan(scan) = plan
             && !self.sources.iter().any(|s| s.name == scan.table_name)
         {
             self.sources.push(SourceRef {
                 name: scan.table_name.clone(),
                 schema: scan.source.schema(),
+                append_only: append_only(&scan.table_name),
             });
         }
         for input in plan.inputs() {
-            self.collect_sources(input)?;
+            self.collect_sources(input, append_only)?;
         }
         Ok(())
+    }
+
+    /// Whether the rows of `input` only ever insert.
+    fn append_only(&self, input: Input) -> bool {
+        match input {
+            Input::Source(i) => self.sources[i].append_only,
+            Input::Node(i) => self.appends[i],
+        }
     }
 
     fn add(
@@ -179,7 +203,15 @@ impl Lowering {
         description: String,
     ) -> Result<Input, PlanError> {
         let from: Vec<String> = inputs.iter().map(|i| self.input_name(*i)).collect();
+        // Maps and unions of inserts insert; constants emit once. Other
+        // operators retract (a join's caller says when its output inserts).
+        let appends = match operator.name() {
+            "map" | "union" => inputs.iter().all(|&i| self.append_only(i)),
+            "constant" => true,
+            _ => false,
+        };
         let index = self.graph.add(operator, inputs)?;
+        self.appends.push(appends);
         let line = if from.is_empty() {
             format!("#{index} {description}")
         } else {
@@ -361,17 +393,24 @@ impl Lowering {
             });
         }
         let schema: SchemaRef = Arc::new(a.schema.as_arrow().clone());
+        let input_arrow: SchemaRef = Arc::new(input_schema.as_arrow().clone());
+        let mut operator = AggregateOp::new(input_arrow, group_by, calls, schema)?;
+        if self.append_only(input) {
+            operator = operator.over_append_only();
+        }
+        // Each call with how it is maintained: `count(*) [running]`.
+        let computed: Vec<String> = a
+            .aggr_expr
+            .iter()
+            .zip(operator.strategies())
+            .map(|(e, strategy)| format!("{} [{strategy}]", e.human_display()))
+            .collect();
         let description = format!(
             "aggregate: group by [{}] compute [{}]",
             display_list(&a.group_expr),
-            display_list(&a.aggr_expr)
+            computed.join(", ")
         );
-        let input_arrow: SchemaRef = Arc::new(input_schema.as_arrow().clone());
-        self.add(
-            Box::new(AggregateOp::new(input_arrow, group_by, calls, schema)?),
-            vec![input],
-            description,
-        )
+        self.add(Box::new(operator), vec![input], description)
     }
 
     fn join(&mut self, j: &Join) -> Result<Input, PlanError> {
@@ -441,11 +480,19 @@ impl Lowering {
             residual,
             output_schema: Arc::new(j.schema.as_arrow().clone()),
         };
-        self.add(
+        let inserts = kind == JoinKind::Inner
+            && self.append_only(left_input)
+            && self.append_only(right_input);
+        let output = self.add(
             Box::new(JoinOp::new(spec)?),
             vec![left_input, right_input],
             description,
-        )
+        )?;
+        // Inner pairs of rows that are never retracted are never retracted.
+        if let (true, Input::Node(i)) = (inserts, output) {
+            self.appends[i] = true;
+        }
+        Ok(output)
     }
 
     fn limit(&mut self, l: &Limit) -> Result<Input, PlanError> {
@@ -601,7 +648,7 @@ mod tests {
             produce_one_row: false,
             schema: Arc::new(DFSchema::try_from(schema).unwrap()),
         });
-        let mut stream = lower(&plan, &SessionStateBuilder::new().build()).unwrap();
+        let mut stream = lower(&plan, &SessionStateBuilder::new().build(), &|_| false).unwrap();
         let out = stream.graph.step(&[]).unwrap();
         assert!(out.is_empty());
         assert_eq!(out.schema().fields().len(), 1);

@@ -360,7 +360,7 @@ impl Session {
                 "Weir is restoring its projections after a start; until then only reads of system catalogs and session settings are served".into(),
             ));
         }
-        if self.txn.is_none() {
+        if self.txn.is_none() && self.reads_runtime(&statement) {
             self.read_your_writes().await?;
         }
         let implicit = self.open_implicit()?;

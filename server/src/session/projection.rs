@@ -8,7 +8,7 @@
 //! creation is undone and the error returned, as PostgreSQL fails a
 //! `CREATE MATERIALIZED VIEW` whose query fails.
 
-use datafusion::sql::sqlparser::ast::{CreateTableOptions, CreateView, Query};
+use datafusion::sql::sqlparser::ast::{CreateTableOptions, CreateView, Query, Statement};
 use weir_common::ObjectId;
 use weir_pgsem::SqlType;
 use weir_planner::StreamPlan;
@@ -175,6 +175,29 @@ impl Session {
     pub(super) async fn flush(&mut self) -> Result<StatementResult, ServerError> {
         self.db.flush().await?;
         Ok(command("FLUSH"))
+    }
+
+    /// Whether `statement` may read what the runtime maintains: a
+    /// projection, or a `weir_catalog` table (whose counters and statuses
+    /// follow epochs). Only such a statement waits for read-your-writes;
+    /// the rest (writes, reads of tables, settings) never close an epoch.
+    /// Names are matched without their schema, so a table that shares a
+    /// projection's name costs a barrier, never a stale read.
+    pub(super) fn reads_runtime(&self, statement: &Statement) -> bool {
+        let names = weir_planner::compat::relation_names(statement);
+        if names.is_empty() {
+            return false;
+        }
+        let snapshot = self.db.snapshot();
+        names.iter().any(|parts| match parts.as_slice() {
+            [.., schema, _] if schema == "weir_catalog" => true,
+            [.., name] => snapshot
+                .catalog
+                .projections
+                .values()
+                .any(|p| p.name == *name),
+            [] => false,
+        })
     }
 
     /// With `read_your_writes` on, waits until this session's committed

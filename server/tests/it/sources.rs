@@ -180,6 +180,37 @@ async fn source_and_sink_options_are_checked_at_create() {
     let (code, message) = error_of(&client, "SELECT * FROM bid").await;
     assert_eq!(code, "0A000", "{message}");
     assert!(message.contains("CREATE PROJECTION"), "{message}");
+
+    // The nexmark connector only inserts, so min/max over it keep one value
+    // per group; over a table they keep every value (a DELETE may retract
+    // the current extreme).
+    client
+        .batch_execute("CREATE TABLE prices (auction BIGINT, price BIGINT)")
+        .await
+        .unwrap();
+    for (from, strategy) in [("bid", "extreme value"), ("prices", "ordered values")] {
+        let explain: Vec<String> = client
+            .simple_query(&format!(
+                "EXPLAIN CREATE PROJECTION hi AS SELECT auction, max(price) AS hi, count(*) AS n FROM {from} GROUP BY auction"
+            ))
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+                _ => None,
+            })
+            .collect();
+        let aggregate = explain
+            .iter()
+            .find(|l| l.contains("aggregate"))
+            .unwrap_or_else(|| panic!("{explain:?}"));
+        assert!(
+            aggregate.contains(&format!("max({from}.price) [{strategy}]"))
+                && aggregate.contains("count(Int64(1)) [running]"),
+            "{aggregate}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,588 @@
+//! [`Aggregate`]: GROUP BY with any DataFusion aggregate function, correct
+//! under retractions, in O(change) for the common ones.
+//!
+//! Each call gets a strategy ([`calls`]): count, sum, avg, bool_and and
+//! bool_or keep running accumulators; min and max keep their group's values
+//! ordered with counts, so retracting the current extreme finds the next
+//! (over an input that only inserts, just the extreme value);
+//! count/sum/avg over DISTINCT keep the distinct values with counts; any
+//! other function is recomputed from its group's rows by DataFusion's own
+//! accumulator ([`recompute`]), and only then are the rows kept. An epoch
+//! costs O(input rows) plus O(changed groups) to emit, except for the
+//! recomputed calls (O(rows of the changed groups)). EXPLAIN names each
+//! call's strategy.
+//!
+//! When an epoch changes a group, its output row is replaced: `-old/+new`.
+//! Without GROUP BY there is one group with the empty key, and its row
+//! exists even over empty input (`count(*)` is 0), as in SQL.
+//!
+//! Groups live in an arena indexed by a hash map over their encoded keys, so
+//! an input row costs one hash lookup and no allocation unless it starts a
+//! group. A failed step may leave the state part-way: the graph is then
+//! poisoned and rebuilt ([`crate::Graph::is_poisoned`]).
+//!
+//! State entries (distribution key = the group key): the `started` flag
+//! (`STARTED`, empty group); per group its row count and running
+//! accumulators (`GROUP`) and the output row last emitted (`OUTPUT`); per
+//! kept value its count (`VALUE`, rest = call index and value); per input
+//! row its count when a call recomputes (`ROW`).
+
+mod calls;
+mod exact_sum;
+mod recompute;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::SchemaRef;
+use datafusion::common::ScalarValue;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use weir_common::ChangeBatch;
+
+use self::calls::{Call, CallState, Strategy, ValuesChanged};
+use crate::EngineError;
+use crate::multiset::Multiset;
+use crate::operator::{
+    Operator, StateEntry, count_value, expect_inputs, parse_state_key, read_count, state_key,
+    take_changed, unreadable,
+};
+use crate::rows::{RowBytes, RowCodec, batch_of, empty_change};
+
+const NAME: &str = "aggregate";
+
+/// State key tags.
+const STARTED: u8 = 0;
+const ROW: u8 = 1;
+const OUTPUT: u8 = 2;
+const GROUP: u8 = 3;
+const VALUE: u8 = 4;
+
+/// One aggregate call, with its `FILTER (WHERE ...)` if any.
+pub struct AggregateCall {
+    pub function: Arc<AggregateFunctionExpr>,
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
+}
+
+struct Group {
+    key: RowBytes,
+    /// The net weight of the group's input rows.
+    rows: i64,
+    /// One per call.
+    calls: Vec<CallState>,
+    /// The group's input rows, kept only when a call recomputes.
+    input: Multiset,
+    /// The output row last emitted.
+    output: Option<RowBytes>,
+    /// Changed in the current step.
+    touched: bool,
+}
+
+impl Group {
+    fn is_empty(&self) -> bool {
+        self.rows == 0
+            && self.output.is_none()
+            && self.input.is_empty()
+            && self.calls.iter().all(|c| c.values.is_empty())
+    }
+}
+
+pub struct Aggregate {
+    group_by: Vec<Arc<dyn PhysicalExpr>>,
+    calls: Vec<Call>,
+    input: RowCodec,
+    /// Codec of the group-by columns (the first columns of the output).
+    key: Option<RowCodec>,
+    output: RowCodec,
+    /// Whether a call recomputes, so groups keep their rows.
+    recomputes: bool,
+    /// Group key -> slot in `groups`.
+    index: hashbrown::HashMap<RowBytes, u32>,
+    groups: Vec<Option<Group>>,
+    free: Vec<u32>,
+    /// Whether the global group's first row has been emitted.
+    started: bool,
+    /// State keys changed since the last `take_state_changes`.
+    changed: hashbrown::HashSet<Vec<u8>>,
+}
+
+impl Aggregate {
+    /// `output_schema` is the group-by columns followed by one column per call.
+    pub fn new(
+        input_schema: SchemaRef,
+        group_by: Vec<Arc<dyn PhysicalExpr>>,
+        calls: Vec<AggregateCall>,
+        output_schema: SchemaRef,
+    ) -> Result<Self, EngineError> {
+        if output_schema.fields().len() != group_by.len() + calls.len() {
+            return Err(EngineError::Invariant {
+                operator: NAME,
+                message: format!(
+                    "{} output columns for {} keys and {} aggregates",
+                    output_schema.fields().len(),
+                    group_by.len(),
+                    calls.len()
+                ),
+            });
+        }
+        let key = if group_by.is_empty() {
+            None
+        } else {
+            let indices: Vec<usize> = (0..group_by.len()).collect();
+            Some(RowCodec::new(Arc::new(output_schema.project(&indices)?))?)
+        };
+        let calls = calls
+            .into_iter()
+            .map(|c| Call::new(c, &input_schema))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            group_by,
+            recomputes: calls.iter().any(|c| c.strategy == Strategy::Recompute),
+            calls,
+            input: RowCodec::new(input_schema)?,
+            key,
+            output: RowCodec::new(output_schema)?,
+            index: hashbrown::HashMap::new(),
+            groups: Vec::new(),
+            free: Vec::new(),
+            started: false,
+            changed: hashbrown::HashSet::new(),
+        })
+    }
+
+    /// Declares that the input only ever inserts (an append-only source
+    /// through maps, unions and inner joins): min and max then keep one
+    /// value per group instead of every value. A retraction is an error.
+    pub fn over_append_only(mut self) -> Self {
+        for call in &mut self.calls {
+            call.append_only = true;
+        }
+        self
+    }
+
+    /// How each call is maintained, in call order, for EXPLAIN: `running`,
+    /// `ordered values`, `extreme value`, `distinct values` or `recompute`.
+    pub fn strategies(&self) -> Vec<&'static str> {
+        self.calls.iter().map(Call::describe).collect()
+    }
+
+    fn is_global(&self) -> bool {
+        self.key.is_none()
+    }
+
+    fn group(&self, slot: u32) -> &Group {
+        self.groups[slot as usize].as_ref().expect("a live slot")
+    }
+
+    fn group_mut(&mut self, slot: u32) -> &mut Group {
+        self.groups[slot as usize].as_mut().expect("a live slot")
+    }
+
+    /// The slot of the group with `key`, created empty if there is none.
+    fn slot_of(&mut self, key: &[u8]) -> u32 {
+        if let Some(&slot) = self.index.get(key) {
+            return slot;
+        }
+        let key = RowBytes::from(key);
+        let group = Group {
+            key: key.clone(),
+            rows: 0,
+            calls: self.calls.iter().map(Call::new_state).collect(),
+            input: Multiset::default(),
+            output: None,
+            touched: false,
+        };
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.groups[slot as usize] = Some(group);
+                slot
+            }
+            None => {
+                self.groups.push(Some(group));
+                (self.groups.len() - 1) as u32
+            }
+        };
+        self.index.insert(key, slot);
+        slot
+    }
+
+    fn remove(&mut self, slot: u32) {
+        if let Some(group) = self.groups[slot as usize].take() {
+            self.index.remove(&group.key);
+            self.free.push(slot);
+        }
+    }
+
+    /// The group slot of every input row.
+    fn slots_of(&mut self, rows: &RecordBatch) -> Result<Vec<u32>, EngineError> {
+        let Some(codec) = &self.key else {
+            let slot = self.slot_of(&[]);
+            return Ok(vec![slot; rows.num_rows()]);
+        };
+        let columns = self
+            .group_by
+            .iter()
+            .zip(codec.schema().fields())
+            .map(|(e, field)| {
+                let array = e.evaluate(rows)?.into_array(rows.num_rows())?;
+                Ok(cast(&array, field.data_type())?)
+            })
+            .collect::<Result<Vec<ArrayRef>, EngineError>>()?;
+        let keys = codec.encode_buffer(&columns, true)?;
+        Ok(keys.iter().map(|key| self.slot_of(key.as_ref())).collect())
+    }
+
+    /// Folds `input` into the groups; returns the slots it touched.
+    fn fold(&mut self, input: &ChangeBatch) -> Result<Vec<u32>, EngineError> {
+        let slots = self.slots_of(input.rows())?;
+        let weights = input.weights().values();
+        let mut touched = Vec::new();
+        for (&slot, &weight) in slots.iter().zip(weights) {
+            let group = self.group_mut(slot);
+            group.rows += weight;
+            if group.rows < 0 {
+                return Err(EngineError::Invariant {
+                    operator: NAME,
+                    message: "a row was retracted more often than it was inserted".into(),
+                });
+            }
+            if !group.touched {
+                group.touched = true;
+                touched.push(slot);
+            }
+        }
+        for (c, call) in self.calls.iter().enumerate() {
+            if call.strategy == Strategy::Recompute {
+                continue;
+            }
+            let prepared = call.prepare(input)?;
+            for (i, (&slot, &weight)) in slots.iter().zip(weights).enumerate() {
+                let group = self.groups[slot as usize].as_mut().expect("a live slot");
+                match call.apply(&mut group.calls[c], &prepared, i, weight)? {
+                    ValuesChanged::No => {}
+                    changed => {
+                        let value = prepared.keys.as_ref().expect("kept values").row(i);
+                        let rest = value_rest(c, value.as_ref());
+                        self.changed.insert(state_key(VALUE, &group.key, &rest));
+                        if let ValuesChanged::Replaced(old) = changed {
+                            let rest = value_rest(c, &old);
+                            self.changed.insert(state_key(VALUE, &group.key, &rest));
+                        }
+                    }
+                }
+            }
+        }
+        if self.recomputes {
+            let rows = self.input.encode_rows(input.rows())?;
+            for ((&slot, &weight), row) in slots.iter().zip(weights).zip(&rows) {
+                let group = self.groups[slot as usize].as_mut().expect("a live slot");
+                group.input.add(row, weight, NAME)?;
+                self.changed.insert(state_key(ROW, &group.key, row));
+            }
+        }
+        Ok(touched)
+    }
+
+    /// Output rows for the groups in `slots`, encoded.
+    fn output_rows(&self, slots: &[u32]) -> Result<Vec<RowBytes>, EngineError> {
+        if slots.is_empty() {
+            return Ok(Vec::new());
+        }
+        let groups: Vec<&Group> = slots.iter().map(|&s| self.group(s)).collect();
+        let mut columns: Vec<ArrayRef> = match &self.key {
+            None => Vec::new(),
+            Some(codec) => codec
+                .decode(groups.iter().map(|g| &g.key))?
+                .columns()
+                .to_vec(),
+        };
+        let fields = self.output.schema().fields().clone();
+        let first_value_column = columns.len();
+        for (c, call) in self.calls.iter().enumerate() {
+            let field = fields[first_value_column + c].data_type();
+            let states: Vec<&CallState> = groups.iter().map(|g| &g.calls[c]).collect();
+            let array = match call.evaluate(&states, field)? {
+                Some(array) => array,
+                None => {
+                    let values = groups
+                        .iter()
+                        .map(|g| recompute::evaluate(call, &self.input.decode(g.input.expanded())?))
+                        .collect::<Result<Vec<ScalarValue>, EngineError>>()?;
+                    let array = ScalarValue::iter_to_array(values)?;
+                    if array.data_type() == field {
+                        array
+                    } else {
+                        cast(&array, field)?
+                    }
+                }
+            };
+            columns.push(array);
+        }
+        let batch = batch_of(self.output.schema(), columns, slots.len())?;
+        self.output.encode_rows(&batch)
+    }
+
+    /// Replaces the output row of each touched group; drops groups left empty.
+    fn emit(&mut self, touched: Vec<u32>) -> Result<ChangeBatch, EngineError> {
+        // A group with no rows left has no output row, except the global one.
+        let global = self.is_global();
+        let live: Vec<u32> = touched
+            .iter()
+            .copied()
+            .filter(|&s| global || self.group(s).rows > 0)
+            .collect();
+        let mut new_rows = live.iter().copied().zip(self.output_rows(&live)?).peekable();
+        let mut change: Vec<(RowBytes, i64)> = Vec::new();
+        for slot in touched {
+            let new = new_rows.next_if(|(s, _)| *s == slot).map(|(_, row)| row);
+            let group = self.group_mut(slot);
+            group.touched = false;
+            let key = group.key.clone();
+            if group.output != new {
+                if let Some(old) = group.output.take() {
+                    change.push((old, -1));
+                }
+                if let Some(new) = &new {
+                    change.push((new.clone(), 1));
+                }
+                group.output = new;
+                self.changed.insert(state_key(OUTPUT, &key, &[]));
+            }
+            self.changed.insert(state_key(GROUP, &key, &[]));
+            if self.group(slot).is_empty() {
+                self.remove(slot);
+            }
+        }
+        self.output.consolidated_change(&change)
+    }
+}
+
+/// The rest of a `VALUE` key: the call's index, then the value.
+fn value_rest(call: usize, value: &[u8]) -> Vec<u8> {
+    let mut rest = Vec::with_capacity(2 + value.len());
+    rest.extend_from_slice(&(call as u16).to_be_bytes());
+    rest.extend_from_slice(value);
+    rest
+}
+
+impl Operator for Aggregate {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn output_schema(&self) -> SchemaRef {
+        self.output.schema().clone()
+    }
+
+    fn structure(&self) -> String {
+        use crate::operator::{exprs_text, schema_text};
+        let calls: Vec<String> = self
+            .calls
+            .iter()
+            .map(|c| {
+                let f = &c.call.function;
+                let order: Vec<String> = f.order_bys().iter().map(|o| o.to_string()).collect();
+                format!(
+                    "{}(distinct={} ignore_nulls={} reversed={}; {}; order {}; filter {}; {:?} append_only={})",
+                    f.fun().name(),
+                    f.is_distinct(),
+                    f.ignore_nulls(),
+                    f.is_reversed(),
+                    exprs_text(&f.expressions()),
+                    order.join(", "),
+                    exprs_text(&c.call.filter),
+                    c.strategy,
+                    c.append_only,
+                )
+            })
+            .collect();
+        // `/2`: the state layout with running accumulators.
+        format!(
+            "{NAME}/2(group {}; calls {}; in {}; out {})",
+            exprs_text(&self.group_by),
+            calls.join(" | "),
+            schema_text(self.input.schema()),
+            schema_text(self.output.schema())
+        )
+    }
+
+    fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
+        expect_inputs(NAME, inputs, 1)?;
+        let mut touched = Vec::new();
+        if !self.started {
+            self.changed.insert(state_key(STARTED, &[], &[]));
+            if self.is_global() {
+                let slot = self.slot_of(&[]);
+                self.group_mut(slot).touched = true;
+                touched.push(slot);
+            }
+        }
+        self.started = true;
+        if !inputs[0].is_empty() {
+            touched.extend(self.fold(&inputs[0])?);
+        }
+        if touched.is_empty() {
+            return Ok(empty_change(self.output.schema()));
+        }
+        self.emit(touched)
+    }
+
+    fn take_state_changes(&mut self) -> Result<Vec<StateEntry>, EngineError> {
+        let mut changed = std::mem::take(&mut self.changed);
+        let taken = take_changed(&mut changed, |key| self.value_of(key));
+        self.changed = changed;
+        taken
+    }
+
+    fn state_entries(&self) -> Result<Vec<StateEntry>, EngineError> {
+        let mut entries = Vec::new();
+        if self.started {
+            entries.push(StateEntry::set(state_key(STARTED, &[], &[]), vec![1]));
+        }
+        for group in self.groups.iter().flatten() {
+            let key = &group.key;
+            entries.push(StateEntry::set(
+                state_key(GROUP, key, &[]),
+                self.encode_group(group),
+            ));
+            if let Some(output) = &group.output {
+                entries.push(StateEntry::set(
+                    state_key(OUTPUT, key, &[]),
+                    output.to_vec(),
+                ));
+            }
+            for (c, state) in group.calls.iter().enumerate() {
+                for (value, &count) in &state.values {
+                    entries.push(StateEntry::set(
+                        state_key(VALUE, key, &value_rest(c, value)),
+                        count_value(count),
+                    ));
+                }
+            }
+            for (row, count) in group.input.iter() {
+                entries.push(StateEntry::set(
+                    state_key(ROW, key, row),
+                    count_value(count),
+                ));
+            }
+        }
+        // In key order, so equal states snapshot to equal bytes.
+        entries.sort_unstable();
+        Ok(entries)
+    }
+
+    fn apply_state_entries(&mut self, entries: &[StateEntry]) -> Result<(), EngineError> {
+        let mut touched: Vec<u32> = Vec::new();
+        for e in entries {
+            let key = parse_state_key(NAME, &e.key)?;
+            let value = e.value.as_deref();
+            if key.tag == STARTED {
+                self.started = value.is_some();
+                continue;
+            }
+            let slot = self.slot_of(key.distribution);
+            touched.push(slot);
+            match key.tag {
+                GROUP => self.decode_group(slot, value)?,
+                OUTPUT => self.group_mut(slot).output = value.map(RowBytes::from),
+                VALUE => {
+                    let count = read_count(NAME, value)?;
+                    let (call, value) = key
+                        .rest
+                        .split_first_chunk::<2>()
+                        .map(|(c, v)| (u16::from_be_bytes(*c) as usize, v))
+                        .filter(|(c, _)| *c < self.calls.len())
+                        .ok_or_else(|| unreadable(NAME, "a malformed value key"))?;
+                    let values = &mut self.group_mut(slot).calls[call].values;
+                    if count == 0 {
+                        values.remove(value);
+                    } else {
+                        values.insert(value.into(), count);
+                    }
+                }
+                ROW => {
+                    let count = read_count(NAME, value)?;
+                    self.group_mut(slot).input.set(key.rest, count);
+                }
+                _ => return Err(unreadable(NAME, "an unknown tag")),
+            }
+        }
+        // A group exists while it has rows or an output, as after a step.
+        for slot in touched {
+            if self.groups[slot as usize]
+                .as_ref()
+                .is_some_and(Group::is_empty)
+            {
+                self.remove(slot);
+            }
+        }
+        self.changed.clear();
+        Ok(())
+    }
+}
+
+impl Aggregate {
+    /// A `GROUP` entry's value: the row count, then each call's accumulators.
+    fn encode_group(&self, group: &Group) -> Vec<u8> {
+        let mut value = group.rows.to_le_bytes().to_vec();
+        for (call, state) in self.calls.iter().zip(&group.calls) {
+            call.encode(state, &mut value);
+        }
+        value
+    }
+
+    /// Sets a group's row count and accumulators from a `GROUP` entry
+    /// (`None`: none left), keeping its values.
+    fn decode_group(&mut self, slot: u32, value: Option<&[u8]>) -> Result<(), EngineError> {
+        let fresh: Vec<CallState> = self.calls.iter().map(Call::new_state).collect();
+        let calls = std::mem::take(&mut self.calls);
+        let group = self.groups[slot as usize].as_mut().expect("a live slot");
+        let decoded = (|| {
+            for (state, fresh) in group.calls.iter_mut().zip(fresh) {
+                let values = std::mem::take(&mut state.values);
+                *state = fresh;
+                state.values = values;
+            }
+            let Some(mut bytes) = value else {
+                group.rows = 0;
+                return Some(());
+            };
+            group.rows = i64::from_le_bytes(exact_sum::take(&mut bytes)?);
+            for (call, state) in calls.iter().zip(group.calls.iter_mut()) {
+                call.decode(state, &mut bytes)?;
+            }
+            bytes.is_empty().then_some(())
+        })();
+        self.calls = calls;
+        decoded.ok_or_else(|| unreadable(NAME, "a malformed group"))
+    }
+
+    /// The current value of a state key (`None` when it has none).
+    fn value_of(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        let key = parse_state_key(NAME, key)?;
+        let group = self.index.get(key.distribution).map(|&s| self.group(s));
+        Ok(match key.tag {
+            STARTED => self.started.then(|| vec![1]),
+            GROUP => group.map(|g| self.encode_group(g)),
+            OUTPUT => group.and_then(|g| g.output.as_ref()).map(|r| r.to_vec()),
+            VALUE => {
+                let (call, value) = key
+                    .rest
+                    .split_first_chunk::<2>()
+                    .ok_or_else(|| unreadable(NAME, "a malformed value key"))?;
+                group
+                    .and_then(|g| g.calls.get(u16::from_be_bytes(*call) as usize))
+                    .and_then(|c| c.values.get(value))
+                    .map(|&count| count_value(count))
+            }
+            ROW => group
+                .map(|g| g.input.count_of(key.rest))
+                .filter(|&c| c > 0)
+                .map(count_value),
+            _ => return Err(unreadable(NAME, "an unknown tag")),
+        })
+    }
+}
