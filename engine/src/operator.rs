@@ -234,6 +234,29 @@ pub(crate) fn changed_entries(
         .collect()
 }
 
+/// Records the [`state_key`] of (`tag`, `distribution`, `rest` parts in
+/// order) in `changed`, building it in `scratch` so that a key already
+/// recorded (a hot group, a repeated value) costs a lookup, not an
+/// allocation.
+pub(crate) fn mark_changed(
+    changed: &mut hashbrown::HashSet<Vec<u8>>,
+    scratch: &mut Vec<u8>,
+    tag: u8,
+    distribution: &[u8],
+    rest: &[&[u8]],
+) {
+    scratch.clear();
+    scratch.push(tag);
+    scratch.extend_from_slice(&(distribution.len() as u32).to_le_bytes());
+    scratch.extend_from_slice(distribution);
+    for part in rest {
+        scratch.extend_from_slice(part);
+    }
+    if !changed.contains(scratch.as_slice()) {
+        changed.insert(scratch.clone());
+    }
+}
+
 /// [`Operator::take_state_changes`] for operators that record changed
 /// keys in a hash set: the entries in key order, with their current values
 /// from `value_of`; the record is cleared only when that succeeded.

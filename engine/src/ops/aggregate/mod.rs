@@ -47,8 +47,8 @@ use self::calls::{Call, CallState, Strategy, ValuesChanged};
 use crate::EngineError;
 use crate::multiset::Multiset;
 use crate::operator::{
-    Operator, StateEntry, count_value, expect_inputs, parse_state_key, read_count, state_key,
-    take_changed, unreadable,
+    Operator, StateEntry, count_value, expect_inputs, mark_changed, parse_state_key, read_count,
+    state_key, take_changed, unreadable,
 };
 use crate::rows::{RowBytes, RowCodec, batch_of, empty_change};
 
@@ -240,6 +240,7 @@ impl Aggregate {
         let slots = self.slots_of(input.rows())?;
         let weights = input.weights().values();
         let mut touched = Vec::new();
+        let mut scratch = Vec::new();
         for (&slot, &weight) in slots.iter().zip(weights) {
             let group = self.group_mut(slot);
             group.rows += weight;
@@ -265,11 +266,11 @@ impl Aggregate {
                     ValuesChanged::No => {}
                     changed => {
                         let value = prepared.keys.as_ref().expect("kept values").row(i);
-                        let rest = value_rest(c, value.as_ref());
-                        self.changed.insert(state_key(VALUE, &group.key, &rest));
+                        let parts: [&[u8]; 2] = [&(c as u16).to_be_bytes(), value.as_ref()];
+                        mark_changed(&mut self.changed, &mut scratch, VALUE, &group.key, &parts);
                         if let ValuesChanged::Replaced(old) = changed {
-                            let rest = value_rest(c, &old);
-                            self.changed.insert(state_key(VALUE, &group.key, &rest));
+                            let parts: [&[u8]; 2] = [&(c as u16).to_be_bytes(), &old];
+                            mark_changed(&mut self.changed, &mut scratch, VALUE, &group.key, &parts);
                         }
                     }
                 }
@@ -280,7 +281,7 @@ impl Aggregate {
             for ((&slot, &weight), row) in slots.iter().zip(weights).zip(&rows) {
                 let group = self.groups[slot as usize].as_mut().expect("a live slot");
                 group.input.add(row, weight, NAME)?;
-                self.changed.insert(state_key(ROW, &group.key, row));
+                mark_changed(&mut self.changed, &mut scratch, ROW, &group.key, &[row]);
             }
         }
         Ok(touched)

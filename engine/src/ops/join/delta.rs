@@ -28,7 +28,8 @@ use weir_common::ChangeBatch;
 use super::{JoinKind, JoinSpec, Sides, rebind, take_rows};
 use crate::EngineError;
 use crate::operator::{
-    Operator, StateEntry, expect_inputs, parse_state_key, state_key, take_changed, unreadable,
+    Operator, StateEntry, expect_inputs, mark_changed, parse_state_key, state_key, take_changed,
+    unreadable,
 };
 use crate::rows::{RowBytes, RowCodec, concat_changes, consolidate, empty_change, where_true};
 
@@ -158,6 +159,7 @@ impl DeltaJoin {
         let track_other = self.tracks(!delta.left);
         let track_own = self.tracks(delta.left);
         let mut pair_weights = Vec::with_capacity(n);
+        let mut scratch = Vec::new();
         for (p, (i, other_row, other_count)) in candidates.iter().enumerate() {
             if !passes(p) {
                 continue;
@@ -180,7 +182,7 @@ impl DeltaJoin {
                     .or_insert(*counts);
                 counts.matches += weight;
                 let tag = if delta.left { RIGHT } else { LEFT };
-                self.changed.insert(state_key(tag, &key, other_row));
+                mark_changed(&mut self.changed, &mut scratch, tag, &key, &[other_row]);
             }
         }
         if self.spec.kind.outputs_left_only() || pair_weights.is_empty() {
@@ -205,6 +207,7 @@ impl DeltaJoin {
         let weights = delta.change.weights().values();
         let tag = if delta.left { LEFT } else { RIGHT };
         let tracked = self.tracks(delta.left);
+        let mut scratch = Vec::new();
         for (i, (key, row)) in delta.keys.iter().zip(&delta.rows).enumerate() {
             let Some(key) = key else {
                 // Matches nothing, ever: its own output is its change.
@@ -248,7 +251,7 @@ impl DeltaJoin {
                     });
                 }
             }
-            self.changed.insert(state_key(tag, key, row));
+            mark_changed(&mut self.changed, &mut scratch, tag, key, &[row]);
         }
         Ok(())
     }
