@@ -104,8 +104,11 @@ impl PlanContext {
                 .ok()
                 .and_then(|id| self.catalog.sources.get(&id))
                 .and_then(|def| {
-                    weir_connectors::connector(&def.connector, weir_connectors::ConnectorKind::Source)
-                        .ok()
+                    weir_connectors::connector(
+                        &def.connector,
+                        weir_connectors::ConnectorKind::Source,
+                    )
+                    .ok()
                 })
                 .is_some_and(|c| c.spec().capabilities.append_only)
         };

@@ -24,8 +24,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array,
-    Int64Array, UInt64Array,
+    Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, UInt64Array,
 };
 use arrow::compute::{cast, filter};
 use arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type, Schema, UInt64Type};
@@ -301,9 +300,11 @@ impl Call {
             }
         }
         let numbers = match (self.strategy.running(), args.first()) {
-            (Some(Running::SumSigned), Some(a)) => {
-                Numbers::Signed(cast(a, &DataType::Int64)?.as_primitive::<Int64Type>().clone())
-            }
+            (Some(Running::SumSigned), Some(a)) => Numbers::Signed(
+                cast(a, &DataType::Int64)?
+                    .as_primitive::<Int64Type>()
+                    .clone(),
+            ),
             (Some(Running::SumUnsigned), Some(a)) => Numbers::Unsigned(
                 cast(a, &DataType::UInt64)?
                     .as_primitive::<UInt64Type>()
@@ -317,7 +318,11 @@ impl Call {
                             .clone(),
                     )
                 } else {
-                    Numbers::Signed(cast(a, &DataType::Int64)?.as_primitive::<Int64Type>().clone())
+                    Numbers::Signed(
+                        cast(a, &DataType::Int64)?
+                            .as_primitive::<Int64Type>()
+                            .clone(),
+                    )
                 }
             }
             (Some(Running::SumFloat | Running::AvgFloat), Some(a)) => Numbers::Float(
@@ -530,7 +535,11 @@ impl Call {
     }
 
     /// Drops the filter rows of a batch (for `recompute`'s arguments).
-    pub fn filter_args(&self, batch: &arrow::array::RecordBatch, args: Vec<ArrayRef>) -> Result<Vec<ArrayRef>, EngineError> {
+    pub fn filter_args(
+        &self,
+        batch: &arrow::array::RecordBatch,
+        args: Vec<ArrayRef>,
+    ) -> Result<Vec<ArrayRef>, EngineError> {
         let Some(predicate) = &self.call.filter else {
             return Ok(args);
         };
@@ -583,7 +592,8 @@ fn running_values(
             let DataType::Decimal128(precision, scale) = output else {
                 return Err(unexpected_output(output));
             };
-            let averager = DecimalAverager::<Decimal128Type>::try_new(input_scale, *precision, *scale)?;
+            let averager =
+                DecimalAverager::<Decimal128Type>::try_new(input_scale, *precision, *scale)?;
             let values = states
                 .iter()
                 .map(|s| {
@@ -597,12 +607,18 @@ fn running_values(
             )
         }
         // `count` trues, `sum` falses; NULL when neither.
-        Running::BoolAnd | Running::BoolOr => Arc::new(BooleanArray::from_iter(states.iter().map(
-            |s| match (s.count > 0, s.sum > 0) {
-                (false, false) => None,
-                (trues, falses) => Some(if running == Running::BoolAnd { !falses } else { trues }),
-            },
-        ))),
+        Running::BoolAnd | Running::BoolOr => {
+            Arc::new(BooleanArray::from_iter(states.iter().map(|s| {
+                match (s.count > 0, s.sum > 0) {
+                    (false, false) => None,
+                    (trues, falses) => Some(if running == Running::BoolAnd {
+                        !falses
+                    } else {
+                        trues
+                    }),
+                }
+            })))
+        }
     })
 }
 

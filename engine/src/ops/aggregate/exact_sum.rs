@@ -114,7 +114,11 @@ impl ExactSum {
         for p in &self.partials {
             out.extend_from_slice(&p.to_le_bytes());
         }
-        for count in [self.nans, self.positive_infinities, self.negative_infinities] {
+        for count in [
+            self.nans,
+            self.positive_infinities,
+            self.negative_infinities,
+        ] {
             out.extend_from_slice(&count.to_le_bytes());
         }
     }

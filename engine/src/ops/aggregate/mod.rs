@@ -270,7 +270,13 @@ impl Aggregate {
                         mark_changed(&mut self.changed, &mut scratch, VALUE, &group.key, &parts);
                         if let ValuesChanged::Replaced(old) = changed {
                             let parts: [&[u8]; 2] = [&(c as u16).to_be_bytes(), &old];
-                            mark_changed(&mut self.changed, &mut scratch, VALUE, &group.key, &parts);
+                            mark_changed(
+                                &mut self.changed,
+                                &mut scratch,
+                                VALUE,
+                                &group.key,
+                                &parts,
+                            );
                         }
                     }
                 }
@@ -335,7 +341,11 @@ impl Aggregate {
             .copied()
             .filter(|&s| global || self.group(s).rows > 0)
             .collect();
-        let mut new_rows = live.iter().copied().zip(self.output_rows(&live)?).peekable();
+        let mut new_rows = live
+            .iter()
+            .copied()
+            .zip(self.output_rows(&live)?)
+            .peekable();
         let mut change: Vec<(RowBytes, i64)> = Vec::new();
         for slot in touched {
             let new = new_rows.next_if(|(s, _)| *s == slot).map(|(_, row)| row);

@@ -172,7 +172,6 @@ fn retracting_what_was_never_inserted_is_an_error() {
     assert!(agg.step(&[change(INPUT, "a 7 -1")]).is_err());
 }
 
-
 mod differential {
     //! Random inserts and retractions (NULLs, groups that empty out and come
     //! back, retraction of the current min and max) through every
@@ -209,7 +208,12 @@ mod differential {
             None,
         ));
         type Udaf = Arc<datafusion::logical_expr::AggregateUDF>;
-        let spec: Vec<(Udaf, Arc<dyn PhysicalExpr>, bool, Option<Arc<dyn PhysicalExpr>>)> = vec![
+        let spec: Vec<(
+            Udaf,
+            Arc<dyn PhysicalExpr>,
+            bool,
+            Option<Arc<dyn PhysicalExpr>>,
+        )> = vec![
             (count_udaf(), lit(1i64), false, None),
             (count_udaf(), expr("x"), false, None),
             (sum_udaf(), expr("x"), false, None),
@@ -312,7 +316,12 @@ mod differential {
                 &mut expected,
                 &recomputed.step(std::slice::from_ref(&change)).unwrap(),
             );
-            assert_eq!(result, expected, "seed {seed} step {step} after {:?}", render(&change));
+            assert_eq!(
+                result,
+                expected,
+                "seed {seed} step {step} after {:?}",
+                render(&change)
+            );
             replica
                 .apply_state_entries(&incremental.take_state_changes().unwrap())
                 .unwrap();

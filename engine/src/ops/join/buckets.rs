@@ -123,7 +123,9 @@ impl BucketJoin {
                 (0..n as u32).flat_map(|i| std::iter::repeat_n(i, m)),
             );
             let right_idx = UInt32Array::from_iter_values((0..n).flat_map(|_| 0..m as u32));
-            let crossed = self.sides.combine(&left, Some(&left_idx), &right, Some(&right_idx), n * m)?;
+            let crossed =
+                self.sides
+                    .combine(&left, Some(&left_idx), &right, Some(&right_idx), n * m)?;
             let keep: BooleanArray = match &self.spec.residual {
                 None => BooleanArray::from(vec![true; n * m]),
                 Some(predicate) => {
@@ -151,18 +153,27 @@ impl BucketJoin {
         } else {
             let (li, ri): (Vec<u32>, Vec<u32>) = pairs.into_iter().unzip();
             let (li, ri) = (UInt32Array::from(li), UInt32Array::from(ri));
-            parts.push(self.sides.combine(&left, Some(&li), &right, Some(&ri), li.len())?);
+            parts.push(
+                self.sides
+                    .combine(&left, Some(&li), &right, Some(&ri), li.len())?,
+            );
             if kind.keeps_unmatched_left() {
                 let rows = UInt32Array::from_iter_values(
                     (0..n as u32).filter(|&i| !left_matched[i as usize]),
                 );
-                parts.push(self.sides.combine(&left, Some(&rows), &right, None, rows.len())?);
+                parts.push(
+                    self.sides
+                        .combine(&left, Some(&rows), &right, None, rows.len())?,
+                );
             }
             if kind.keeps_unmatched_right() {
                 let rows = UInt32Array::from_iter_values(
                     (0..m as u32).filter(|&j| !right_matched[j as usize]),
                 );
-                parts.push(self.sides.combine(&left, None, &right, Some(&rows), rows.len())?);
+                parts.push(
+                    self.sides
+                        .combine(&left, None, &right, Some(&rows), rows.len())?,
+                );
             }
         }
         let mut out = Multiset::default();
@@ -174,7 +185,6 @@ impl BucketJoin {
         }
         Ok(out)
     }
-
 }
 
 impl Operator for BucketJoin {
@@ -341,4 +351,3 @@ impl BucketJoin {
         Ok((count > 0).then(|| count_value(count)))
     }
 }
-

@@ -55,7 +55,11 @@ struct Bucket {
 
 impl Bucket {
     fn side(&mut self, left: bool) -> &mut HashMap<RowBytes, Counts> {
-        if left { &mut self.left } else { &mut self.right }
+        if left {
+            &mut self.left
+        } else {
+            &mut self.right
+        }
     }
 }
 
@@ -113,7 +117,11 @@ impl DeltaJoin {
     }
 
     fn codec(&self, left: bool) -> &RowCodec {
-        if left { &self.sides.left } else { &self.sides.right }
+        if left {
+            &self.sides.left
+        } else {
+            &self.sides.right
+        }
     }
 
     /// Matches the rows of `delta` against the other side as it is now:
@@ -132,8 +140,16 @@ impl DeltaJoin {
             let Some(bucket) = key.as_ref().and_then(|k| self.buckets.get(k)) else {
                 continue;
             };
-            let other = if delta.left { &bucket.right } else { &bucket.left };
-            candidates.extend(other.iter().map(|(row, c)| (i as u32, row.clone(), c.count)));
+            let other = if delta.left {
+                &bucket.right
+            } else {
+                &bucket.left
+            };
+            candidates.extend(
+                other
+                    .iter()
+                    .map(|(row, c)| (i as u32, row.clone(), c.count)),
+            );
         }
         if candidates.is_empty() {
             return Ok(None);
@@ -146,9 +162,11 @@ impl DeltaJoin {
         let n = candidates.len();
         let all = UInt32Array::from_iter_values(0..n as u32);
         let pairs = if delta.left {
-            self.sides.combine(&own, Some(&all), &other, Some(&all), n)?
+            self.sides
+                .combine(&own, Some(&all), &other, Some(&all), n)?
         } else {
-            self.sides.combine(&other, Some(&all), &own, Some(&all), n)?
+            self.sides
+                .combine(&other, Some(&all), &own, Some(&all), n)?
         };
         let keep = match &self.spec.residual {
             None => None,
@@ -193,7 +211,10 @@ impl DeltaJoin {
             None => pairs,
         };
         let pairs = rebind(&pairs, self.sides.output.schema())?;
-        Ok(Some(ChangeBatch::new(pairs, Int64Array::from(pair_weights))?))
+        Ok(Some(ChangeBatch::new(
+            pairs,
+            Int64Array::from(pair_weights),
+        )?))
     }
 
     /// Applies `delta` to its side (after matching it).
@@ -232,7 +253,11 @@ impl DeltaJoin {
             let new = Counts {
                 count: old.count + weights[i],
                 // A row new to the state matches what it just matched.
-                matches: if old.count == 0 { own_matches[i] } else { old.matches },
+                matches: if old.count == 0 {
+                    own_matches[i]
+                } else {
+                    old.matches
+                },
             };
             match new.count {
                 0 => {
@@ -269,7 +294,13 @@ impl DeltaJoin {
             let new = self
                 .buckets
                 .get(key)
-                .and_then(|b| if left { b.left.get(row) } else { b.right.get(row) })
+                .and_then(|b| {
+                    if left {
+                        b.left.get(row)
+                    } else {
+                        b.right.get(row)
+                    }
+                })
                 .copied()
                 .unwrap_or_default();
             let delta = self.visible(left, new) - self.visible(left, *old);
@@ -347,7 +378,11 @@ impl Operator for DeltaJoin {
             if let Some(pairs) = self.match_delta(&delta, &mut own_matches, other_before)? {
                 parts.push(pairs);
             }
-            let unkeyed = if left { &mut unkeyed_left } else { &mut unkeyed_right };
+            let unkeyed = if left {
+                &mut unkeyed_left
+            } else {
+                &mut unkeyed_right
+            };
             self.apply_delta(&delta, &own_matches, own_before, unkeyed)?;
         }
         if self.tracks(true) {
@@ -399,7 +434,10 @@ impl Operator for DeltaJoin {
                 None => None,
                 Some(value) => Some(self.decode(left, value)?),
             };
-            let bucket = self.buckets.entry(RowBytes::from(key.distribution)).or_default();
+            let bucket = self
+                .buckets
+                .entry(RowBytes::from(key.distribution))
+                .or_default();
             match counts {
                 Some(counts) => {
                     bucket.side(left).insert(RowBytes::from(key.rest), counts);
@@ -456,7 +494,13 @@ impl DeltaJoin {
         Ok(self
             .buckets
             .get(key.distribution)
-            .and_then(|b| if left { b.left.get(key.rest) } else { b.right.get(key.rest) })
+            .and_then(|b| {
+                if left {
+                    b.left.get(key.rest)
+                } else {
+                    b.right.get(key.rest)
+                }
+            })
             .map(|counts| self.encode(left, *counts)))
     }
 }

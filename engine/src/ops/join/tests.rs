@@ -181,7 +181,6 @@ fn snapshot_and_restore_continue_where_they_left_off() {
     );
 }
 
-
 mod differential {
     //! Random inserts and retractions on both sides (NULL keys, duplicate
     //! rows, buckets that empty out and come back) through the delta join
@@ -233,13 +232,25 @@ mod differential {
         let mut replica = DeltaJoin::new(spec(kind, residual)).unwrap();
         let (mut result, mut expected) = (BTreeMap::new(), BTreeMap::new());
         for step in 0..50 {
-            let l = if rng.below(3) == 0 { change(L, "") } else { left.next(&mut rng) };
-            let r = if rng.below(3) == 0 { change(R, "") } else { right.next(&mut rng) };
+            let l = if rng.below(3) == 0 {
+                change(L, "")
+            } else {
+                left.next(&mut rng)
+            };
+            let r = if rng.below(3) == 0 {
+                change(R, "")
+            } else {
+                right.next(&mut rng)
+            };
             let inputs = [l, r];
             let out = delta.step(&inputs).unwrap();
             let mut consolidated = out.clone();
             consolidated = crate::rows::consolidate(&consolidated).unwrap();
-            assert_eq!(render(&out), render(&consolidated), "output is consolidated");
+            assert_eq!(
+                render(&out),
+                render(&consolidated),
+                "output is consolidated"
+            );
             accumulate(&mut result, &out);
             accumulate(&mut expected, &oracle.step(&inputs).unwrap());
             assert_eq!(
