@@ -8,6 +8,7 @@
 //! Tables without a declared primary key carry a hidden row-id column that
 //! the caller fills; it is then the key.
 
+use std::ops::Bound;
 use std::sync::{Arc, OnceLock};
 
 use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
@@ -173,6 +174,76 @@ impl TableState {
             }
         }
         Ok((positions, self.decode(found.iter())?))
+    }
+
+    /// The key columns' indices in the table's schema, in key order.
+    pub fn key_columns(&self) -> &[usize] {
+        &self.key_columns
+    }
+
+    /// The stored rows whose key is one of `keys` (one array per key
+    /// column, in key order, each of that column's type), in key order and
+    /// each once: a primary-key lookup, O(keys · log rows).
+    pub fn rows_with_keys(&self, keys: &[ArrayRef]) -> Result<RecordBatch, EngineError> {
+        let encoded = self.codec.key.convert_columns(keys)?;
+        let mut found: Vec<(&[u8], &Row)> = (0..encoded.num_rows())
+            .filter_map(|i| self.rows.get_key_value(encoded.row(i).as_ref()))
+            .map(|(k, row)| (k.as_ref(), row))
+            .collect();
+        found.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        found.dedup_by(|a, b| a.0 == b.0);
+        self.decode(found.into_iter().map(|(_, row)| row))
+    }
+
+    /// The stored rows whose single-column key lies between `lower` and
+    /// `upper` (each a one-value array of the key column's type), in key
+    /// order: a primary-key range scan, O(log rows + rows in range). The
+    /// row format orders keys as their values, so a byte range is the value
+    /// range. `None` if the key has more than one column.
+    pub fn rows_in_key_range(
+        &self,
+        lower: Bound<&ArrayRef>,
+        upper: Bound<&ArrayRef>,
+    ) -> Result<Option<Vec<RecordBatch>>, EngineError> {
+        if self.key_columns.len() != 1 {
+            return Ok(None);
+        }
+        let encode = |bound: Bound<&ArrayRef>| -> Result<Bound<Key>, EngineError> {
+            Ok(match bound {
+                Bound::Unbounded => Bound::Unbounded,
+                Bound::Included(v) | Bound::Excluded(v) => {
+                    let rows = self.codec.key.convert_columns(std::slice::from_ref(v))?;
+                    let key: Key = rows.row(0).as_ref().into();
+                    if matches!(bound, Bound::Included(_)) {
+                        Bound::Included(key)
+                    } else {
+                        Bound::Excluded(key)
+                    }
+                }
+            })
+        };
+        let (lower, upper) = (encode(lower)?, encode(upper)?);
+        if let (Bound::Included(l) | Bound::Excluded(l), Bound::Included(u) | Bound::Excluded(u)) =
+            (&lower, &upper)
+            && (l > u
+                || (l == u
+                    && !matches!((&lower, &upper), (Bound::Included(_), Bound::Included(_)))))
+        {
+            // An empty range: OrdMap::range panics when start > end.
+            return Ok(Some(vec![self.decode(std::iter::empty())?]));
+        }
+        let mut batches = Vec::new();
+        let mut chunk: Vec<&Row> = Vec::new();
+        for (_, row) in self.rows.range((lower, upper)) {
+            chunk.push(row);
+            if chunk.len() == SCAN_BATCH_ROWS {
+                batches.push(self.decode(chunk.drain(..))?);
+            }
+        }
+        if !chunk.is_empty() || batches.is_empty() {
+            batches.push(self.decode(chunk.drain(..))?);
+        }
+        Ok(Some(batches))
     }
 
     /// The encoded key of every row of `batch` (same schema as the table);

@@ -17,6 +17,7 @@ pub struct Metrics {
     errors: Family<Labels, Counter>,
     rows_written: Counter,
     commits: Counter,
+    point_lookups: Counter,
     epochs: Counter,
     epoch_seconds: Histogram,
     operator_rows_in: Family<Labels, Counter>,
@@ -43,6 +44,7 @@ impl Default for Metrics {
         let errors = Family::<Labels, Counter>::default();
         let rows_written = Counter::default();
         let commits = Counter::default();
+        let point_lookups = Counter::default();
         let epochs = Counter::default();
         let epoch_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         let operator_rows_in = Family::<Labels, Counter>::default();
@@ -56,6 +58,11 @@ impl Default for Metrics {
             "restore_duration_seconds",
             "Time the last start took to restore or rebuild every projection",
             restore_seconds.clone(),
+        );
+        registry.register(
+            "point_lookups",
+            "Prepared queries answered by a primary-key lookup, without planning",
+            point_lookups.clone(),
         );
         registry.register(
             "checkpoints",
@@ -119,6 +126,7 @@ impl Default for Metrics {
             errors,
             rows_written,
             commits,
+            point_lookups,
             epochs,
             epoch_seconds,
             operator_rows_in,
@@ -161,6 +169,10 @@ impl Metrics {
 
     pub fn commit(&self) {
         self.commits.inc();
+    }
+
+    pub fn point_lookup(&self) {
+        self.point_lookups.inc();
     }
 
     fn record_epoch(&self, report: &weir_engine::coordinator::EpochReport) {

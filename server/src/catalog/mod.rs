@@ -15,6 +15,7 @@
 pub mod functions;
 pub mod info_schema;
 mod json;
+mod key_access;
 pub mod model;
 mod oids;
 pub mod pg;

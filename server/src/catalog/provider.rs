@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::{
@@ -22,7 +23,7 @@ use datafusion::common::{Constraint, Constraints, DFSchema};
 use datafusion::datasource::TableType;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::{DataFusionError, Result as DfResult};
-use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_pg_catalog::pg_catalog::catalog_info::CatalogInfo;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
@@ -32,6 +33,7 @@ use weir_engine::TableState;
 
 use super::TableDef;
 use super::info_schema::InformationSchema;
+use super::key_access::{self, KeyAccess, KeyColumns};
 use super::model::{DATABASE_NAME, ProjectionDef};
 use super::pg::PgCatalog;
 use crate::db::Snapshot;
@@ -272,7 +274,6 @@ pub struct WeirTable {
     def: Arc<TableDef>,
     state: TableState,
     schema: SchemaRef,
-    expose_hidden: bool,
     constraints: Constraints,
     defaults: Arc<HashMap<String, Expr>>,
 }
@@ -303,10 +304,15 @@ impl WeirTable {
             def,
             state,
             schema,
-            expose_hidden,
             constraints,
             defaults,
         }
+    }
+}
+
+impl WeirTable {
+    pub fn def(&self) -> &Arc<TableDef> {
+        &self.def
     }
 }
 
@@ -328,19 +334,54 @@ impl TableProvider for WeirTable {
         self.defaults.get(column)
     }
 
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        let physical = self.def.physical_schema();
+        let keys = KeyColumns::new(&physical, self.state.key_columns());
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if key_access::usable(&keys, f) {
+                    // Inexact: the filter stays above the scan, which may
+                    // return a superset (see key_access).
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+
     async fn scan(
         &self,
         _state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let batches = self
-            .state
-            .scan()
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let physical = self.def.physical_schema();
+        let keys = KeyColumns::new(&physical, self.state.key_columns());
+        let external = |e| DataFusionError::External(Box::new(e));
+        let batches: Arc<Vec<RecordBatch>> = match key_access::access(&keys, filters) {
+            KeyAccess::Points(keys) => {
+                Arc::new(vec![self.state.rows_with_keys(&keys).map_err(external)?])
+            }
+            KeyAccess::Range(lower, upper) => {
+                match self
+                    .state
+                    .rows_in_key_range(lower.as_ref(), upper.as_ref())
+                    .map_err(external)?
+                {
+                    Some(batches) => Arc::new(batches),
+                    None => self.state.scan().map_err(external)?,
+                }
+            }
+            KeyAccess::Full => self.state.scan().map_err(external)?,
+        };
         let visible = self.schema.fields().len();
-        let batches: Vec<_> = if visible == self.def.physical_schema().fields().len() {
+        let batches: Vec<_> = if visible == physical.fields().len() {
             batches.iter().cloned().collect()
         } else {
             let cols: Vec<usize> = (0..visible).collect();
@@ -352,7 +393,6 @@ impl TableProvider for WeirTable {
                 })
                 .collect::<Result<_, _>>()?
         };
-        let _ = self.expose_hidden;
         Ok(MemorySourceConfig::try_new_exec(
             &[batches],
             self.schema.clone(),

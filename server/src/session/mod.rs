@@ -21,6 +21,7 @@ mod dml;
 mod eval;
 mod functions;
 mod modify;
+mod point_query;
 pub(crate) mod prepared;
 mod projection;
 mod query;
@@ -132,6 +133,7 @@ pub struct Session {
     /// The commit sequence number of this session's latest table write,
     /// which read-your-writes waits for.
     last_write_seq: u64,
+    point_queries: point_query::PointQueries,
 }
 
 impl Drop for Session {
@@ -169,6 +171,7 @@ impl Session {
             cursors: cursor::Cursors::new(),
             after_copy: None,
             last_write_seq: 0,
+            point_queries: Default::default(),
         };
         session.apply_vars_to_planner();
         session

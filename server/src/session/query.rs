@@ -42,7 +42,6 @@ impl Session {
     ) -> Result<(SchemaRef, Vec<RecordBatch>), ServerError> {
         let df = self.ctx.execute_logical_plan(plan).await?;
         let planned: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let presented = weir_pgsem::presented_schema(&planned);
         // On the query threads, so the session's select! sees a cancel while
         // the plan computes. Dropping the handle (cancel, disconnect) aborts it.
         let task = self.db.query_runtime().spawn(df.collect());
@@ -50,7 +49,17 @@ impl Session {
         let batches = task
             .await
             .map_err(|e| ServerError::internal(format!("query task failed: {e}")))??;
-        match presented {
+        self.present(planned, batches)
+    }
+
+    /// A planned result as clients see it: PostgreSQL's column names and
+    /// type tags.
+    fn present(
+        &self,
+        planned: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>), ServerError> {
+        match weir_pgsem::presented_schema(&planned) {
             None => Ok((planned, batches)),
             Some(schema) => {
                 // Each batch keeps its own field types, which constant
@@ -167,7 +176,48 @@ impl Session {
         statement: Statement,
         params: Option<&ParamValues>,
     ) -> Result<StatementResult, ServerError> {
-        let plan = Self::bind(self.plan_statement(statement).await?, params)?;
+        let (schema, batches) = match params {
+            Some(params) => {
+                // A prepared point query is a key lookup; a statement seen
+                // before and found not to be one is planned as usual.
+                let catalog = self.snapshot().catalog.clone();
+                let search_path = self.vars.default_schema();
+                let known = self.point_queries.get(&statement, &catalog, &search_path);
+                let seen = known.is_some();
+                let answer = match known {
+                    Some(Some(point)) => point.run(&self.snapshot(), params)?,
+                    _ => None,
+                };
+                match answer {
+                    Some(answer) => {
+                        self.db.metrics().point_lookup();
+                        self.present(answer.0, answer.1)
+                    }
+                    None => {
+                        let plan = if !seen {
+                            let plan = self.plan_statement(statement.clone()).await?;
+                            self.point_queries
+                                .remember(statement, catalog, search_path, &plan);
+                            plan
+                        } else {
+                            self.plan_statement(statement).await?
+                        };
+                        return self.run_query_plan(Self::bind(plan, Some(params))?).await;
+                    }
+                }
+            }
+            None => {
+                return self
+                    .run_query_plan(self.plan_statement(statement).await?)
+                    .await;
+            }
+        }?;
+        let (schema, batches) = self.in_session_time_zone(schema, batches)?;
+        let (schema, batches) = self.with_float_digits(schema, batches)?;
+        Ok(StatementResult::Rows { schema, batches })
+    }
+
+    async fn run_query_plan(&mut self, plan: LogicalPlan) -> Result<StatementResult, ServerError> {
         if !matches!(
             plan,
             LogicalPlan::Dml(_) | LogicalPlan::Ddl(_) | LogicalPlan::Copy(_)

@@ -23,6 +23,8 @@
 //!   projection and a blackhole sink (exactly-once).
 //! - `nexmark`: every Nexmark query maintained over nexmark sources equals
 //!   it run ad hoc over the same events.
+//! - `point_reads`: scans narrowed by primary key and prepared point
+//!   queries, against full scans after random writes.
 //! - `http`, `auth`, `tls`: health/metrics, SCRAM, TLS.
 //!
 //! External tools (psql, java with pgjdbc, the Python venv) are installed by
@@ -39,6 +41,7 @@ mod http;
 mod jdbc;
 mod nexmark;
 mod pg_cursors_copy;
+mod point_reads;
 mod projections;
 mod projections_diff;
 mod psql;
