@@ -277,11 +277,29 @@ fn top(numbering: Numbering, partitioned: bool) -> TopN {
     .unwrap()
 }
 
+/// Random inserts only (consolidated), as from an append-only source.
+fn inserts_only() -> Inputs {
+    Box::new(|rng| {
+        let mut rows: BTreeMap<String, i64> = BTreeMap::new();
+        for _ in 0..rng.below(5) {
+            let row = format!("{} {}", G[rng.below(G.len())], X[rng.below(X.len())]);
+            *rows.entry(row).or_default() += 1;
+        }
+        let text: Vec<String> = rows.iter().map(|(r, w)| format!("{r} {w:+}")).collect();
+        vec![change(INPUT, &text.join("; "))]
+    })
+}
+
 #[test]
 fn top_n_restores_from_snapshot_and_changes() {
     for numbering in [Numbering::None, Numbering::RowNumber, Numbering::Rank] {
         for partitioned in [false, true] {
             check_seeds(&move || Box::new(top(numbering, partitioned)), one_input);
+            // Keeping only the window over inserts.
+            check_seeds(
+                &move || Box::new(top(numbering, partitioned).over_append_only()),
+                inserts_only,
+            );
         }
     }
 }

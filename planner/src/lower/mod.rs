@@ -538,14 +538,18 @@ impl Lowering {
             numbering: Numbering::None,
             output_schema: schema,
         };
-        self.add(
-            Box::new(TopN::new(spec)?),
-            vec![input],
-            format!(
-                "top-n: order by [{}] offset {offset} limit {limit}",
-                order_text.join(", ")
-            ),
-        )
+        let mut operator = TopN::new(spec)?;
+        if self.append_only(input) {
+            operator = operator.over_append_only();
+        }
+        // What it keeps per partition: `[keeps all rows]`, or over inserts
+        // only `[keeps first 10 rows]`.
+        let description = format!(
+            "top-n: order by [{}] offset {offset} limit {limit} [keeps {}]",
+            order_text.join(", "),
+            operator.retention()
+        );
+        self.add(Box::new(operator), vec![input], description)
     }
 
     fn values(&mut self, v: &Values) -> Result<Input, PlanError> {

@@ -102,22 +102,24 @@ pub(super) fn top_n_filter(
         numbering,
         output_schema: numbered.clone(),
     };
-    let mut at = lowering.add(
-        Box::new(TopN::new(spec)?),
-        vec![input],
-        format!(
-            "top-n: {}() over (partition by [{}] order by [{}]) <= {limit}",
-            function.fun.name(),
-            super::display_list(&function.params.partition_by),
-            function
-                .params
-                .order_by
-                .iter()
-                .map(|s| s.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    )?;
+    let mut operator = TopN::new(spec)?;
+    if lowering.append_only(input) {
+        operator = operator.over_append_only();
+    }
+    let description = format!(
+        "top-n: {}() over (partition by [{}] order by [{}]) <= {limit} [keeps {}]",
+        function.fun.name(),
+        super::display_list(&function.params.partition_by),
+        function
+            .params
+            .order_by
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        operator.retention()
+    );
+    let mut at = lowering.add(Box::new(operator), vec![input], description)?;
     // The operator numbers with Int64; the plan's column type wins.
     let mut columns = identity(&numbered);
     let last = columns.pop().expect("the number column");

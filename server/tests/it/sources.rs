@@ -211,6 +211,30 @@ async fn source_and_sink_options_are_checked_at_create() {
             "{aggregate}"
         );
     }
+    // Likewise a top-N keeps its first rows over the source (no row past
+    // them can ever enter) and every row over the table.
+    for (from, keeps) in [
+        ("bid", "[keeps first 3 rows]"),
+        ("prices", "[keeps all rows]"),
+    ] {
+        let explain: Vec<String> = client
+            .simple_query(&format!(
+                "EXPLAIN CREATE PROJECTION top3 AS SELECT auction, price FROM {from} ORDER BY price DESC LIMIT 3"
+            ))
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+                _ => None,
+            })
+            .collect();
+        let top_n = explain
+            .iter()
+            .find(|l| l.contains("top-n"))
+            .unwrap_or_else(|| panic!("{explain:?}"));
+        assert!(top_n.contains(keeps), "{top_n}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

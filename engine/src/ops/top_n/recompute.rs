@@ -1,26 +1,22 @@
-//! [`TopN`]: the first rows by an ordering, per partition: `ORDER BY ..
-//! LIMIT n OFFSET m` (one partition) and `ROW_NUMBER() / RANK() OVER
-//! (PARTITION BY .. ORDER BY ..) <= n` (with the number as the last column).
+//! [`Recompute`]: the first top-N implementation, kept as the oracle of
+//! the differential tests: a changed partition's output is recomputed from
+//! its first rows and diffed against what it emitted.
 //!
-//! Each partition keeps its rows ordered by (sort key, row), so ties are
-//! broken the same way every time; a changed partition's output is
-//! recomputed from its first rows and diffed against what it emitted.
-//!
-//! State entries (distribution key = the partition key): one per input row
-//! (`ROW`, keyed by sort key and row, valued by its count) and one per output
-//! row (`OUTPUT`, valued by its count), so an epoch changes the entries of its
-//! input rows and of its output change.
+//! Each partition keeps all its rows ordered by (sort key, row) in a
+//! persistent map, and the output it last emitted. State entries: one per
+//! input row (`ROW`) and one per output row (`OUTPUT`), each valued by its
+//! count.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
-use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 use weir_common::ChangeBatch;
 
+use super::{Numbering, TopNSpec};
 use crate::EngineError;
 use crate::multiset::Multiset;
 use crate::operator::{
@@ -35,29 +31,7 @@ const NAME: &str = "top_n";
 const ROW: u8 = 0;
 const OUTPUT: u8 = 1;
 
-/// How rows are numbered and cut.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Numbering {
-    /// `ORDER BY .. LIMIT`: no number column.
-    None,
-    /// `ROW_NUMBER()`: 1, 2, 3, ... ; keeps `limit` rows.
-    RowNumber,
-    /// `RANK()`: equal sort keys share a number; keeps rows ranked <= `limit`.
-    Rank,
-}
-
-pub struct TopNSpec {
-    pub input_schema: SchemaRef,
-    pub partition_by: Vec<Arc<dyn PhysicalExpr>>,
-    pub order_by: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
-    pub offset: usize,
-    pub limit: usize,
-    pub numbering: Numbering,
-    /// The input columns, plus an Int64 number column unless `Numbering::None`.
-    pub output_schema: SchemaRef,
-}
-
-pub struct TopN {
+pub struct Recompute {
     spec: TopNSpec,
     input: RowCodec,
     output: RowCodec,
@@ -76,7 +50,7 @@ struct Partition {
     output: Multiset,
 }
 
-impl TopN {
+impl Recompute {
     pub fn new(spec: TopNSpec) -> Result<Self, EngineError> {
         let order_fields = spec
             .order_by
@@ -179,7 +153,7 @@ impl TopN {
     }
 }
 
-impl Operator for TopN {
+impl Operator for Recompute {
     fn name(&self) -> &'static str {
         NAME
     }
@@ -336,7 +310,7 @@ impl Operator for TopN {
     }
 }
 
-impl TopN {
+impl Recompute {
     /// The current value of a state key (`None` when it has none).
     fn value_of(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
         let key = parse_state_key(NAME, key)?;
@@ -359,114 +333,4 @@ impl TopN {
 fn sort_key_and_row(bytes: &[u8]) -> Result<(RowBytes, RowBytes), EngineError> {
     let (sort_key, row) = split_pair(bytes).ok_or_else(|| unreadable(NAME, "a malformed row"))?;
     Ok((sort_key.into(), row.into()))
-}
-
-#[cfg(test)]
-mod tests {
-    use datafusion::physical_expr::expressions::col;
-
-    use super::*;
-    use crate::testing::{change, render, schema};
-
-    const INPUT: &str = "g text, x int";
-
-    fn top(numbering: Numbering, partitioned: bool, offset: usize, limit: usize) -> TopN {
-        let input = schema(INPUT);
-        let output = match numbering {
-            Numbering::None => input.clone(),
-            _ => schema("g text, x int, n int"),
-        };
-        let desc = SortOptions {
-            descending: true,
-            nulls_first: true,
-        };
-        TopN::new(TopNSpec {
-            partition_by: if partitioned {
-                vec![col("g", &input).unwrap()]
-            } else {
-                vec![]
-            },
-            order_by: vec![(col("x", &input).unwrap(), desc)],
-            input_schema: input,
-            offset,
-            limit,
-            numbering,
-            output_schema: output,
-        })
-        .unwrap()
-    }
-
-    fn step(t: &mut TopN, rows: &str) -> Vec<String> {
-        render(&t.step(&[change(INPUT, rows)]).unwrap())
-    }
-
-    #[test]
-    fn order_by_limit_offset_follows_deletes_of_the_leaders() {
-        // ORDER BY x DESC LIMIT 2 OFFSET 1
-        let mut t = top(Numbering::None, false, 1, 2);
-        assert_eq!(
-            step(&mut t, "a 1 +1; a 5 +1; b 3 +1; b 4 +1"),
-            vec!["b 3 +1", "b 4 +1"]
-        );
-        assert_eq!(step(&mut t, "a 5 -1"), vec!["a 1 +1", "b 4 -1"]);
-    }
-
-    #[test]
-    fn row_number_per_partition() {
-        let mut t = top(Numbering::RowNumber, true, 0, 2);
-        assert_eq!(
-            step(&mut t, "a 1 +1; a 2 +1; a 3 +1; b 7 +1"),
-            vec!["a 2 2 +1", "a 3 1 +1", "b 7 1 +1"]
-        );
-        // A new leader in a renumbers a; b is untouched.
-        assert_eq!(
-            step(&mut t, "a 9 +1"),
-            vec!["a 2 2 -1", "a 3 1 -1", "a 3 2 +1", "a 9 1 +1"]
-        );
-    }
-
-    #[test]
-    fn rank_keeps_ties() {
-        let mut t = top(Numbering::Rank, false, 0, 1);
-        assert_eq!(
-            step(&mut t, "a 5 +1; b 5 +1; c 4 +1"),
-            vec!["a 5 1 +1", "b 5 1 +1"]
-        );
-        assert_eq!(step(&mut t, "b 5 -1"), vec!["b 5 1 -1"]);
-    }
-
-    #[test]
-    fn float_partitions_compare_by_value() {
-        // ROW_NUMBER() OVER (PARTITION BY p ORDER BY x DESC) <= 1
-        const FLOATS: &str = "p float, x int";
-        let input = schema(FLOATS);
-        let mut t = TopN::new(TopNSpec {
-            partition_by: vec![col("p", &input).unwrap()],
-            order_by: vec![(col("x", &input).unwrap(), SortOptions::default())],
-            input_schema: input,
-            offset: 0,
-            limit: 1,
-            numbering: Numbering::RowNumber,
-            output_schema: schema("p float, x int, n int"),
-        })
-        .unwrap();
-        // -0 and 0 are one partition, and so are NaN and -NaN.
-        let out = t
-            .step(&[change(FLOATS, "0 1 +1; -0 2 +1; NaN 3 +1; -NaN 4 +1")])
-            .unwrap();
-        assert_eq!(render(&out), vec!["0.0 1 1 +1", "NaN 3 1 +1"]);
-    }
-
-    #[test]
-    fn snapshot_and_restore_continue_where_they_left_off() {
-        let mut t = top(Numbering::RowNumber, true, 0, 2);
-        t.step(&[change(INPUT, "a 1 +1; a 2 +1; b 3 +1")]).unwrap();
-        let mut restored = top(Numbering::RowNumber, true, 0, 2);
-        restored.restore(&t.snapshot().unwrap()).unwrap();
-        let next = change(INPUT, "a 0 +1; a 2 -1");
-        assert_eq!(
-            render(&restored.step(std::slice::from_ref(&next)).unwrap()),
-            render(&t.step(&[next]).unwrap())
-        );
-    }
 }
