@@ -1,19 +1,24 @@
 //! [`Database`]: the state every connection shares, and the commit path.
 //!
 //! Readers take a [`Snapshot`] (catalog + table states, an immutable value)
-//! and never block writers. A commit, serialized by one lock, re-validates
-//! the transaction's writes against the newest snapshot, makes them durable
-//! (table log, then control log) and only then publishes the next snapshot.
+//! and never block writers. They see the *published* snapshot: every commit
+//! up to the latest one whose `fsync` returned, in LSN order. Commits
+//! validate against the *head*, which is ahead of it by the commits enqueued
+//! in the table log and waiting for their `fsync`; the lock that guards the
+//! head is released before the `fsync`, so concurrent commits share one
+//! (group commit). The protocol, including a failed `fsync` and the
+//! serialized path of DDL commits, is in [`commit`].
+
+mod commit;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
 
 use arrow::array::{Array, Int64Array};
-use bytes::Bytes;
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 use weir_common::ObjectId;
 use weir_engine::{EpochView, TableState};
@@ -171,14 +176,18 @@ pub struct Database {
     query_env: QueryEnv,
     advisory_locks: AdvisoryLocks,
     metrics: Arc<Metrics>,
-    runtime: Runtime,
-    /// The table-log LSN of the latest commit with table writes: commits
-    /// are numbered by where their record ends.
-    commit_seq: AtomicU64,
+    /// Shared with the commit publisher, which hands it table changes.
+    runtime: Arc<Runtime>,
     control_log: ControlLog,
     table_log: TableLog,
-    current: RwLock<Arc<Snapshot>>,
-    commit_lock: tokio::sync::Mutex<()>,
+    /// What readers see, and the LSN of the latest published commit with
+    /// table writes (commits are numbered by where their record ends).
+    published: Arc<commit::Published>,
+    /// Publishes enqueued table commits in LSN order after their `fsync`.
+    pipeline: commit::Pipeline,
+    /// Serializes validation and enqueue; guards the head snapshot (every
+    /// commit validated and enqueued, durable or not).
+    commit_lock: tokio::sync::Mutex<Arc<Snapshot>>,
     next_row_id: AtomicI64,
     backends: Mutex<HashMap<i32, BackendEntry>>,
     next_pid: AtomicI32,
@@ -310,6 +319,10 @@ impl Database {
         // Projections come back (restored or rebuilt) after the listeners
         // are up: until then managed statements answer 57P03.
         let ready = snapshot.catalog.projections.is_empty() && snapshot.catalog.sinks.is_empty();
+        let runtime = Arc::new(runtime);
+        let snapshot = Arc::new(snapshot);
+        let published = Arc::new(commit::Published::new(snapshot.clone(), last_lsn));
+        let pipeline = commit::Pipeline::start(published.clone(), runtime.clone(), metrics.clone());
         Ok(Arc::new(Self {
             config,
             state,
@@ -318,11 +331,11 @@ impl Database {
             advisory_locks: AdvisoryLocks::default(),
             metrics,
             runtime,
-            commit_seq: AtomicU64::new(last_lsn),
             control_log,
             table_log,
-            current: RwLock::new(Arc::new(snapshot)),
-            commit_lock: tokio::sync::Mutex::new(()),
+            published,
+            pipeline,
+            commit_lock: tokio::sync::Mutex::new(snapshot),
             next_row_id: AtomicI64::new(max_row_id + 1),
             backends: Mutex::new(HashMap::new()),
             next_pid: AtomicI32::new(1000),
@@ -379,7 +392,7 @@ impl Database {
     /// The latest committed snapshot, with projections at the latest
     /// completed epoch.
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        let mut snapshot = (**self.current.read()).clone();
+        let mut snapshot = (*self.published.snapshot()).clone();
         snapshot.projections = self.runtime.view();
         Arc::new(snapshot)
     }
@@ -389,9 +402,10 @@ impl Database {
         &self.runtime
     }
 
-    /// The sequence number of the latest commit with table writes.
+    /// The sequence number of the latest published commit with table
+    /// writes.
     pub fn commit_seq(&self) -> u64 {
-        self.commit_seq.load(Ordering::Acquire)
+        self.published.commit_seq()
     }
 
     /// Waits until every write committed before the call is visible in
@@ -408,11 +422,11 @@ impl Database {
     }
 
     /// Starts maintaining a committed projection, backfilled from the
-    /// tables as of now. Holds the commit lock so no commit slips between
-    /// the backfill and the changes that follow it.
+    /// tables as of now. Holds the commit lock with no commit in flight
+    /// (published = head) so no commit slips between the backfill and the
+    /// changes that follow it.
     pub async fn deploy_projection(&self, mut deployment: Deployment) -> Result<(), ServerError> {
-        let _guard = self.commit_lock.lock().await;
-        let current = self.current.read().clone();
+        let current = self.quiesce().await;
         for source in &deployment.sources {
             if let (Some(def), Some(state)) = (
                 current.catalog.tables.get(&source.object),
@@ -431,78 +445,6 @@ impl Database {
     /// Reserves `n` hidden row ids for inserts into tables without a key.
     pub fn allocate_row_ids(&self, n: usize) -> i64 {
         self.next_row_id.fetch_add(n as i64, Ordering::Relaxed)
-    }
-
-    /// Makes a transaction's writes durable and visible, or fails without
-    /// effect. `base` is the snapshot the transaction started from.
-    /// Returns the commit's sequence number (the latest one when it wrote
-    /// no table), which read-your-writes waits for.
-    pub async fn commit(&self, base: &Snapshot, writes: TxnWrites) -> Result<u64, ServerError> {
-        if writes.is_empty() {
-            return Ok(self.commit_seq());
-        }
-        if let Some(reason) = self.runtime.fenced() {
-            return Err(ServerError::Fenced(reason.to_string()));
-        }
-        // Every path that writes (statements, COPY, Flight ingest) ends
-        // here: no commit may reach projections ahead of the restore's replay.
-        if !self.is_recovered() {
-            return Err(ServerError::NotReady(
-                "Weir is restoring its projections after a start; writes are accepted once it is ready".into(),
-            ));
-        }
-        let _guard = self.commit_lock.lock().await;
-        let previous = self.current.read().clone();
-        let mut next = (*previous).clone();
-        if !writes.ddl.is_empty() && next.catalog.revision != base.catalog.revision {
-            return Err(ServerError::SerializationFailure(
-                "the catalog changed since this transaction started".into(),
-            ));
-        }
-        next.apply_catalog(&writes.ddl)?;
-        next.apply_writes(&writes.tables)?;
-
-        let txn = uuid::Uuid::new_v4();
-        let mut lsn = 0;
-        if !writes.tables.is_empty() {
-            let record = WalRecord {
-                txn,
-                has_ddl: !writes.ddl.is_empty(),
-                ops: writes.tables.clone(),
-            };
-            lsn = self.table_log.append(record.encode()?).await?;
-            self.metrics.commit();
-        }
-        if !writes.ddl.is_empty() {
-            let entry = ControlEntry {
-                txn,
-                changes: writes.ddl,
-            };
-            let bytes =
-                serde_json::to_vec(&entry).map_err(|e| ServerError::internal(e.to_string()))?;
-            let revision = self
-                .control_log
-                .append(next.catalog.revision, Bytes::from(bytes))
-                .await?;
-            Arc::make_mut(&mut next.catalog).revision = revision;
-        }
-        let changes = if writes.tables.is_empty() {
-            Vec::new()
-        } else {
-            projection_changes(&previous, &next, &writes.tables)?
-        };
-        let tables = next.tables.clone();
-        let next = Arc::new(next);
-        *self.current.write() = next;
-        if writes.tables.is_empty() {
-            return Ok(self.commit_seq());
-        }
-        // The table-log position numbers commits: increasing, and durable,
-        // so a checkpoint can name the last commit it covers.
-        self.commit_seq.store(lsn, Ordering::Release);
-        // Still under the commit lock: the coordinator sees commits in order.
-        self.runtime.changes(lsn, changes, tables).await;
-        Ok(lsn)
     }
 
     /// SCRAM credentials of a user who may log in with a password.

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
 /// Every way storage can fail. Callers classify: `RevisionConflict` is
-/// retryable by re-reading, `Locked` is fatal for the process, `Io` and
+/// retryable by re-reading, `Locked` and `LogPoisoned` are fatal for the process, `Io` and
 /// `ObjectStore` may be transient.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
@@ -23,6 +23,17 @@ pub enum StorageError {
     Locked { path: PathBuf },
     #[error("the table log writer has stopped; the server must restart")]
     LogClosed,
+    /// A write or `fsync` of the table log failed. Fatal for the process: a
+    /// later `fsync` could report success over lost pages, so the log takes
+    /// no more writes and none after the failure was acknowledged.
+    #[error(
+        "the table log {path} failed to write or fsync ({source}) and accepts no more writes; no write after the failure was acknowledged. Restart Weir: it recovers every acknowledged write from the log"
+    )]
+    LogPoisoned {
+        path: PathBuf,
+        #[source]
+        source: std::sync::Arc<std::io::Error>,
+    },
 }
 
 impl StorageError {

@@ -4,9 +4,11 @@
 //!   `catalog/{revision:020}` in an `object_store`. Appending requires the
 //!   expected current revision; a concurrent writer makes the put fail with
 //!   [`StorageError::RevisionConflict`] instead of overwriting.
-//! - [`TableLog`]: the write-ahead log of table changes. Appends are grouped
-//!   (group commit) and `fsync`ed before they are acknowledged; recovery
-//!   returns every complete record and cuts a torn tail.
+//! - [`TableLog`]: the write-ahead log of table changes. A record gets its
+//!   LSN when it is enqueued ([`Appended`]) and is acknowledged after the
+//!   `fsync` that covers it; appends are grouped (group commit); a failed
+//!   `fsync` poisons the log; recovery returns every complete record and
+//!   cuts a torn tail.
 //! - [`state`]: operator state. [`StateBackend`] is the contract between
 //!   streaming operators and storage; [`ObjectStateBackend`] implements it over
 //!   an `object_store` with create-only partial blobs, fenced generations and
@@ -31,4 +33,4 @@ pub use state::{
     ChainStats, ObjectStateBackend, PartialKind, SealExtras, SealManifest, SealOutcome,
     StateBackend, StateBackendError,
 };
-pub use table_log::{Lsn, TableLog};
+pub use table_log::{Appended, Lsn, MAX_GROUP, SyncHook, TableLog};

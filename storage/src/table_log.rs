@@ -14,13 +14,42 @@
 //! header cannot be mistaken for a record: `WEIR` read as a length is over
 //! the 1 GiB record limit.
 //!
+//! # Appending: a ticket now, durability later
+//!
+//! [`TableLog::enqueue`] is synchronous: under one small lock it assigns the
+//! record its LSN (the end of the previous enqueued record plus its own
+//! length) and queues it for the writer, so LSNs follow enqueue order and the
+//! caller knows its LSN before anything is written. It returns an
+//! [`Appended`] ticket; [`Appended::durable`] resolves once the `fsync`
+//! covering the record returned. A committer can thus validate and enqueue
+//! under its own lock, release it, and wait for durability outside it, which
+//! is what lets concurrent commits share an `fsync`. [`TableLog::append`] is
+//! both steps in one.
+//!
 //! Writes go through one dedicated thread: it takes every request waiting in
-//! its queue, writes them all and syncs once (group commit), so N concurrent
-//! committers pay for one `fsync`, not N.
+//! its queue (up to [`MAX_GROUP`]), writes them all and syncs once (group
+//! commit), so N concurrent committers pay for one `fsync`, not N.
+//! [`TableLog::syncs`] counts those `fsync`s.
+//!
+//! # A failed write or `fsync` poisons the log
+//!
+//! After a failed `fsync` the kernel may have dropped the dirty pages and
+//! report success on the next one, so a retry proves nothing (PostgreSQL's
+//! "fsyncgate"; it PANICs). Here the writer fails the group, every record
+//! queued behind it, and every later enqueue, with
+//! [`StorageError::LogPoisoned`]: no record after the failure is ever
+//! acknowledged. The operator restarts the server, which recovers from what
+//! is complete on disk. Acknowledged records are unaffected: their `fsync`
+//! had returned.
+//!
+//! Tests inject failures with a hook the writer calls before each group's
+//! `fsync` (`open_with_sync_hook`, under the `testing` feature).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
@@ -30,6 +59,15 @@ use crate::StorageError;
 /// Byte offset just past a record: a later record always has a larger one.
 pub type Lsn = u64;
 
+/// A fault hook the writer calls after writing a group and before its
+/// `fsync`; an error stands for the `fsync` failing. It may block, which
+/// holds the group (and lets records queue up behind it).
+pub type SyncHook = Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>;
+
+/// Why the log stopped: the first failed write or `fsync`, shared by every
+/// request failed because of it.
+type Poison = Arc<std::io::Error>;
+
 const HEADER_LEN: usize = 8;
 /// Starts a truncated log, followed by its base LSN.
 const FILE_MAGIC: &[u8; 8] = b"WEIRLOG1";
@@ -38,12 +76,14 @@ const FILE_HEADER_LEN: usize = 16;
 /// allocation when reading a corrupt length back.
 const MAX_RECORD_LEN: usize = 1 << 30;
 /// Upper bound of records folded into one `fsync`.
-const MAX_GROUP: usize = 1024;
+pub const MAX_GROUP: usize = 1024;
 
 enum Request {
     Append {
+        /// The LSN [`TableLog::enqueue`] promised; the writer checks it.
+        lsn: Lsn,
         payload: Bytes,
-        done: oneshot::Sender<Result<Lsn, String>>,
+        done: oneshot::Sender<Result<(), Poison>>,
     },
     Truncate {
         before: Lsn,
@@ -51,11 +91,53 @@ enum Request {
     },
 }
 
+/// The enqueue side: the LSN the next record ends before, and the queue,
+/// under one lock so that LSN order is queue order. The queue is unbounded
+/// because every committer waits for its record's durability: it holds at
+/// most one record per concurrent committer.
+struct Tail {
+    end: Lsn,
+    requests: mpsc::UnboundedSender<Request>,
+}
+
 /// Handle to the log; cheap to clone, all clones feed the same writer thread.
 #[derive(Clone)]
 pub struct TableLog {
-    requests: mpsc::Sender<Request>,
+    tail: Arc<Mutex<Tail>>,
+    /// Set once, by the writer, at the first failed write or `fsync`.
+    poison: Arc<OnceLock<Poison>>,
+    syncs: Arc<AtomicU64>,
     path: PathBuf,
+}
+
+/// A record's place in the log, handed out at enqueue: its LSN, and the
+/// wait for the `fsync` that covers it.
+#[must_use = "a record is not durable until `durable` returns"]
+#[derive(Debug)]
+pub struct Appended {
+    lsn: Lsn,
+    wait: oneshot::Receiver<Result<(), Poison>>,
+    path: PathBuf,
+}
+
+impl Appended {
+    /// The record's LSN, final from enqueue on.
+    pub fn lsn(&self) -> Lsn {
+        self.lsn
+    }
+
+    /// Waits for the `fsync` covering the record; returns its LSN. An error
+    /// means the record is not acknowledged (and the log is poisoned).
+    pub async fn durable(self) -> Result<Lsn, StorageError> {
+        match self.wait.await {
+            Ok(Ok(())) => Ok(self.lsn),
+            Ok(Err(source)) => Err(StorageError::LogPoisoned {
+                path: self.path,
+                source,
+            }),
+            Err(_) => Err(StorageError::LogClosed),
+        }
+    }
 }
 
 /// Where the records of the file start and which LSN that position has.
@@ -93,9 +175,26 @@ impl std::fmt::Debug for TableLog {
 
 impl TableLog {
     /// Opens (creating if needed) the log in `dir`, returns every complete
-    /// record in order with its LSN (what `append` returned for it) and a
+    /// record in order with its LSN (what `enqueue` returned for it) and a
     /// handle positioned after them.
     pub fn open(dir: &Path) -> Result<(Self, Vec<(Lsn, Bytes)>), StorageError> {
+        Self::open_inner(dir, None)
+    }
+
+    /// [`Self::open`] with `hook` called before every group `fsync`, to
+    /// inject failures and hold groups open in tests.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn open_with_sync_hook(
+        dir: &Path,
+        hook: SyncHook,
+    ) -> Result<(Self, Vec<(Lsn, Bytes)>), StorageError> {
+        Self::open_inner(dir, Some(hook))
+    }
+
+    fn open_inner(
+        dir: &Path,
+        hook: Option<SyncHook>,
+    ) -> Result<(Self, Vec<(Lsn, Bytes)>), StorageError> {
         std::fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
         let path = dir.join("table.log");
         let mut file = OpenOptions::new()
@@ -126,26 +225,34 @@ impl TableLog {
         }
         file.seek(SeekFrom::End(0))
             .map_err(|e| StorageError::io(&path, e))?;
-        let (tx, rx) = mpsc::channel(4 * MAX_GROUP);
-        let writer_path = path.clone();
+        let end = layout.base + valid_len as u64 - layout.header;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let log = Self {
+            tail: Arc::new(Mutex::new(Tail { end, requests: tx })),
+            poison: Arc::default(),
+            syncs: Arc::default(),
+            path: path.clone(),
+        };
+        let writer = Writer {
+            file,
+            end,
+            layout,
+            path: path.clone(),
+            poison: log.poison.clone(),
+            syncs: log.syncs.clone(),
+            hook,
+        };
         std::thread::Builder::new()
             .name("weir-table-log".into())
-            .spawn(move || {
-                let end = layout.base + valid_len as u64 - layout.header;
-                Writer {
-                    file,
-                    end,
-                    layout,
-                    path: writer_path,
-                }
-                .run(rx)
-            })
+            .spawn(move || writer.run(rx))
             .map_err(|e| StorageError::io(&path, e))?;
-        Ok((Self { requests: tx, path }, records))
+        Ok((log, records))
     }
 
-    /// Appends one record; returns once it is on disk (after `fsync`).
-    pub async fn append(&self, payload: Bytes) -> Result<Lsn, StorageError> {
+    /// Queues one record and returns its ticket: the LSN, assigned now in
+    /// enqueue order, and the wait for its `fsync`. Fails at once if the
+    /// log is poisoned or the record is too large.
+    pub fn enqueue(&self, payload: Bytes) -> Result<Appended, StorageError> {
         if payload.len() > MAX_RECORD_LEN {
             return Err(StorageError::io(
                 &self.path,
@@ -158,26 +265,56 @@ impl TableLog {
                 ),
             ));
         }
-        self.call(|done| Request::Append { payload, done }).await
+        self.check_poison()?;
+        let (done, wait) = oneshot::channel();
+        let mut tail = self.tail.lock().unwrap_or_else(PoisonError::into_inner);
+        let lsn = tail.end + (HEADER_LEN + payload.len()) as u64;
+        tail.requests
+            .send(Request::Append { lsn, payload, done })
+            .map_err(|_| StorageError::LogClosed)?;
+        tail.end = lsn;
+        Ok(Appended {
+            lsn,
+            wait,
+            path: self.path.clone(),
+        })
+    }
+
+    /// Appends one record; returns its LSN once it is on disk (after `fsync`).
+    pub async fn append(&self, payload: Bytes) -> Result<Lsn, StorageError> {
+        self.enqueue(payload)?.durable().await
+    }
+
+    /// The error every write gets once a write or `fsync` failed.
+    pub fn check_poison(&self) -> Result<(), StorageError> {
+        match self.poison.get() {
+            Some(source) => Err(StorageError::LogPoisoned {
+                path: self.path.clone(),
+                source: source.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// How many group `fsync`s of appended records have returned: with
+    /// concurrent committers, fewer than the records appended.
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
     }
 
     /// Drops every record with an LSN up to `before`, which must be an LSN
-    /// [`Self::append`] returned (or earlier than the first kept record).
-    /// Returns the bytes dropped. Costs a rewrite of the records after it,
-    /// so call it when few records follow (right after a table snapshot).
+    /// [`Self::enqueue`] returned (or earlier than the first kept record)
+    /// and durable. Returns the bytes dropped. Costs a rewrite of the
+    /// records after it, so call it when few records follow (right after a
+    /// table snapshot).
     pub async fn truncate_before(&self, before: Lsn) -> Result<u64, StorageError> {
-        self.call(|done| Request::Truncate { before, done }).await
-    }
-
-    /// Sends a request to the writer thread and waits for its answer.
-    async fn call(
-        &self,
-        request: impl FnOnce(oneshot::Sender<Result<u64, String>>) -> Request,
-    ) -> Result<u64, StorageError> {
+        self.check_poison()?;
         let (done, wait) = oneshot::channel();
-        self.requests
-            .send(request(done))
-            .await
+        self.tail
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .requests
+            .send(Request::Truncate { before, done })
             .map_err(|_| StorageError::LogClosed)?;
         match wait.await {
             Ok(Ok(answer)) => Ok(answer),
@@ -194,16 +331,21 @@ struct Writer {
     end: Lsn,
     layout: Layout,
     path: PathBuf,
+    poison: Arc<OnceLock<Poison>>,
+    syncs: Arc<AtomicU64>,
+    hook: Option<SyncHook>,
 }
 
+type Group = Vec<(Lsn, Bytes, oneshot::Sender<Result<(), Poison>>)>;
+
 impl Writer {
-    fn run(mut self, mut rx: mpsc::Receiver<Request>) {
+    fn run(mut self, mut rx: mpsc::UnboundedReceiver<Request>) {
         while let Some(first) = rx.blocking_recv() {
             let mut group = Vec::new();
             let mut next = Some(first);
             while let Some(request) = next.take() {
                 match request {
-                    Request::Append { payload, done } => group.push((payload, done)),
+                    Request::Append { lsn, payload, done } => group.push((lsn, payload, done)),
                     Request::Truncate { before, done } => {
                         // Appends queued before it are written first.
                         self.append_group(std::mem::take(&mut group));
@@ -218,37 +360,56 @@ impl Writer {
         }
     }
 
-    fn append_group(&mut self, group: Vec<(Bytes, oneshot::Sender<Result<Lsn, String>>)>) {
+    fn append_group(&mut self, group: Group) {
         if group.is_empty() {
             return;
         }
+        if let Some(poison) = self.poison.get() {
+            // Queued behind a failure: validated on top of a record that
+            // never became durable, so none may be acknowledged.
+            for (_, _, done) in group {
+                let _ = done.send(Err(poison.clone()));
+            }
+            return;
+        }
         let mut buf = Vec::new();
-        let mut lsns = Vec::with_capacity(group.len());
-        for (payload, _) in &group {
+        for (lsn, payload, _) in &group {
             encode_record(payload, &mut buf);
-            lsns.push(self.end + buf.len() as u64);
+            debug_assert_eq!(
+                *lsn,
+                self.end + buf.len() as u64,
+                "LSNs follow enqueue order"
+            );
         }
         let written = self
             .file
             .write_all(&buf)
+            .and_then(|()| self.hook.as_ref().map_or(Ok(()), |hook| hook()))
             .and_then(|()| self.file.sync_data());
         match written {
             Ok(()) => {
                 self.end += buf.len() as u64;
-                for ((_, done), lsn) in group.into_iter().zip(lsns) {
-                    let _ = done.send(Ok(lsn));
+                self.syncs.fetch_add(1, Ordering::Relaxed);
+                for (_, _, done) in group {
+                    let _ = done.send(Ok(()));
                 }
             }
             Err(e) => {
-                // The file may now hold part of this group. Cut it back so a
-                // later successful group does not follow garbage, and fail
-                // every waiter: none of them is acknowledged.
-                tracing::error!(path = %self.path.display(), error = %e, "table log write failed");
+                tracing::error!(
+                    path = %self.path.display(),
+                    error = %e,
+                    "table log write or fsync failed: the log accepts no more writes until Weir restarts"
+                );
+                let poison = self.poison.get_or_init(|| Arc::new(e)).clone();
+                // Best effort: cut the group off so a restart does not find
+                // records nobody was told about. If this fails too, recovery
+                // may replay them, which is allowed (never acknowledged is
+                // not the same as never happened).
                 let position = self.layout.position(self.end);
                 let _ = self.file.set_len(position);
                 let _ = self.file.seek(SeekFrom::Start(position));
-                for (_, done) in group {
-                    let _ = done.send(Err(e.to_string()));
+                for (_, _, done) in group {
+                    let _ = done.send(Err(poison.clone()));
                 }
             }
         }
@@ -257,6 +418,11 @@ impl Writer {
     /// Rewrites the file without the records up to `before`: the new file
     /// is complete and synced before it replaces the old one.
     fn truncate(&mut self, before: Lsn) -> std::io::Result<u64> {
+        if let Some(poison) = self.poison.get() {
+            return Err(std::io::Error::other(format!(
+                "the table log is poisoned by an earlier failure: {poison}"
+            )));
+        }
         if before <= self.layout.base {
             return Ok(0);
         }

@@ -456,7 +456,10 @@ impl Session {
     async fn commit_txn(&mut self, txn: Txn) -> Result<(), ServerError> {
         let wrote_tables = !txn.writes.tables.is_empty();
         let ddl = txn.writes.ddl.clone();
-        let seq = self.db.commit(&txn.base, txn.writes).await?;
+        let seq = self
+            .db
+            .commit_applied(&txn.base, Some(&txn.overlay), txn.writes)
+            .await?;
         if wrote_tables {
             self.last_write_seq = self.last_write_seq.max(seq);
         }

@@ -15,6 +15,10 @@
 //! - `crash`: `kill -9` during ingestion loses no acknowledged row;
 //!   `crash_projections`: 20 `kill -9` rounds under projections, which must
 //!   equal their queries ad hoc after each restore.
+//! - `groupcommit`: many concurrent sessions inserting distinct and
+//!   contested keys: every acknowledged row visible and kept across
+//!   `kill -9`, every duplicate refused with 23505, a projection equal to
+//!   its query ad hoc.
 //! - `projections`: projections across `kill -9`, read-your-writes, epochs.
 //! - `projections_diff`: every projection shape against its query run ad hoc,
 //!   after random writes (seeded by `WEIR_DIFF_SEED`).
@@ -37,6 +41,7 @@ mod postgres;
 mod auth;
 mod crash;
 mod crash_projections;
+mod groupcommit;
 mod http;
 mod jdbc;
 mod nexmark;
