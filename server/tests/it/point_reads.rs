@@ -6,44 +6,14 @@
 
 use tokio_postgres::Client;
 
-use crate::harness::WeirServer;
+use crate::harness::{WeirServer, try_rows};
+use crate::projections_diff::Rng;
 use crate::tokio_pg::exec;
 
-/// splitmix64: a deterministic stream for the random writes and probes.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: i64) -> i64 {
-        (self.next() % n as u64) as i64
-    }
-}
-
 async fn sorted_text(client: &Client, sql: &str) -> Vec<String> {
-    let mut rows: Vec<String> = client
-        .simple_query(sql)
+    try_rows(client, sql)
         .await
         .unwrap_or_else(|e| panic!("`{sql}` failed: {e:?}"))
-        .into_iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
-                (0..r.len())
-                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
-                    .collect::<Vec<_>>()
-                    .join("|"),
-            ),
-            _ => None,
-        })
-        .collect();
-    rows.sort();
-    rows
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +26,8 @@ async fn key_scans_equal_full_scans_after_random_writes() {
          CREATE TABLE pair (a INT, b TEXT, n BIGINT, PRIMARY KEY (a, b))",
     )
     .await;
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
+    let mut below = |n: i64| rng.below(n as u64) as i64;
     for round in 0..6 {
         // Random inserts, updates and deletes by key, through both the
         // key path (prepared, by id) and statements it does not take.
@@ -69,8 +40,8 @@ async fn key_scans_equal_full_scans_after_random_writes() {
             .await
             .unwrap();
         for _ in 0..40 {
-            let id = rng.below(200);
-            match rng.below(4) {
+            let id = below(200);
+            match below(4) {
                 0 | 1 => {
                     // A duplicate key fails the insert; the table is unchanged.
                     let _ = client
@@ -90,16 +61,16 @@ async fn key_scans_equal_full_scans_after_random_writes() {
                     client.execute(&delete, &[&id]).await.unwrap();
                 }
             }
-            let (a, b) = (rng.below(5) as i32, ["x", "y", "z"][rng.below(3) as usize]);
+            let (a, b) = (below(5) as i32, ["x", "y", "z"][below(3) as usize]);
             let _ = client
                 .execute("INSERT INTO pair VALUES ($1, $2, $3)", &[&a, &b, &id])
                 .await;
         }
         // Scans the planner narrows, against the same predicate on `id + 0`.
         for _ in 0..12 {
-            let (x, y) = (rng.below(220) - 10, rng.below(220) - 10);
+            let (x, y) = (below(220) - 10, below(220) - 10);
             let (lo, hi) = (x.min(y), x.max(y));
-            let list = format!("{x}, {y}, {}", rng.below(200));
+            let list = format!("{x}, {y}, {}", below(200));
             for (keyed, full) in [
                 (format!("id = {x}"), format!("id + 0 = {x}")),
                 (format!("id IN ({list})"), format!("id + 0 IN ({list})")),
@@ -131,7 +102,7 @@ async fn key_scans_equal_full_scans_after_random_writes() {
                     "WHERE {keyed}"
                 );
             }
-            let a = rng.below(6);
+            let a = below(6);
             for (keyed, full) in [
                 (
                     format!("a = {a} AND b = 'y'"),

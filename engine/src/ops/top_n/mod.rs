@@ -84,25 +84,11 @@ pub struct TopNSpec {
     pub output_schema: SchemaRef,
 }
 
-pub struct TopN {
-    spec: TopNSpec,
-    cut: Cut,
-    /// The input only inserts: partitions keep their window only.
-    append_only: bool,
-    input: RowCodec,
-    partition: Option<RowCodec>,
-    order: RowConverter,
-    /// Partition key -> slot in `partitions`.
-    index: hashbrown::HashMap<RowBytes, u32>,
-    partitions: Vec<Option<Partition>>,
-    free: Vec<u32>,
-    /// State keys changed since the last `take_state_changes`.
-    changed: hashbrown::HashSet<Vec<u8>>,
-    scratch: Vec<u8>,
-}
-
-impl TopN {
-    pub fn new(spec: TopNSpec) -> Result<Self, EngineError> {
+impl TopNSpec {
+    /// The codecs of the sort key (ordered as the ORDER BY says) and of
+    /// the partition key (`None` without PARTITION BY).
+    pub(crate) fn key_codecs(&self) -> Result<(RowConverter, Option<RowCodec>), EngineError> {
+        let spec = self;
         let order_fields = spec
             .order_by
             .iter()
@@ -132,6 +118,30 @@ impl TopN {
                 fields,
             )))?)
         };
+        Ok((RowConverter::new(order_fields)?, partition))
+    }
+}
+
+pub struct TopN {
+    spec: TopNSpec,
+    cut: Cut,
+    /// The input only inserts: partitions keep their window only.
+    append_only: bool,
+    input: RowCodec,
+    partition: Option<RowCodec>,
+    order: RowConverter,
+    /// Partition key -> slot in `partitions`.
+    index: hashbrown::HashMap<RowBytes, u32>,
+    partitions: Vec<Option<Partition>>,
+    free: Vec<u32>,
+    /// State keys changed since the last `take_state_changes`.
+    changed: hashbrown::HashSet<Vec<u8>>,
+    scratch: Vec<u8>,
+}
+
+impl TopN {
+    pub fn new(spec: TopNSpec) -> Result<Self, EngineError> {
+        let (order, partition) = spec.key_codecs()?;
         let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         let cut = match spec.numbering {
             Numbering::Rank => Cut::Rank {
@@ -144,7 +154,7 @@ impl TopN {
         };
         Ok(Self {
             input: RowCodec::new(spec.input_schema.clone())?,
-            order: RowConverter::new(order_fields)?,
+            order,
             partition,
             cut,
             append_only: false,
@@ -221,11 +231,7 @@ impl TopN {
 
     /// Drops the partition in `slot` if it keeps no rows.
     fn drop_if_empty(&mut self, slot: u32) {
-        if self.partitions[slot as usize]
-            .as_ref()
-            .is_some_and(Partition::is_empty)
-        {
-            let partition = self.partitions[slot as usize].take().expect("a live slot");
+        if let Some(partition) = self.partitions[slot as usize].take_if(|p| p.is_empty()) {
             self.index.remove(&partition.key);
             self.free.push(slot);
         }

@@ -52,39 +52,11 @@ struct Partition {
 
 impl Recompute {
     pub fn new(spec: TopNSpec) -> Result<Self, EngineError> {
-        let order_fields = spec
-            .order_by
-            .iter()
-            .map(|(e, options)| {
-                Ok(SortField::new_with_options(
-                    e.data_type(&spec.input_schema)?,
-                    *options,
-                ))
-            })
-            .collect::<Result<Vec<_>, EngineError>>()?;
-        let partition = if spec.partition_by.is_empty() {
-            None
-        } else {
-            let fields = spec
-                .partition_by
-                .iter()
-                .enumerate()
-                .map(|(i, e)| {
-                    Ok(arrow::datatypes::Field::new(
-                        format!("p{i}"),
-                        e.data_type(&spec.input_schema)?,
-                        true,
-                    ))
-                })
-                .collect::<Result<Vec<_>, EngineError>>()?;
-            Some(RowCodec::new(Arc::new(arrow::datatypes::Schema::new(
-                fields,
-            )))?)
-        };
+        let (order, partition) = spec.key_codecs()?;
         Ok(Self {
             input: RowCodec::new(spec.input_schema.clone())?,
             output: RowCodec::new(spec.output_schema.clone())?,
-            order: RowConverter::new(order_fields)?,
+            order,
             partition,
             partitions: imbl::OrdMap::new(),
             changed: BTreeSet::new(),
