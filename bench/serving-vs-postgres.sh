@@ -10,7 +10,7 @@
 set -euo pipefail
 
 target=${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}/release
-weir=$target/weir
+weir=${WEIR:-$target/weir}
 rows=${ROWS:-1000000}
 seconds=${SECONDS_PER_RUN:-10}
 clients=${CLIENTS:-1 4}
