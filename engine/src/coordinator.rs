@@ -28,7 +28,7 @@ use weir_common::{ChangeBatch, Epoch, ObjectId};
 use crate::EngineError;
 use crate::graph::{Graph, NodeStep};
 use crate::materialized::Materialized;
-use crate::rows::{concat_changes, consolidate, empty_change};
+use crate::rows::{concat_changes, empty_change, settle};
 
 /// A source of a projection: what it reads and in which columns.
 #[derive(Debug, Clone)]
@@ -146,7 +146,7 @@ impl Coordinator {
     }
 
     /// Closes the current epoch: steps every projection with its inputs'
-    /// consolidated changes and publishes the new view.
+    /// settled changes ([`settle`]) and publishes the new view.
     pub fn run_epoch(&mut self) -> Result<EpochReport, EngineError> {
         self.refuse_while_restoring("run an epoch")?;
         let started = Instant::now();
@@ -154,7 +154,7 @@ impl Coordinator {
         let mut tables: HashMap<ObjectId, ChangeBatch> = HashMap::new();
         for (table, changes) in std::mem::take(&mut self.pending) {
             let schema = changes[0].schema();
-            tables.insert(table, consolidate(&concat_changes(&schema, &changes)?)?);
+            tables.insert(table, settle(concat_changes(&schema, &changes)?)?);
         }
         self.pending_rows = 0;
 

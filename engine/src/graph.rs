@@ -107,7 +107,8 @@ impl Graph {
         &self.last_step
     }
 
-    /// Runs one epoch: `sources[i]` is the consolidated change of source `i`.
+    /// Runs one epoch: `sources[i]` is the settled change of source `i`
+    /// ([`crate::rows::settle`]).
     /// Returns the change of the output node.
     pub fn step(&mut self, sources: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
         if self.poisoned || sources.len() != self.sources || self.nodes.is_empty() {

@@ -7,7 +7,7 @@
 //!   applying change batches, cheap to snapshot (persistent map: a snapshot is
 //!   an O(1) clone that later writes never disturb).
 //! - [`operator::Operator`]: the contract of an incremental operator, stepped
-//!   once per epoch with the consolidated change of each input.
+//!   once per epoch with the (settled) change of each input.
 //! - [`ops`]: the built-in operators.
 //! - [`graph::Graph`]: a DAG of operators for one projection.
 //! - [`coordinator::Coordinator`]: owns every deployed projection, steps

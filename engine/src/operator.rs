@@ -33,13 +33,19 @@ impl StateEntry {
 ///
 /// The runtime ([`crate::graph::Graph`]) guarantees, and operators rely on:
 /// - `step` is called once per epoch, in epoch order, with exactly one
-///   change per input (empty when that input did not change), each
-///   consolidated (no two equal rows, no zero weight) and with the schema the
-///   input declared.
+///   change per input (empty when that input did not change), with the
+///   schema the input declared and no zero weight; *settled*
+///   ([`crate::rows::settle`]): consolidated (no two equal rows) whenever
+///   it retracts anything, while a change of inserts only may repeat a row
+///   (`r +1, r +1` is the bag `r +2`). So an operator that keys state by
+///   whole rows and meets a retraction sees each row once; one that must
+///   see every row once regardless consolidates its input itself.
 ///
 /// Operators guarantee:
-/// - the returned change has [`Operator::output_schema`] and is consolidated,
-///   so an update undone within the epoch produces nothing;
+/// - the returned change has [`Operator::output_schema`] and is settled,
+///   so an update undone within the epoch produces nothing. Consolidation
+///   happens at state boundaries (ARCHITECTURE.md §2), not on every edge:
+///   a stateless operator over inserts passes its rows on unmerged;
 /// - the sum of all returned changes equals the operator's query over the sum
 ///   of all input changes (the Z-set semantics of ARCHITECTURE.md §2);
 /// - nothing after an error: a `step` that fails may leave its state part

@@ -4,7 +4,6 @@
 //! The row format is comparable bytewise and equal for equal values, so it
 //! serves as the key of every hash and ordered map in the engine.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, RecordBatchOptions, UInt32Array};
@@ -185,26 +184,39 @@ pub fn empty_change(schema: &SchemaRef) -> ChangeBatch {
 
 /// Sums the weights of equal rows and drops rows whose weight is zero, keeping
 /// the order in which rows first appear.
+///
+/// The rows are encoded into one buffer and hashed with hashbrown's
+/// default (foldhash): no allocation per row, and no SipHash, whose DoS
+/// resistance buys nothing for rows the engine itself encoded.
 pub fn consolidate(change: &ChangeBatch) -> Result<ChangeBatch, EngineError> {
     if change.is_empty() {
         return Ok(change.clone());
     }
-    let codec = RowCodec::new(change.schema())?;
-    let rows = codec.encode_rows(change.rows())?;
     let weights = change.weights().values();
-    let mut first_seen: HashMap<&[u8], usize> = HashMap::with_capacity(rows.len());
-    let mut order: Vec<(u32, i64)> = Vec::with_capacity(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        match first_seen.get(row.as_ref()) {
-            Some(&slot) => order[slot].1 += weights[i],
-            None => {
-                first_seen.insert(row.as_ref(), order.len());
-                order.push((i as u32, weights[i]));
+    let mut order: Vec<(u32, i64)> = Vec::with_capacity(change.num_rows());
+    if change.rows().num_columns() == 0 {
+        // Rows without columns are all equal.
+        let sum: i64 = weights.iter().sum();
+        order.extend((sum != 0).then_some((0, sum)));
+    } else {
+        let codec = RowCodec::new(change.schema())?;
+        let rows = codec.encode_buffer(change.rows().columns(), false)?;
+        let mut first_seen: hashbrown::HashMap<&[u8], u32> =
+            hashbrown::HashMap::with_capacity(rows.num_rows());
+        for (i, row) in rows.iter().enumerate() {
+            match first_seen.entry(row.data()) {
+                hashbrown::hash_map::Entry::Occupied(slot) => {
+                    order[*slot.get() as usize].1 += weights[i];
+                }
+                hashbrown::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(order.len() as u32);
+                    order.push((i as u32, weights[i]));
+                }
             }
         }
     }
     order.retain(|&(_, w)| w != 0);
-    if order.len() == rows.len() {
+    if order.len() == change.num_rows() {
         return Ok(change.clone());
     }
     let indices = UInt32Array::from_iter_values(order.iter().map(|&(i, _)| i));
@@ -223,6 +235,22 @@ pub fn consolidate(change: &ChangeBatch) -> Result<ChangeBatch, EngineError> {
         batch,
         Int64Array::from_iter_values(order.iter().map(|&(_, w)| w)),
     )?)
+}
+
+/// `change` consolidated if it retracts anything; a change that only
+/// inserts is returned as it is.
+///
+/// Inserts cancel nothing, so merging equal inserted rows would only turn
+/// `r +1, r +1` into `r +2`: the same bag, at the price of encoding and
+/// hashing every row. Edges between operators carry changes settled this
+/// way (the Operator contract allows repeated rows); operators that key
+/// state by whole rows consolidate their input themselves.
+pub fn settle(change: ChangeBatch) -> Result<ChangeBatch, EngineError> {
+    if change.weights().values().iter().all(|&w| w > 0) {
+        Ok(change)
+    } else {
+        consolidate(&change)
+    }
 }
 
 /// Concatenates changes of one schema.
@@ -262,4 +290,33 @@ pub fn where_true(
     } else {
         arrow::compute::prep_null_mask_filter(mask)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{change, render};
+
+    const ROWS: &str = "k int, a text";
+
+    #[test]
+    fn consolidate_sums_equal_rows_and_drops_zeros_in_first_seen_order() {
+        let out = consolidate(&change(
+            ROWS,
+            "2 x +1; 1 y +1; 2 x +2; 1 y -1; null x +1; null x +1",
+        ))
+        .unwrap();
+        assert_eq!(render(&out), vec!["2 x +3", "null x +2"]);
+    }
+
+    #[test]
+    fn settle_leaves_inserts_alone_and_consolidates_a_change_that_retracts() {
+        let inserts = change(ROWS, "1 x +1; 1 x +1; 2 y +1");
+        assert_eq!(
+            render(&settle(inserts).unwrap()),
+            vec!["1 x +1", "1 x +1", "2 y +1"]
+        );
+        let undone = change(ROWS, "1 x +1; 2 y +1; 1 x -1");
+        assert_eq!(render(&settle(undone).unwrap()), vec!["2 y +1"]);
+    }
 }

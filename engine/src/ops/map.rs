@@ -11,7 +11,7 @@ use weir_common::ChangeBatch;
 
 use crate::EngineError;
 use crate::operator::{Operator, expect_inputs};
-use crate::rows::{batch_of, consolidate, empty_change, where_true};
+use crate::rows::{batch_of, empty_change, settle, where_true};
 
 pub struct Map {
     /// Rows for which this is not true are dropped (SQL WHERE semantics).
@@ -79,8 +79,9 @@ impl Operator for Map {
             .map(|e| e.evaluate(&rows)?.into_array(rows.num_rows()))
             .collect::<Result<Vec<_>, _>>()?;
         let projected = batch_of(&self.schema, columns, rows.num_rows())?;
-        // Projection can make distinct rows equal.
-        consolidate(&ChangeBatch::new(projected, weights)?)
+        // Projection can make distinct rows equal, which matters only
+        // where they could cancel.
+        settle(ChangeBatch::new(projected, weights)?)
     }
 }
 

@@ -4,7 +4,7 @@ use arrow::datatypes::SchemaRef;
 use weir_common::ChangeBatch;
 
 use crate::EngineError;
-use crate::rows::{batch_of, concat_changes, consolidate};
+use crate::rows::{batch_of, concat_changes, settle};
 
 use crate::operator::{Operator, expect_inputs};
 
@@ -46,7 +46,7 @@ impl Operator for Union {
                 Ok(ChangeBatch::new(rows, c.weights().clone())?)
             })
             .collect::<Result<Vec<_>, EngineError>>()?;
-        consolidate(&concat_changes(&self.schema, &rebound)?)
+        settle(concat_changes(&self.schema, &rebound)?)
     }
 }
 

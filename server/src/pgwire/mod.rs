@@ -23,6 +23,7 @@ mod array_params;
 mod auth;
 mod copy;
 pub mod copy_binary;
+mod corked;
 mod encode;
 mod errors;
 mod extended;
@@ -41,7 +42,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{SinkExt, StreamExt};
+use futures::{FutureExt, SinkExt, StreamExt};
 use pgwire::api::{ClientInfo, PgWireConnectionState};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::response::TransactionStatus;
@@ -68,7 +69,10 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long shutdown waits for connection tasks to wind down.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-type Socket = Framed<frames::FrameGuard<MaybeTls>, PgWireMessageServerCodec<PreparedStatement>>;
+type Socket = Framed<
+    corked::Corked<frames::FrameGuard<MaybeTls>>,
+    PgWireMessageServerCodec<PreparedStatement>,
+>;
 
 /// Serves the PostgreSQL protocol on `listener` until `shutdown` fires.
 ///
@@ -92,6 +96,11 @@ pub async fn serve(
             }
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
+                    // Replies go out whole ([`corked`]), so Nagle's delay
+                    // would only hold back the last segment of each.
+                    if let Err(e) = socket.set_nodelay(true) {
+                        tracing::debug!(error = %e, "TCP_NODELAY not set");
+                    }
                     let task = connection_task(db.clone(), socket, tls.clone(), shutdown.clone());
                     connections.spawn(async move {
                         tracing::debug!(%peer, "pgwire connection accepted");
@@ -199,23 +208,32 @@ async fn run_connection(
             PgWireConnectionState::AwaitingStartup
                 | PgWireConnectionState::AuthenticationInProgress
         );
-        let next = tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => {
-                let _ = send_fatal(&mut socket, "57P01", "terminating connection due to administrator command").await;
-                return Ok(());
+        // A message the client already sent is taken at once; before
+        // waiting for one, everything said so far goes out.
+        let ready = socket.next().now_or_never();
+        let next = match ready {
+            Some(next) => next,
+            None => {
+                flush_now(&mut socket).await?;
+                tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => {
+                        let _ = send_fatal_corked(&mut socket, "57P01", "terminating connection due to administrator command").await;
+                        return Ok(());
+                    }
+                    _ = &mut startup_deadline, if in_startup => {
+                        let _ = send_fatal_corked(&mut socket, "08006", "timeout expired during startup").await;
+                        return Ok(());
+                    }
+                    next = socket.next() => next,
+                }
             }
-            _ = &mut startup_deadline, if in_startup => {
-                let _ = send_fatal(&mut socket, "08006", "timeout expired during startup").await;
-                return Ok(());
-            }
-            next = socket.next() => next,
         };
         let message = match next {
             None => return Ok(()),
             Some(Err(e)) => {
                 tracing::debug!(error = %e, "pgwire protocol violation");
-                let _ = send_fatal(
+                let _ = send_fatal_corked(
                     &mut socket,
                     "08P01",
                     &format!("invalid frontend message: {e}"),
@@ -223,9 +241,21 @@ async fn run_connection(
                 .await;
                 return Ok(());
             }
-            Some(Ok(PgWireFrontendMessage::Terminate(_))) => return Ok(()),
+            Some(Ok(PgWireFrontendMessage::Terminate(_))) => {
+                return flush_now(&mut socket).await;
+            }
             Some(Ok(message)) => message,
         };
+        // As in PostgreSQL, replies go out at the end of each cycle (its
+        // ReadyForQuery) or when the client asks, whatever follows.
+        let ends_cycle = matches!(
+            message,
+            PgWireFrontendMessage::Query(_)
+                | PgWireFrontendMessage::Sync(_)
+                | PgWireFrontendMessage::Flush(_)
+                | PgWireFrontendMessage::CopyDone(_)
+                | PgWireFrontendMessage::CopyFail(_)
+        );
         let is_cancel = matches!(message, PgWireFrontendMessage::CancelRequest(_));
         let extended = match socket.state() {
             PgWireConnectionState::CopyInProgress(extended) => extended,
@@ -260,8 +290,11 @@ async fn run_connection(
             )
             .await?;
             if fatal {
-                return Ok(());
+                return flush_now(&mut socket).await;
             }
+        }
+        if ends_cycle {
+            flush_now(&mut socket).await?;
         }
     }
 }
@@ -277,11 +310,25 @@ fn guard_frames(framed: Unguarded) -> Result<Socket, Box<(Unguarded, String)>> {
     if let Err(reason) = scanner.feed(&parts.read_buf) {
         return Err(Box::new((Framed::from_parts(parts), reason)));
     }
-    let io = frames::FrameGuard::new(parts.io, scanner);
+    let io = corked::Corked::new(frames::FrameGuard::new(parts.io, scanner));
     let mut guarded = FramedParts::new::<PgWireBackendMessage>(io, parts.codec);
     guarded.read_buf = parts.read_buf;
     guarded.write_buf = parts.write_buf;
     Ok(Framed::from_parts(guarded))
+}
+
+/// Sends everything written so far ([`corked`]).
+async fn flush_now(socket: &mut Socket) -> io::Result<()> {
+    socket.get_mut().uncork();
+    socket.flush().await?;
+    Ok(())
+}
+
+/// [`send_fatal`] on the connection's own socket, sent at once: the
+/// connection closes next.
+async fn send_fatal_corked(socket: &mut Socket, code: &str, message: &str) -> PgWireResult<()> {
+    socket.get_mut().uncork();
+    send_fatal(socket, code, message).await
 }
 
 async fn send_fatal<IO>(

@@ -31,7 +31,7 @@ use crate::operator::{
     Operator, StateEntry, expect_inputs, mark_changed, parse_state_key, state_key, take_changed,
     unreadable,
 };
-use crate::rows::{RowBytes, RowCodec, concat_changes, consolidate, empty_change, where_true};
+use crate::rows::{RowBytes, RowCodec, concat_changes, empty_change, settle, where_true};
 
 const NAME: &str = "join";
 
@@ -395,7 +395,7 @@ impl Operator for DeltaJoin {
         if parts.is_empty() {
             return Ok(empty_change(schema));
         }
-        consolidate(&concat_changes(schema, &parts)?)
+        settle(concat_changes(schema, &parts)?)
     }
 
     fn take_state_changes(&mut self) -> Result<Vec<StateEntry>, EngineError> {
