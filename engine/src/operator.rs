@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use arrow::datatypes::SchemaRef;
-use weir_common::ChangeBatch;
+use weir_common::{ChangeBatch, ObjectId};
 
 use crate::EngineError;
 use crate::multiset::{Reader, Writer};
@@ -69,6 +69,17 @@ pub trait Operator: Send {
     fn structure(&self) -> String;
 
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError>;
+
+    /// Tells the operator where its state lives: node `node` of the graph
+    /// of projection `object`, the pair [`crate::checkpoint::vnode_of`]
+    /// hashes with each key. The coordinator calls it when it deploys the
+    /// graph ([`crate::Graph::place`]), before the first step or restore.
+    /// Most operators have no use for it (the default ignores it); one that
+    /// assigns state to workers by vnode ([`crate::ops::parallel::Parallel`])
+    /// does, and refuses to move once it holds state.
+    fn place(&mut self, _object: ObjectId, _node: u32) -> Result<(), EngineError> {
+        Ok(())
+    }
 
     /// The entries whose value changed since the previous call (or since
     /// creation or [`Operator::apply_state_entries`]), each key at most once
