@@ -97,11 +97,16 @@ enum Bench {
         /// Passed to `weir serve --barrier-interval`.
         #[arg(long, default_value = "1s")]
         barrier_interval: String,
+        /// Passed to `weir serve --workers`; by default the server's own
+        /// default (the number of cores).
+        #[arg(long)]
+        workers: Option<u16>,
         /// Per query, from CREATE SINK until the sources completed.
         #[arg(long, default_value_t = 3600)]
         timeout_s: u64,
     },
-    /// Engine operators in process, single thread, rows per second.
+    /// Engine operators in process, rows per second: single thread, or
+    /// two for the `_2_workers` variants.
     Micro {
         /// Runs only the benchmarks whose name contains this.
         #[arg(long)]
@@ -200,6 +205,7 @@ async fn against_server(command: Bench) -> Result<(), Box<dyn std::error::Error>
             json,
             weir,
             barrier_interval,
+            workers,
             timeout_s,
         } => {
             let queries = if all {
@@ -223,6 +229,7 @@ async fn against_server(command: Bench) -> Result<(), Box<dyn std::error::Error>
                 json,
                 weir,
                 barrier_interval,
+                workers,
                 timeout: Duration::from_secs(timeout_s),
             };
             return nexmark::run(&options).await;

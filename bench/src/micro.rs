@@ -1,5 +1,9 @@
-//! `weir-bench micro`: engine operators in process, one thread, rows per
-//! second.
+//! `weir-bench micro`: engine operators in process, rows per second, on
+//! one thread (two for the `_2_workers` variants).
+//!
+//! Benchmarks named `_2_workers` step two instances behind
+//! `ops::parallel::Parallel` on two threads (`weir serve --workers 2`); the
+//! rest run on one thread.
 //!
 //! Each benchmark builds an operator the way the planner would (DataFusion
 //! physical expressions over Arrow schemas) and steps it with batches of a
@@ -31,6 +35,7 @@ use weir_common::{ChangeBatch, ObjectId};
 use weir_engine::ops::aggregate::{Aggregate, AggregateCall};
 use weir_engine::ops::join::{Join, JoinKind, JoinSpec};
 use weir_engine::ops::map::Map;
+use weir_engine::ops::parallel::{Keyed, Parallel};
 use weir_engine::ops::top_n::{Numbering, TopN, TopNSpec};
 use weir_engine::rows::consolidate;
 use weir_engine::{Coordinator, Graph, Input, Operator, SourceBinding, VnodeState};
@@ -53,14 +58,24 @@ type Bench = fn() -> Result<Report, BoxError>;
 
 const BENCHES: &[(&str, Bench)] = &[
     ("map_filter", map_filter),
-    ("aggregate_10_groups_insert", || aggregate(10, false)),
-    ("aggregate_10_groups_retract20", || aggregate(10, true)),
-    ("aggregate_100k_groups_insert", || aggregate(100_000, false)),
-    ("aggregate_100k_groups_retract20", || {
-        aggregate(100_000, true)
+    ("aggregate_10_groups_insert", || aggregate(10, false, 1)),
+    ("aggregate_10_groups_retract20", || aggregate(10, true, 1)),
+    ("aggregate_100k_groups_insert", || {
+        aggregate(100_000, false, 1)
     }),
-    ("join_inner", join_inner),
-    ("top_n", top_n),
+    ("aggregate_100k_groups_retract20", || {
+        aggregate(100_000, true, 1)
+    }),
+    ("aggregate_100k_groups_insert_2_workers", || {
+        aggregate(100_000, false, 2)
+    }),
+    ("aggregate_100k_groups_retract20_2_workers", || {
+        aggregate(100_000, true, 2)
+    }),
+    ("join_inner", || join_inner(1)),
+    ("join_inner_2_workers", || join_inner(2)),
+    ("top_n", || top_n(1)),
+    ("top_n_2_workers", || top_n(2)),
     ("consolidate", consolidate_duplicates),
     ("table_log_append_serial", || table_log_append(1)),
     ("table_log_append_32_writers", || table_log_append(32)),
@@ -267,23 +282,40 @@ fn aggregate_call(
     })
 }
 
+/// `make()`, or with more than one worker that many instances behind a
+/// [`Parallel`], as the planner builds it for `weir serve --workers`.
+fn workers_of(
+    workers: usize,
+    make: impl Fn() -> Result<Box<dyn Keyed>, BoxError>,
+) -> Result<Box<dyn Operator>, BoxError> {
+    if workers <= 1 {
+        return Ok(make()?);
+    }
+    let instances = (0..workers)
+        .map(|_| make())
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Box::new(Parallel::new(instances)?))
+}
+
 /// `SELECT k, count(v), sum(v) FROM t GROUP BY k` over rows `(id % groups,
 /// id)`; with `retract`, a fifth of each step retracts rows of the step before.
-fn aggregate(groups: i64, retract: bool) -> Result<Report, BoxError> {
+fn aggregate(groups: i64, retract: bool, workers: usize) -> Result<Report, BoxError> {
     let input = schema(&[("k", DataType::Int64), ("v", DataType::Int64)]);
-    let mut agg = Aggregate::new(
-        input.clone(),
-        vec![col("k", &input)?],
-        vec![
-            aggregate_call(count_udaf(), &input, "c")?,
-            aggregate_call(sum_udaf(), &input, "s")?,
-        ],
-        schema(&[
-            ("k", DataType::Int64),
-            ("c", DataType::Int64),
-            ("s", DataType::Int64),
-        ]),
-    )?;
+    let mut agg = workers_of(workers, || {
+        Ok(Box::new(Aggregate::new(
+            input.clone(),
+            vec![col("k", &input)?],
+            vec![
+                aggregate_call(count_udaf(), &input, "c")?,
+                aggregate_call(sum_udaf(), &input, "s")?,
+            ],
+            schema(&[
+                ("k", DataType::Int64),
+                ("c", DataType::Int64),
+                ("s", DataType::Int64),
+            ]),
+        )?))
+    })?;
     const ROWS: i64 = 4096;
     let inserts = if retract { ROWS * 4 / 5 } else { ROWS };
     let mut next = 0i64;
@@ -325,7 +357,7 @@ fn aggregate(groups: i64, retract: bool) -> Result<Report, BoxError> {
 
 /// `SELECT * FROM l JOIN r ON l.k = r.rk`, 100 000 keys, both sides
 /// inserting 4096 new rows per step.
-fn join_inner() -> Result<Report, BoxError> {
+fn join_inner(workers: usize) -> Result<Report, BoxError> {
     let left = schema(&[("k", DataType::Int64), ("a", DataType::Int64)]);
     let right = schema(&[("rk", DataType::Int64), ("b", DataType::Int64)]);
     let output = schema(&[
@@ -334,13 +366,15 @@ fn join_inner() -> Result<Report, BoxError> {
         ("rk", DataType::Int64),
         ("b", DataType::Int64),
     ]);
-    let mut join = Join::new(JoinSpec {
-        kind: JoinKind::Inner,
-        on: vec![(col("k", &left)?, col("rk", &right)?)],
-        left_schema: left.clone(),
-        right_schema: right.clone(),
-        residual: None,
-        output_schema: output,
+    let mut join = workers_of(workers, || {
+        Ok(Box::new(Join::new(JoinSpec {
+            kind: JoinKind::Inner,
+            on: vec![(col("k", &left)?, col("rk", &right)?)],
+            left_schema: left.clone(),
+            right_schema: right.clone(),
+            residual: None,
+            output_schema: output.clone(),
+        })?))
     })?;
     const ROWS: i64 = 4096;
     const KEYS: u64 = 100_000;
@@ -374,24 +408,27 @@ fn join_inner() -> Result<Report, BoxError> {
 
 /// `ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) <= 10`
 /// (Nexmark q19's shape), 10 000 auctions.
-fn top_n() -> Result<Report, BoxError> {
+fn top_n(workers: usize) -> Result<Report, BoxError> {
     let input = bid_schema();
     let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
     fields.push(Field::new("rank_number", DataType::Int64, true));
-    let mut top = TopN::new(TopNSpec {
-        partition_by: vec![col("auction", &input)?],
-        order_by: vec![(
-            col("price", &input)?,
-            SortOptions {
-                descending: true,
-                nulls_first: true,
-            },
-        )],
-        input_schema: input,
-        offset: 0,
-        limit: 10,
-        numbering: Numbering::RowNumber,
-        output_schema: Arc::new(Schema::new(fields)),
+    let output = Arc::new(Schema::new(fields));
+    let mut top = workers_of(workers, || {
+        Ok(Box::new(TopN::new(TopNSpec {
+            partition_by: vec![col("auction", &input)?],
+            order_by: vec![(
+                col("price", &input)?,
+                SortOptions {
+                    descending: true,
+                    nulls_first: true,
+                },
+            )],
+            input_schema: input.clone(),
+            offset: 0,
+            limit: 10,
+            numbering: Numbering::RowNumber,
+            output_schema: output.clone(),
+        })?))
     })?;
     const ROWS: usize = 4096;
     let mut rng = Rng(13);

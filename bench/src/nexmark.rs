@@ -72,6 +72,8 @@ pub struct Options {
     pub weir: PathBuf,
     /// Passed to `weir serve --barrier-interval`.
     pub barrier_interval: String,
+    /// Passed to `weir serve --workers` when set.
+    pub workers: Option<u16>,
     /// Per query, from CREATE SINK until every source completed.
     pub timeout: Duration,
 }
@@ -388,9 +390,11 @@ pub async fn run(o: &Options) -> Result<(), BoxError> {
     }
     let sources = source_statements(SOURCES_SQL)?;
     println!(
-        "nexmark: {} events per query, barrier interval {}, server {}",
+        "nexmark: {} events per query, barrier interval {}, workers {}, server {}",
         o.events,
         o.barrier_interval,
+        o.workers
+            .map_or_else(|| "(server default)".to_string(), |w| w.to_string()),
         o.weir.display()
     );
     println!("{}", Outcome::header());
@@ -428,7 +432,7 @@ async fn run_query(o: &Options, name: &str, sources: &[(String, String)]) -> Out
             .sum(),
         ..Outcome::default()
     };
-    let mut server = match Server::start(&o.weir, &o.barrier_interval) {
+    let mut server = match Server::start(&o.weir, &o.barrier_interval, o.workers) {
         Ok(server) => server,
         Err(e) => {
             outcome.error = Some(format!("cannot start weir: {e}"));

@@ -31,11 +31,20 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn start(weir: &Path, barrier_interval: &str) -> Result<Self, BoxError> {
+    /// `workers`: `--workers`, or the server's default when `None`.
+    pub fn start(
+        weir: &Path,
+        barrier_interval: &str,
+        workers: Option<u16>,
+    ) -> Result<Self, BoxError> {
         let dir = tempfile::Builder::new().prefix("weir-nexmark-").tempdir()?;
         let [pg_port, flight_port, http_port] = free_ports::<3>()?;
         let log = std::fs::File::create(dir.path().join("weir.log"))?;
-        let child = Command::new(weir)
+        let mut command = Command::new(weir);
+        if let Some(workers) = workers {
+            command.env("WEIR_WORKERS", workers.to_string());
+        }
+        let child = command
             .arg("serve")
             .arg("--data-dir")
             .arg(dir.path().join("data"))

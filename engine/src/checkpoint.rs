@@ -50,11 +50,29 @@ pub const RESULT_NODE: u32 = u32::MAX;
 /// state of one group (or join key, or partition) in one vnode.
 pub fn vnode_of(object: ObjectId, node: u32, key: &[u8]) -> u32 {
     let distribution = split_state_key(key).map_or(key, |k| k.distribution);
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&object.0.to_le_bytes());
-    hasher.update(&node.to_le_bytes());
-    hasher.update(distribution);
-    hasher.finalize() % VNODES
+    Vnodes::new(object, node).of(distribution)
+}
+
+/// [`vnode_of`] for many distribution keys of one node of one projection:
+/// the (object, node) prefix is hashed once. What [`crate::ops::parallel`]
+/// routes rows by, so a row goes to the worker owning its state's vnode.
+#[derive(Clone)]
+pub struct Vnodes(crc32fast::Hasher);
+
+impl Vnodes {
+    pub fn new(object: ObjectId, node: u32) -> Self {
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&object.0.to_le_bytes());
+        hasher.update(&node.to_le_bytes());
+        Self(hasher)
+    }
+
+    /// The vnode of state whose distribution key is `distribution`.
+    pub fn of(&self, distribution: &[u8]) -> u32 {
+        let mut hasher = self.0.clone();
+        hasher.update(distribution);
+        hasher.finalize() % VNODES
+    }
 }
 
 /// What a projection's checkpointed state is only valid for: its graph's
@@ -279,7 +297,7 @@ impl Coordinator {
     pub fn deploy_for_restore(
         &mut self,
         id: ObjectId,
-        graph: Graph,
+        mut graph: Graph,
         sources: Vec<SourceBinding>,
         output_schema: SchemaRef,
     ) -> Result<(), EngineError> {
@@ -289,6 +307,7 @@ impl Coordinator {
                 message: "deploy with changes pending".into(),
             });
         }
+        graph.place(id)?;
         let result = Materialized::new(output_schema)?;
         self.deployed.push(Deployed {
             id,
@@ -492,10 +511,23 @@ mod tests {
             .collect()
     }
 
+    /// `make()`, or `workers` instances of it behind a [`Parallel`].
+    fn sharded(
+        workers: usize,
+        make: impl Fn() -> Box<dyn crate::ops::parallel::Keyed>,
+    ) -> Box<dyn crate::Operator> {
+        if workers == 1 {
+            return make();
+        }
+        let instances = (0..workers).map(|_| make()).collect();
+        Box::new(crate::ops::parallel::Parallel::new(instances).unwrap())
+    }
+
     /// 2: `SELECT k, sum(x) s, count(x) c FROM t GROUP BY k`;
     /// 3: the two largest `s` of 2, numbered;
     /// 4: `t JOIN 2 USING (k)`.
-    fn projections() -> Vec<(ObjectId, Graph, Vec<SourceBinding>, SchemaRef)> {
+    /// The aggregate and the join split over `workers`.
+    fn projections(workers: usize) -> Vec<(ObjectId, Graph, Vec<SourceBinding>, SchemaRef)> {
         let (t, p2) = (schema(T), schema(P2));
         let bind = |object, schema: &SchemaRef| SourceBinding {
             object,
@@ -503,8 +535,11 @@ mod tests {
         };
         let mut two = Graph::new(1);
         let group_by = vec![col("k", &t).unwrap()];
-        let agg = Aggregate::new(t.clone(), group_by, sum_and_count(), p2.clone()).unwrap();
-        two.add(Box::new(agg), vec![Input::Source(0)]).unwrap();
+        let agg = sharded(workers, || {
+            let agg = Aggregate::new(t.clone(), group_by.clone(), sum_and_count(), p2.clone());
+            Box::new(agg.unwrap())
+        });
+        two.add(agg, vec![Input::Source(0)]).unwrap();
 
         let three_schema = schema("k text, s int, c int, n int");
         let mut three = Graph::new(1);
@@ -522,16 +557,18 @@ mod tests {
 
         let four_schema = schema("k text, x int, k2 text, s int, c int");
         let mut four = Graph::new(2);
-        let join = Join::new(JoinSpec {
-            kind: JoinKind::Left,
-            left_schema: t.clone(),
-            right_schema: p2.clone(),
-            on: vec![(col("k", &t).unwrap(), col("k", &p2).unwrap())],
-            residual: None,
-            output_schema: four_schema.clone(),
-        })
-        .unwrap();
-        four.add(Box::new(join), vec![Input::Source(0), Input::Source(1)])
+        let join = sharded(workers, || {
+            let join = Join::new(JoinSpec {
+                kind: JoinKind::Left,
+                left_schema: t.clone(),
+                right_schema: p2.clone(),
+                on: vec![(col("k", &t).unwrap(), col("k", &p2).unwrap())],
+                residual: None,
+                output_schema: four_schema.clone(),
+            });
+            Box::new(join.unwrap())
+        });
+        four.add(join, vec![Input::Source(0), Input::Source(1)])
             .unwrap();
         vec![
             (ObjectId(2), two, vec![bind(TABLE, &t)], p2.clone()),
@@ -569,14 +606,23 @@ mod tests {
         c.checkpoint_full().unwrap().into_iter().collect()
     }
 
+    /// With the same worker count, and with checkpoints taken with one
+    /// worker count restored into another: the state and its checkpoints do
+    /// not depend on it.
     #[test]
     fn a_restored_coordinator_equals_the_original_and_goes_on_alike() {
+        for (from, to) in [(1, 1), (1, 3), (3, 1), (2, 2)] {
+            restore_and_go_on(from, to);
+        }
+    }
+
+    fn restore_and_go_on(from: usize, to: usize) {
         for seed in 0..6 {
             let mut rng = Rng::new(seed);
             let mut input = RandomInput::new(T, &[&["a", "b", "c", "null"], &["1", "2", "5"]]);
             let mut original = Coordinator::new();
             let nothing = |_: ObjectId| -> Result<Option<ChangeBatch>, EngineError> { Ok(None) };
-            for (id, graph, sources, schema) in projections() {
+            for (id, graph, sources, schema) in projections(from) {
                 original
                     .deploy(id, graph, sources, schema, &nothing)
                     .unwrap();
@@ -596,7 +642,7 @@ mod tests {
             }
 
             let mut restored = Coordinator::new();
-            for (id, graph, sources, schema) in projections() {
+            for (id, graph, sources, schema) in projections(to) {
                 restored
                     .deploy_for_restore(id, graph, sources, schema)
                     .unwrap();
@@ -616,7 +662,11 @@ mod tests {
             }
             restored.finish_restore(Epoch(epochs)).unwrap();
             assert_eq!(restored.view().epoch, original.view().epoch);
-            assert_eq!(results(&restored), results(&original), "seed {seed}");
+            assert_eq!(
+                results(&restored),
+                results(&original),
+                "seed {seed} {from}->{to}"
+            );
             assert!(restored.checkpoint_changes().unwrap().is_empty());
             assert_eq!(all_entries(&restored), all_entries(&original));
 
@@ -638,7 +688,7 @@ mod tests {
     #[test]
     fn entries_of_dropped_projections_are_skipped_and_live_ones_refused() {
         let mut coordinator = Coordinator::new();
-        let (id, graph, sources, schema) = projections().remove(0);
+        let (id, graph, sources, schema) = projections(1).remove(0);
         coordinator
             .deploy_for_restore(id, graph, sources, schema)
             .unwrap();
@@ -661,7 +711,7 @@ mod tests {
         let contents = change(T, &rows.join("; "));
         let backfill = |_: ObjectId| Ok(Some(contents.clone()));
         let mut coordinator = Coordinator::new();
-        let (id, graph, sources, schema) = projections().remove(0);
+        let (id, graph, sources, schema) = projections(1).remove(0);
         coordinator
             .deploy(id, graph, sources, schema, &backfill)
             .unwrap();

@@ -286,6 +286,7 @@ impl Coordinator {
                 message: "deploy with changes pending".into(),
             });
         }
+        graph.place(id)?;
         let mut backfill = Vec::with_capacity(sources.len());
         for source in &sources {
             if self

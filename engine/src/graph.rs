@@ -3,7 +3,7 @@
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
 
-use weir_common::ChangeBatch;
+use weir_common::{ChangeBatch, ObjectId};
 
 use crate::EngineError;
 use crate::operator::{Operator, StateEntry};
@@ -79,6 +79,16 @@ impl Graph {
         }
         self.nodes.push(Node { operator, inputs });
         Ok(self.nodes.len() - 1)
+    }
+
+    /// Tells every node where its state lives: node `i` of projection
+    /// `object` ([`Operator::place`]). Called on deploy, before the first
+    /// step or restore.
+    pub fn place(&mut self, object: ObjectId) -> Result<(), EngineError> {
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            node.operator.place(object, i as u32)?;
+        }
+        Ok(())
     }
 
     pub fn is_poisoned(&self) -> bool {
@@ -223,7 +233,7 @@ impl Graph {
     }
 }
 
-fn panic_message(panic: &(dyn Any + Send)) -> &str {
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
     panic
         .downcast_ref::<&str>()
         .copied()

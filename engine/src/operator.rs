@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use arrow::datatypes::SchemaRef;
-use weir_common::ChangeBatch;
+use weir_common::{ChangeBatch, ObjectId};
 
 use crate::EngineError;
 use crate::multiset::{Reader, Writer};
@@ -35,11 +35,14 @@ impl StateEntry {
 /// - `step` is called once per epoch, in epoch order, with exactly one
 ///   change per input (empty when that input did not change), with the
 ///   schema the input declared and no zero weight; *settled*
-///   ([`crate::rows::settle`]): consolidated (no two equal rows) whenever
-///   it retracts anything, while a change of inserts only may repeat a row
-///   (`r +1, r +1` is the bag `r +2`). So an operator that keys state by
-///   whole rows and meets a retraction sees each row once; one that must
-///   see every row once regardless consolidates its input itself.
+///   ([`crate::rows::settle`]): a row with a negative weight occurs once
+///   (no equal row elsewhere in the change), while inserted rows may
+///   repeat (`r +1, r +1` is the bag `r +2`). So a retraction is never
+///   undone or repeated within the change, and an operator that keys state
+///   by whole rows checks each retracted row once; one that must see every
+///   row once regardless consolidates its input itself. Subsets of a
+///   settled change, and concatenations of settled changes that share no
+///   row, are settled.
 ///
 /// Operators guarantee:
 /// - the returned change has [`Operator::output_schema`] and is settled,
@@ -75,6 +78,17 @@ pub trait Operator: Send {
     fn structure(&self) -> String;
 
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError>;
+
+    /// Tells the operator where its state lives: node `node` of the graph
+    /// of projection `object`, the pair [`crate::checkpoint::vnode_of`]
+    /// hashes with each key. The coordinator calls it when it deploys the
+    /// graph ([`crate::Graph::place`]), before the first step or restore.
+    /// Most operators have no use for it (the default ignores it); one that
+    /// assigns state to workers by vnode ([`crate::ops::parallel::Parallel`])
+    /// does, and refuses to move once it holds state.
+    fn place(&mut self, _object: ObjectId, _node: u32) -> Result<(), EngineError> {
+        Ok(())
+    }
 
     /// The entries whose value changed since the previous call (or since
     /// creation or [`Operator::apply_state_entries`]), each key at most once

@@ -237,8 +237,8 @@ pub fn consolidate(change: &ChangeBatch) -> Result<ChangeBatch, EngineError> {
     )?)
 }
 
-/// `change` consolidated if it retracts anything; a change that only
-/// inserts is returned as it is.
+/// `change` settled (see [`crate::Operator`]): consolidated if it
+/// retracts anything; a change that only inserts is returned as it is.
 ///
 /// Inserts cancel nothing, so merging equal inserted rows would only turn
 /// `r +1, r +1` into `r +2`: the same bag, at the price of encoding and

@@ -67,9 +67,23 @@ pub struct ServeConfig {
     /// the previous snapshot, so compaction costs O(bytes written).
     #[arg(long, env = "WEIR_LOG_COMPACTION_BYTES", default_value_t = 64 << 20)]
     pub log_compaction_bytes: u64,
+    /// Threads each keyed operator (aggregate, join, top-N per partition)
+    /// of a projection is split over, each owning a share of its keys.
+    /// Default: the number of available cores; 1 runs every operator whole
+    /// on the epoch thread.
+    #[arg(long, env = "WEIR_WORKERS", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub workers: Option<u16>,
 }
 
 impl ServeConfig {
+    /// `--workers`, or the number of available cores.
+    pub fn workers(&self) -> usize {
+        self.workers.map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get()),
+            usize::from,
+        )
+    }
+
     /// `--state-url`, or the data directory's `state/`.
     pub fn state_url(&self) -> String {
         self.state_url.clone().unwrap_or_else(|| {
@@ -142,5 +156,14 @@ mod tests {
         assert_eq!(c.flight_addr.port(), 5489);
         assert_eq!(c.http_addr.port(), 5490);
         assert_eq!(c.auth, AuthMode::Trust);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(c.workers(), cores);
+    }
+
+    #[test]
+    fn workers_are_one_or_more() {
+        let parse = |n: &str| Cli::try_parse_from(["weir", "serve", "--workers", n]);
+        assert_eq!(parse("3").unwrap().command.into_serve().workers(), 3);
+        assert!(parse("0").is_err());
     }
 }

@@ -39,19 +39,26 @@ pub(crate) struct PlannedProjection {
 
 /// What a query is planned in: DataFusion's state (catalog providers,
 /// settings), the catalog its relations resolve in, the schema unqualified
-/// names mean.
+/// names mean, and how graphs are built (the server's `--workers`).
 pub struct PlanContext {
     state: SessionState,
     catalog: Arc<Catalog>,
     default_schema: String,
+    lower: weir_planner::LowerOptions,
 }
 
 impl PlanContext {
-    pub fn new(state: SessionState, catalog: Arc<Catalog>, default_schema: String) -> Self {
+    pub fn new(
+        state: SessionState,
+        catalog: Arc<Catalog>,
+        default_schema: String,
+        workers: usize,
+    ) -> Self {
         Self {
             state,
             catalog,
             default_schema,
+            lower: weir_planner::LowerOptions { workers },
         }
     }
 
@@ -86,7 +93,12 @@ impl PlanContext {
             setting("TimeZone", "UTC"),
             setting("DateStyle", "ISO, MDY"),
         );
-        Ok(Self::new(state, catalog, default_schema))
+        Ok(Self::new(
+            state,
+            catalog,
+            default_schema,
+            db.config().workers(),
+        ))
     }
 
     /// Binds and lowers a projection query; `column_names` rename its
@@ -112,7 +124,7 @@ impl PlanContext {
                 })
                 .is_some_and(|c| c.spec().capabilities.append_only)
         };
-        let stream = weir_planner::lower(&plan, &self.state, &append_only)?;
+        let stream = weir_planner::lower(&plan, &self.state, &append_only, &self.lower)?;
         let bindings = stream
             .sources
             .iter()

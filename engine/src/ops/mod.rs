@@ -7,11 +7,14 @@
 //! - [`top_n::TopN`]: ORDER BY .. LIMIT and ROW_NUMBER()/RANK() <= n, per partition.
 //! - [`aggregate::Aggregate`]: GROUP BY and aggregates; DISTINCT is an
 //!   aggregate with no calls.
+//! - [`parallel::Parallel`]: any of the keyed ones (aggregate, join,
+//!   top-N) as several instances owning disjoint keys, stepped on threads.
 
 pub mod aggregate;
 pub mod constant;
 pub mod join;
 pub mod map;
+pub mod parallel;
 pub mod top_n;
 pub mod union;
 

@@ -18,6 +18,11 @@
 //! | Values, EmptyRelation           | constant |
 //!
 //! `ORDER BY` without `LIMIT` is dropped: a projection is a set of rows.
+//!
+//! With more than one worker ([`LowerOptions::workers`]), every operator
+//! whose state is split by key (aggregate with GROUP BY, DISTINCT, join
+//! with equi keys, top-N per partition) is built once per worker behind a
+//! [`Parallel`], and its EXPLAIN line ends in `[N workers]`.
 
 mod checks;
 mod window;
@@ -42,6 +47,7 @@ use weir_engine::ops::aggregate::{Aggregate as AggregateOp, AggregateCall};
 use weir_engine::ops::constant::Constant;
 use weir_engine::ops::join::{Join as JoinOp, JoinKind, JoinSpec};
 use weir_engine::ops::map::Map;
+use weir_engine::ops::parallel::{Keyed, Parallel};
 use weir_engine::ops::top_n::{Numbering, TopN, TopNSpec};
 use weir_engine::ops::union::Union;
 use weir_engine::{Graph, Input, Operator};
@@ -70,6 +76,20 @@ pub struct StreamPlan {
     pub explain: Vec<String>,
 }
 
+/// How a projection's graph is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LowerOptions {
+    /// Instances of each keyed operator, stepped on as many threads
+    /// (`weir serve --workers`); 1 builds every operator once.
+    pub workers: usize,
+}
+
+impl Default for LowerOptions {
+    fn default() -> Self {
+        Self { workers: 1 }
+    }
+}
+
 /// Lowers the bound (analyzed, not yet optimized) plan of a projection
 /// query. `append_only` says which scanned relations only ever insert, so
 /// operators over them can skip retraction state.
@@ -77,6 +97,7 @@ pub fn lower(
     plan: &LogicalPlan,
     state: &SessionState,
     append_only: &dyn Fn(&TableReference) -> bool,
+    options: &LowerOptions,
 ) -> Result<StreamPlan, PlanError> {
     checks::maintainable(plan)?;
     let optimized = state.optimize(plan)?;
@@ -88,6 +109,7 @@ pub fn lower(
         appends: Vec::new(),
         props: state.execution_props().clone(),
         planning: PhysicalPlanningContext::default(),
+        workers: options.workers.max(1),
     };
     lowering.collect_sources(&optimized, append_only)?;
     lowering.graph = Graph::new(lowering.sources.len());
@@ -163,6 +185,7 @@ struct Lowering {
     appends: Vec<bool>,
     props: ExecutionProps,
     planning: PhysicalPlanningContext,
+    workers: usize,
 }
 
 impl Lowering {
@@ -221,6 +244,25 @@ impl Lowering {
         Ok(Input::Node(index))
     }
 
+    /// `first`, or when there is more than one worker and its state is split
+    /// by key, `first` and `workers - 1` more from `more` behind a
+    /// [`Parallel`]; with what its EXPLAIN line gets appended.
+    fn keyed(
+        &self,
+        first: Box<dyn Keyed>,
+        more: impl Fn() -> Result<Box<dyn Keyed>, PlanError>,
+    ) -> Result<(Box<dyn Operator>, String), PlanError> {
+        if self.workers <= 1 || !first.shardable() {
+            return Ok((first, String::new()));
+        }
+        let mut instances = vec![first];
+        for _ in 1..self.workers {
+            instances.push(more()?);
+        }
+        let suffix = format!(" [{} workers]", self.workers);
+        Ok((Box::new(Parallel::new(instances)?), suffix))
+    }
+
     fn input_name(&self, input: Input) -> String {
         match input {
             Input::Source(i) => format!("source {}", self.sources[i].name),
@@ -274,12 +316,13 @@ impl Lowering {
             LogicalPlan::Distinct(Distinct::All(input)) => {
                 let from = self.node(input)?;
                 let schema = arrow_schema(plan);
-                let keys = identity(&schema);
-                self.add(
-                    Box::new(AggregateOp::new(schema.clone(), keys, Vec::new(), schema)?),
-                    vec![from],
-                    "distinct".into(),
-                )
+                let distinct = || -> Result<Box<dyn Keyed>, PlanError> {
+                    let keys = identity(&schema);
+                    let op = AggregateOp::new(schema.clone(), keys, Vec::new(), schema.clone())?;
+                    Ok(Box::new(op))
+                };
+                let (operator, workers) = self.keyed(distinct()?, distinct)?;
+                self.add(operator, vec![from], format!("distinct{workers}"))
             }
             LogicalPlan::Distinct(Distinct::On(_)) => {
                 Err(PlanError::unsupported("DISTINCT ON in a projection"))
@@ -394,10 +437,21 @@ impl Lowering {
         }
         let schema: SchemaRef = Arc::new(a.schema.as_arrow().clone());
         let input_arrow: SchemaRef = Arc::new(input_schema.as_arrow().clone());
-        let mut operator = AggregateOp::new(input_arrow, group_by, calls, schema)?;
-        if self.append_only(input) {
-            operator = operator.over_append_only();
-        }
+        let append_only = self.append_only(input);
+        let build = || -> Result<AggregateOp, PlanError> {
+            let operator = AggregateOp::new(
+                input_arrow.clone(),
+                group_by.clone(),
+                calls.clone(),
+                schema.clone(),
+            )?;
+            Ok(if append_only {
+                operator.over_append_only()
+            } else {
+                operator
+            })
+        };
+        let operator = build()?;
         // Each call with how it is maintained: `count(*) [running]`.
         let computed: Vec<String> = a
             .aggr_expr
@@ -405,12 +459,13 @@ impl Lowering {
             .zip(operator.strategies())
             .map(|(e, strategy)| format!("{} [{strategy}]", e.human_display()))
             .collect();
+        let (operator, workers) = self.keyed(Box::new(operator), || Ok(Box::new(build()?)))?;
         let description = format!(
-            "aggregate: group by [{}] compute [{}]",
+            "aggregate: group by [{}] compute [{}]{workers}",
             display_list(&a.group_expr),
             computed.join(", ")
         );
-        self.add(Box::new(operator), vec![input], description)
+        self.add(operator, vec![input], description)
     }
 
     fn join(&mut self, j: &Join) -> Result<Input, PlanError> {
@@ -483,11 +538,11 @@ impl Lowering {
         let inserts = kind == JoinKind::Inner
             && self.append_only(left_input)
             && self.append_only(right_input);
-        let output = self.add(
-            Box::new(JoinOp::new(spec)?),
-            vec![left_input, right_input],
-            description,
-        )?;
+        let (operator, workers) = self.keyed(Box::new(JoinOp::new(spec.clone())?), || {
+            Ok(Box::new(JoinOp::new(spec.clone())?))
+        })?;
+        description.push_str(&workers);
+        let output = self.add(operator, vec![left_input, right_input], description)?;
         // Inner pairs of rows that are never retracted are never retracted.
         if let (true, Input::Node(i)) = (inserts, output) {
             self.appends[i] = true;
@@ -652,7 +707,9 @@ mod tests {
             produce_one_row: false,
             schema: Arc::new(DFSchema::try_from(schema).unwrap()),
         });
-        let mut stream = lower(&plan, &SessionStateBuilder::new().build(), &|_| false).unwrap();
+        let options = LowerOptions::default();
+        let state = SessionStateBuilder::new().build();
+        let mut stream = lower(&plan, &state, &|_| false, &options).unwrap();
         let out = stream.graph.step(&[]).unwrap();
         assert!(out.is_empty());
         assert_eq!(out.schema().fields().len(), 1);

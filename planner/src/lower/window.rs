@@ -102,12 +102,20 @@ pub(super) fn top_n_filter(
         numbering,
         output_schema: numbered.clone(),
     };
-    let mut operator = TopN::new(spec)?;
-    if lowering.append_only(input) {
-        operator = operator.over_append_only();
-    }
+    let append_only = lowering.append_only(input);
+    let build = || -> Result<TopN, PlanError> {
+        let operator = TopN::new(spec.clone())?;
+        Ok(if append_only {
+            operator.over_append_only()
+        } else {
+            operator
+        })
+    };
+    let operator = build()?;
+    let retention = operator.retention();
+    let (operator, workers) = lowering.keyed(Box::new(operator), || Ok(Box::new(build()?)))?;
     let description = format!(
-        "top-n: {}() over (partition by [{}] order by [{}]) <= {limit} [keeps {}]",
+        "top-n: {}() over (partition by [{}] order by [{}]) <= {limit} [keeps {retention}]{workers}",
         function.fun.name(),
         super::display_list(&function.params.partition_by),
         function
@@ -117,9 +125,8 @@ pub(super) fn top_n_filter(
             .map(|s| s.to_string())
             .collect::<Vec<_>>()
             .join(", "),
-        operator.retention()
     );
-    let mut at = lowering.add(Box::new(operator), vec![input], description)?;
+    let mut at = lowering.add(operator, vec![input], description)?;
     // The operator numbers with Int64; the plan's column type wins.
     let mut columns = identity(&numbered);
     let last = columns.pop().expect("the number column");

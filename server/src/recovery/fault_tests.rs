@@ -40,7 +40,9 @@ async fn planned() -> (Graph, Vec<SourceBinding>, SchemaRef) {
     let table = MemTable::try_new(table_schema(), vec![vec![]]).unwrap();
     ctx.register_table("t", Arc::new(table)).unwrap();
     let plan = ctx.state().create_logical_plan(QUERY).await.unwrap();
-    let stream = weir_planner::lower(&plan, &ctx.state(), &|_| false).unwrap();
+    // Two workers, so the faults also hit state split over workers.
+    let options = weir_planner::LowerOptions { workers: 2 };
+    let stream = weir_planner::lower(&plan, &ctx.state(), &|_| false, &options).unwrap();
     let sources = stream
         .sources
         .iter()

@@ -356,6 +356,12 @@ impl WeirServer {
             .stderr(Stdio::from(stderr))
             // No ANSI colours in the captured log.
             .env("NO_COLOR", "1");
+        // Two workers whatever the machine's cores (the default is one per
+        // core): EXPLAIN expectations name them, and every test then runs
+        // keyed operators split over threads.
+        if !self.options.args.iter().any(|a| a == "--workers") {
+            command.args(["--workers", "2"]);
+        }
         // Settings from the environment must not leak into a test server.
         for (key, _) in std::env::vars() {
             if key.starts_with("WEIR_") {

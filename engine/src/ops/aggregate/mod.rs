@@ -31,7 +31,7 @@ mod calls;
 mod exact_sum;
 mod recompute;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::sync::Arc;
 
@@ -50,6 +50,7 @@ use crate::operator::{
     Operator, StateEntry, count_value, expect_inputs, mark_changed, parse_state_key, read_count,
     state_key, take_changed, unreadable,
 };
+use crate::ops::parallel::{Keyed, not_shardable};
 use crate::rows::{RowBytes, RowCodec, batch_of, empty_change};
 
 const NAME: &str = "aggregate";
@@ -62,6 +63,7 @@ const GROUP: u8 = 3;
 const VALUE: u8 = 4;
 
 /// One aggregate call, with its `FILTER (WHERE ...)` if any.
+#[derive(Clone)]
 pub struct AggregateCall {
     pub function: Arc<AggregateFunctionExpr>,
     pub filter: Option<Arc<dyn PhysicalExpr>>,
@@ -216,11 +218,11 @@ impl Aggregate {
         }
     }
 
-    /// The group slot of every input row.
-    fn slots_of(&mut self, rows: &RecordBatch) -> Result<Vec<u32>, EngineError> {
+    /// The group key of every input row (`None` without GROUP BY): the
+    /// distribution key of the group's state.
+    fn group_keys(&self, rows: &RecordBatch) -> Result<Option<arrow::row::Rows>, EngineError> {
         let Some(codec) = &self.key else {
-            let slot = self.slot_of(&[]);
-            return Ok(vec![slot; rows.num_rows()]);
+            return Ok(None);
         };
         let columns = self
             .group_by
@@ -231,7 +233,15 @@ impl Aggregate {
                 Ok(cast(&array, field.data_type())?)
             })
             .collect::<Result<Vec<ArrayRef>, EngineError>>()?;
-        let keys = codec.encode_buffer(&columns, true)?;
+        Ok(Some(codec.encode_buffer(&columns, true)?))
+    }
+
+    /// The group slot of every input row.
+    fn slots_of(&mut self, rows: &RecordBatch) -> Result<Vec<u32>, EngineError> {
+        let Some(keys) = self.group_keys(rows)? else {
+            let slot = self.slot_of(&[]);
+            return Ok(vec![slot; rows.num_rows()]);
+        };
         Ok(keys.iter().map(|key| self.slot_of(key.as_ref())).collect())
     }
 
@@ -532,6 +542,25 @@ impl Operator for Aggregate {
         }
         self.changed.clear();
         Ok(())
+    }
+}
+
+/// Sharded by group: every state entry of a group has the group key as
+/// its distribution key, and so does its output row (the group-by columns
+/// lead it, decoded from that key), so groups of different workers never
+/// emit equal rows. The `started` flag (distribution key empty) is the one
+/// entry every worker keeps alike.
+impl Keyed for Aggregate {
+    fn shardable(&self) -> bool {
+        !self.is_global()
+    }
+
+    fn distribution_keys(
+        &self,
+        _input: usize,
+        rows: &RecordBatch,
+    ) -> Result<arrow::row::Rows, EngineError> {
+        self.group_keys(rows)?.ok_or_else(|| not_shardable(NAME))
     }
 }
 

@@ -172,7 +172,7 @@ fn retracting_what_was_never_inserted_is_an_error() {
     assert!(agg.step(&[change(INPUT, "a 7 -1")]).is_err());
 }
 
-mod differential {
+pub(crate) mod differential {
     //! Random inserts and retractions (NULLs, groups that empty out and come
     //! back, retraction of the current min and max) through every
     //! incremental strategy, against the same calls recomputed from the
@@ -190,7 +190,7 @@ mod differential {
     use super::*;
     use crate::testing::{RandomInput, Rng, accumulate};
 
-    const SPEC: &str = "g text, x int, f float";
+    pub(crate) const SPEC: &str = "g text, x int, f float";
 
     fn expr(name: &str) -> Arc<dyn PhysicalExpr> {
         col(name, &schema(SPEC)).unwrap()
@@ -253,7 +253,7 @@ mod differential {
             .collect()
     }
 
-    fn aggregate(grouped: bool) -> Aggregate {
+    pub(crate) fn aggregate(grouped: bool) -> Aggregate {
         let input = schema(SPEC);
         let calls = calls();
         let mut fields = Vec::new();

@@ -32,6 +32,7 @@ use crate::operator::{
     Operator, StateEntry, changed_entries, count_value, expect_inputs, parse_state_key, read_count,
     state_key, unreadable,
 };
+use crate::ops::parallel::{Keyed, not_shardable};
 use crate::rows::{RowBytes, where_true};
 
 const NAME: &str = "join";
@@ -184,6 +185,22 @@ impl BucketJoin {
             }
         }
         Ok(out)
+    }
+}
+
+/// Not shardable: whether a left row survives depends on the whole right
+/// side (is it empty? does it hold a NULL?), not on its bucket alone.
+impl Keyed for BucketJoin {
+    fn shardable(&self) -> bool {
+        false
+    }
+
+    fn distribution_keys(
+        &self,
+        _input: usize,
+        _rows: &RecordBatch,
+    ) -> Result<arrow::row::Rows, EngineError> {
+        Err(not_shardable(NAME))
     }
 }
 

@@ -31,6 +31,7 @@ use crate::operator::{
     Operator, StateEntry, expect_inputs, mark_changed, parse_state_key, state_key, take_changed,
     unreadable,
 };
+use crate::ops::parallel::Keyed;
 use crate::rows::{RowBytes, RowCodec, concat_changes, empty_change, settle, where_true};
 
 const NAME: &str = "join";
@@ -452,6 +453,32 @@ impl Operator for DeltaJoin {
         }
         self.changed.clear();
         Ok(())
+    }
+}
+
+/// Sharded by join key: both sides' rows of one key are in one worker,
+/// so a pair's left and right row always meet there. Every output row
+/// carries the key of the worker that made it (a pair and a left-padded
+/// row in their left columns, a right-padded row in its right ones, a
+/// NULL-key row in its own), so equal output rows come from one worker,
+/// except in a full join: an all-NULL left row padded with NULLs equals an
+/// all-NULL right row padded with NULLs, and their keys (expressions of
+/// all-NULL rows) may differ.
+impl Keyed for DeltaJoin {
+    fn shardable(&self) -> bool {
+        self.sides.key.is_some()
+    }
+
+    fn distribution_keys(
+        &self,
+        input: usize,
+        rows: &RecordBatch,
+    ) -> Result<arrow::row::Rows, EngineError> {
+        self.sides.distribution_keys(&self.spec, rows, input == 0)
+    }
+
+    fn keys_in_output(&self) -> bool {
+        self.spec.kind != JoinKind::Full
     }
 }
 

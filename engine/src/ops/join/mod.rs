@@ -15,7 +15,7 @@
 mod buckets;
 mod delta;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::sync::Arc;
 
@@ -27,6 +27,7 @@ use weir_common::ChangeBatch;
 
 use crate::EngineError;
 use crate::operator::{Operator, StateEntry};
+use crate::ops::parallel::{Keyed, not_shardable};
 use crate::rows::{RowBytes, RowCodec, batch_of};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +59,7 @@ impl JoinKind {
     }
 }
 
+#[derive(Clone)]
 pub struct JoinSpec {
     pub kind: JoinKind,
     pub left_schema: SchemaRef,
@@ -72,7 +74,7 @@ pub struct JoinSpec {
 
 /// A join operator: [`delta::DeltaJoin`], or [`buckets::BucketJoin`] for
 /// `NOT IN`.
-pub struct Join(Box<dyn Operator>);
+pub struct Join(Box<dyn Keyed>);
 
 impl Join {
     pub fn new(spec: JoinSpec) -> Result<Self, EngineError> {
@@ -105,6 +107,22 @@ impl Operator for Join {
     }
     fn apply_state_entries(&mut self, entries: &[StateEntry]) -> Result<(), EngineError> {
         self.0.apply_state_entries(entries)
+    }
+}
+
+impl Keyed for Join {
+    fn shardable(&self) -> bool {
+        self.0.shardable()
+    }
+    fn distribution_keys(
+        &self,
+        input: usize,
+        rows: &RecordBatch,
+    ) -> Result<arrow::row::Rows, EngineError> {
+        self.0.distribution_keys(input, rows)
+    }
+    fn keys_in_output(&self) -> bool {
+        self.0.keys_in_output()
     }
 }
 
@@ -180,8 +198,27 @@ impl Sides {
         rows: &RecordBatch,
         left: bool,
     ) -> Result<Vec<Option<RowBytes>>, EngineError> {
-        let Some(codec) = &self.key else {
+        let Some((codec, columns)) = self.key_columns(spec, rows, left)? else {
             return Ok(vec![Some(RowBytes::from(&[][..])); rows.num_rows()]);
+        };
+        let encoded = codec.encode_keys(&columns)?;
+        Ok(encoded
+            .into_iter()
+            .enumerate()
+            .map(|(i, key)| columns.iter().all(|c| c.is_valid(i)).then_some(key))
+            .collect())
+    }
+
+    /// The key columns of one side's rows, cast to the key codec's types
+    /// (`None` for a join without equi keys).
+    fn key_columns(
+        &self,
+        spec: &JoinSpec,
+        rows: &RecordBatch,
+        left: bool,
+    ) -> Result<Option<(&RowCodec, Vec<ArrayRef>)>, EngineError> {
+        let Some(codec) = &self.key else {
+            return Ok(None);
         };
         let columns = spec
             .on
@@ -193,12 +230,23 @@ impl Sides {
                 Ok(cast(&array, field.data_type())?)
             })
             .collect::<Result<Vec<ArrayRef>, EngineError>>()?;
-        let encoded = codec.encode_keys(&columns)?;
-        Ok(encoded
-            .into_iter()
-            .enumerate()
-            .map(|(i, key)| columns.iter().all(|c| c.is_valid(i)).then_some(key))
-            .collect())
+        Ok(Some((codec, columns)))
+    }
+
+    /// Every row's join key as [`RowCodec::encode_keys`] encodes it, in
+    /// one buffer: the distribution key of the row's state. A key with a
+    /// NULL gets its bytes too (its row keeps no state; it only needs a
+    /// worker, the same one for equal rows).
+    fn distribution_keys(
+        &self,
+        spec: &JoinSpec,
+        rows: &RecordBatch,
+        left: bool,
+    ) -> Result<arrow::row::Rows, EngineError> {
+        let (codec, columns) = self
+            .key_columns(spec, rows, left)?
+            .ok_or_else(|| not_shardable("join"))?;
+        codec.encode_buffer(&columns, true)
     }
 
     /// Left rows `li` beside right rows `ri`, in the joined schema; a

@@ -7,8 +7,8 @@ use datafusion::physical_expr::expressions::{binary, col};
 use super::*;
 use crate::testing::{change, render, schema};
 
-const L: &str = "k int, a text";
-const R: &str = "rk int, b text";
+pub(crate) const L: &str = "k int, a text";
+pub(crate) const R: &str = "rk int, b text";
 
 fn join(kind: JoinKind, residual: bool) -> Join {
     let (left, right) = (schema(L), schema(R));
@@ -181,7 +181,7 @@ fn snapshot_and_restore_continue_where_they_left_off() {
     );
 }
 
-mod differential {
+pub(crate) mod differential {
     //! Random inserts and retractions on both sides (NULL keys, duplicate
     //! rows, buckets that empty out and come back) through the delta join
     //! of every kind, with and without a residual, against the same join
@@ -195,7 +195,7 @@ mod differential {
     use crate::ops::join::delta::DeltaJoin;
     use crate::testing::{RandomInput, Rng, accumulate};
 
-    fn spec(kind: JoinKind, residual: bool) -> JoinSpec {
+    pub(crate) fn spec(kind: JoinKind, residual: bool) -> JoinSpec {
         let (left, right) = (schema(L), schema(R));
         let joined = schema("k int, a text, rk int, b text");
         let output = if kind.outputs_left_only() {

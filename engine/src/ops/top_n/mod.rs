@@ -37,7 +37,7 @@ mod partition;
 #[cfg(test)]
 mod recompute;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::sync::Arc;
 
@@ -54,6 +54,7 @@ use crate::operator::{
     Operator, StateEntry, count_value, expect_inputs, mark_changed, pair_bytes, parse_state_key,
     read_count, split_pair, state_key, take_changed, unreadable,
 };
+use crate::ops::parallel::{Keyed, not_shardable};
 use crate::rows::{RowBytes, RowCodec, batch_of, consolidate, empty_change};
 
 const NAME: &str = "top_n";
@@ -73,6 +74,7 @@ pub enum Numbering {
     Rank,
 }
 
+#[derive(Clone)]
 pub struct TopNSpec {
     pub input_schema: SchemaRef,
     pub partition_by: Vec<Arc<dyn PhysicalExpr>>,
@@ -489,6 +491,25 @@ impl Operator for TopN {
         }
         self.changed.clear();
         Ok(())
+    }
+}
+
+/// Sharded by partition: every row's state has its partition key as its
+/// distribution key, and an output row is an input row (with its number),
+/// whose partition key it determines, so equal output rows come from one
+/// worker.
+impl Keyed for TopN {
+    fn shardable(&self) -> bool {
+        self.partition.is_some()
+    }
+
+    fn distribution_keys(
+        &self,
+        _input: usize,
+        rows: &RecordBatch,
+    ) -> Result<arrow::row::Rows, EngineError> {
+        self.partition_keys(rows)?
+            .ok_or_else(|| not_shardable(NAME))
     }
 }
 

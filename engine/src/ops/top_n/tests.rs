@@ -223,7 +223,7 @@ fn old_output_entries_are_refused() {
     assert!(t.apply_state_entries(&[output]).is_err());
 }
 
-mod differential {
+pub(crate) mod differential {
     //! Random inserts, updates and deletes (ties on the sort key, NULLs in
     //! it, copies of a row, partitions that empty out and come back) through
     //! `LIMIT`/`OFFSET`, `ROW_NUMBER()` and `RANK()` with every NULLS/DESC
@@ -243,9 +243,9 @@ mod differential {
     const X: &[&str] = &["null", "0", "1", "2", "3"];
     const Y: &[&str] = &["null", "1", "2"];
 
-    struct Case {
+    pub(crate) struct Case {
         numbering: Numbering,
-        partitioned: bool,
+        pub(crate) partitioned: bool,
         offset: usize,
         limit: usize,
         /// Sort by x, then by y if there are options for it.
@@ -254,7 +254,7 @@ mod differential {
     }
 
     impl Case {
-        fn random(rng: &mut Rng) -> Self {
+        pub(crate) fn random(rng: &mut Rng) -> Self {
             let options = |rng: &mut Rng| SortOptions {
                 descending: rng.below(2) == 0,
                 nulls_first: rng.below(2) == 0,
@@ -294,7 +294,7 @@ mod differential {
             }
         }
 
-        fn top_n(&self, append_only: bool) -> TopN {
+        pub(crate) fn top_n(&self, append_only: bool) -> TopN {
             let t = TopN::new(self.spec()).unwrap();
             if append_only { t.over_append_only() } else { t }
         }
@@ -303,13 +303,13 @@ mod differential {
     /// Random changes that retract more often in some phases than in others,
     /// so partitions empty out and fill again; only inserts when
     /// `append_only`.
-    struct Input {
-        contents: BTreeMap<String, i64>,
-        append_only: bool,
+    pub(crate) struct Input {
+        pub(crate) contents: BTreeMap<String, i64>,
+        pub(crate) append_only: bool,
     }
 
     impl Input {
-        fn next(&mut self, rng: &mut Rng, step: usize) -> ChangeBatch {
+        pub(crate) fn next(&mut self, rng: &mut Rng, step: usize) -> ChangeBatch {
             let retract_in_10 = if self.append_only {
                 0
             } else {
