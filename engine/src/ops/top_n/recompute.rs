@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::datatypes::SchemaRef;
-use arrow::row::{RowConverter, SortField};
+use arrow::row::RowConverter;
 use datafusion::physical_expr::PhysicalExpr;
 use weir_common::ChangeBatch;
 
