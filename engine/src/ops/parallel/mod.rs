@@ -165,7 +165,7 @@ impl Parallel {
         self.workers.len()
     }
 
-    fn name_(&self) -> &'static str {
+    fn instance_name(&self) -> &'static str {
         self.workers[0].name()
     }
 
@@ -339,7 +339,7 @@ impl Parallel {
 
 impl Operator for Parallel {
     fn name(&self) -> &'static str {
-        self.name_()
+        self.instance_name()
     }
 
     fn output_schema(&self) -> SchemaRef {
@@ -380,7 +380,7 @@ impl Operator for Parallel {
         }
         if self.used {
             return Err(EngineError::Invariant {
-                operator: self.name_(),
+                operator: self.instance_name(),
                 message: format!(
                     "moved to node {node} of {object} after its workers took state as node {} of {}",
                     self.placement.1, self.placement.0
@@ -418,7 +418,7 @@ impl Operator for Parallel {
         self.used = true;
         let mut routed: Vec<Vec<StateEntry>> = vec![Vec::new(); self.workers.len()];
         for entry in entries {
-            let key = parse_state_key(self.name_(), &entry.key)?;
+            let key = parse_state_key(self.instance_name(), &entry.key)?;
             routed[self.owner(key.distribution)].push(entry.clone());
         }
         let threads = entries.len() >= self.parallel_rows;
