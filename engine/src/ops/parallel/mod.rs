@@ -27,8 +27,9 @@
 //! is declared by [`Keyed::keys_in_output`] (a full outer join, see
 //! [`crate::ops::join`]); its concatenation is settled again.
 //!
-//! State: entries are taken from every worker and sorted, so they are the
-//! same list a single instance would give (checkpoints do not depend on
+//! State: entries are taken from every worker (on threads for a full
+//! snapshot and after a threaded step) and merged in key order, so they are
+//! the same list a single instance would give (checkpoints do not depend on
 //! W); entries applied on restore go to the owner of their distribution
 //! key. [`Operator::structure`] is the instance's, so a checkpoint taken
 //! with one worker count restores into another. An entry with an empty
@@ -55,7 +56,7 @@ use weir_common::{ChangeBatch, ObjectId};
 
 use crate::EngineError;
 use crate::checkpoint::Vnodes;
-use crate::operator::{Operator, StateEntry, parse_state_key};
+use crate::operator::{Operator, StateEntry, parse_state_key, split_state_key};
 use crate::rows::{concat_changes, empty_change, settle};
 
 /// Input rows of a step below which the workers step one after another on
@@ -68,7 +69,9 @@ const WORKER_STACK_BYTES: usize = 8 << 20;
 
 /// An operator whose state is partitioned by a distribution key, so that
 /// instances owning disjoint keys together behave as one ([`Parallel`]).
-pub trait Keyed: Operator {
+/// `Sync` because workers compute routing keys and take their state
+/// through shared references, on threads.
+pub trait Keyed: Operator + Sync {
     /// Whether the state is split by key at all: false when all of it is
     /// one key's (an aggregate without GROUP BY, a top-N without PARTITION
     /// BY, a join without equi keys) or when the output for one key depends
@@ -115,6 +118,9 @@ pub struct Parallel {
     used: bool,
     /// Steps with fewer input rows run on the calling thread.
     parallel_rows: usize,
+    /// Whether the last step ran on threads: then so does taking the
+    /// changes it made (a full snapshot always does).
+    threaded_step: bool,
 }
 
 impl Parallel {
@@ -144,6 +150,7 @@ impl Parallel {
             placement,
             used: false,
             parallel_rows: PARALLEL_ROWS,
+            threaded_step: false,
         })
     }
 
@@ -158,7 +165,7 @@ impl Parallel {
         self.workers.len()
     }
 
-    fn name_(&self) -> &'static str {
+    fn instance_name(&self) -> &'static str {
         self.workers[0].name()
     }
 
@@ -169,14 +176,10 @@ impl Parallel {
 
     /// Per input, the owner of each row. Worker `w` computes the keys of
     /// the `w`th row range of every input.
-    fn owners(
-        &mut self,
-        inputs: &[ChangeBatch],
-        threads: bool,
-    ) -> Result<Vec<Vec<u32>>, EngineError> {
+    fn owners(&self, inputs: &[ChangeBatch], threads: bool) -> Result<Vec<Vec<u32>>, EngineError> {
         let n = self.workers.len();
         let vnodes = &self.vnodes;
-        let ranges = run_each(&mut self.workers, threads, |w, worker| {
+        let ranges = run_each(&self.workers, threads, |w, worker| {
             inputs
                 .iter()
                 .enumerate()
@@ -235,16 +238,18 @@ fn select(input: &ChangeBatch, owners: &[u32], worker: usize) -> Result<ChangeBa
     )?)
 }
 
-/// Runs `task(w, &mut items[w])` for every item and returns the results in
-/// item order: on scoped threads when `threads` (the calling thread takes
-/// item 0), else one after another on the calling thread. A panicking task
-/// becomes an error of that item, as [`crate::Graph::step`] reports one.
+/// Runs `task(w, item)` for every item (a worker, by `&mut` or `&`) and
+/// returns the results in item order: on scoped threads when `threads`
+/// (the calling thread takes item 0), else one after another on the
+/// calling thread. A panicking task becomes an error of that item, as
+/// [`crate::Graph::step`] reports one.
 fn run_each<T: Send, R: Send>(
-    items: &mut [T],
+    items: impl IntoIterator<Item = T>,
     threads: bool,
-    task: impl Fn(usize, &mut T) -> Result<R, EngineError> + Sync,
+    task: impl Fn(usize, T) -> Result<R, EngineError> + Sync,
 ) -> Vec<Result<R, EngineError>> {
-    let guarded = |w: usize, item: &mut T| -> Result<R, EngineError> {
+    let items: Vec<T> = items.into_iter().collect();
+    let guarded = |w: usize, item: T| -> Result<R, EngineError> {
         std::panic::catch_unwind(AssertUnwindSafe(|| task(w, item))).unwrap_or_else(|panic| {
             Err(EngineError::Invariant {
                 operator: "parallel",
@@ -257,14 +262,14 @@ fn run_each<T: Send, R: Send>(
     };
     if !threads || items.len() < 2 {
         return items
-            .iter_mut()
+            .into_iter()
             .enumerate()
             .map(|(w, item)| guarded(w, item))
             .collect();
     }
     let guarded = &guarded;
     std::thread::scope(|scope| {
-        let mut items = items.iter_mut().enumerate();
+        let mut items = items.into_iter().enumerate();
         let (_, first) = items.next().expect("two items or more");
         let spawned: Vec<_> = items
             .map(|(w, item)| {
@@ -297,42 +302,44 @@ fn run_each<T: Send, R: Send>(
 impl Parallel {
     /// `entries` of worker `w` that it owns. Entries under the empty
     /// distribution key are kept by every worker alike (the aggregate's
-    /// `started` flag); only the owner's copy is kept. Any other entry of
-    /// a key the worker does not own would be a routing bug.
-    fn owned(&self, w: usize, entries: Vec<StateEntry>) -> Result<Vec<StateEntry>, EngineError> {
-        let mut owned = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let key = parse_state_key(self.name_(), &entry.key)?;
-            if self.owner(key.distribution) == w {
-                owned.push(entry);
-            } else if !key.distribution.is_empty() {
-                return Err(EngineError::Invariant {
-                    operator: self.name_(),
-                    message: format!("worker {w} holds state of a key it does not own"),
-                });
-            }
-        }
-        Ok(owned)
+    /// `started` flag); only the owner's copy is kept. Any other entry
+    /// belongs to its worker by construction (rows and restored entries are
+    /// routed by the same keys); debug builds check it.
+    fn owned(&self, w: usize, mut entries: Vec<StateEntry>) -> Vec<StateEntry> {
+        let owns_empty = self.owner(&[]) == w;
+        entries.retain(|entry| {
+            let Some(key) = split_state_key(&entry.key) else {
+                return true;
+            };
+            debug_assert!(
+                key.distribution.is_empty() || self.owner(key.distribution) == w,
+                "worker {w} holds state of a key it does not own"
+            );
+            owns_empty || !key.distribution.is_empty()
+        });
+        entries
     }
 
     /// Every worker's owned entries, in key order: what one instance
-    /// holding all keys would report.
+    /// holding all keys would report. Each worker's list is in key order
+    /// (the keyed operators sort theirs), so the stable sort only merges W
+    /// runs.
     fn gather(
         &self,
-        per_worker: impl IntoIterator<Item = Result<Vec<StateEntry>, EngineError>>,
+        per_worker: Vec<Result<Vec<StateEntry>, EngineError>>,
     ) -> Result<Vec<StateEntry>, EngineError> {
         let mut all = Vec::new();
         for (w, entries) in per_worker.into_iter().enumerate() {
-            all.extend(self.owned(w, entries?)?);
+            all.extend(self.owned(w, entries?));
         }
-        all.sort_unstable();
+        all.sort();
         Ok(all)
     }
 }
 
 impl Operator for Parallel {
     fn name(&self) -> &'static str {
-        self.name_()
+        self.instance_name()
     }
 
     fn output_schema(&self) -> SchemaRef {
@@ -348,6 +355,7 @@ impl Operator for Parallel {
         self.used = true;
         let rows: usize = inputs.iter().map(ChangeBatch::num_rows).sum();
         let threads = rows > 0 && rows >= self.parallel_rows;
+        self.threaded_step = threads;
         let owners = self.owners(inputs, threads)?;
         let outputs = run_each(&mut self.workers, threads, |w, worker| {
             let mine = inputs
@@ -372,7 +380,7 @@ impl Operator for Parallel {
         }
         if self.used {
             return Err(EngineError::Invariant {
-                operator: self.name_(),
+                operator: self.instance_name(),
                 message: format!(
                     "moved to node {node} of {object} after its workers took state as node {} of {}",
                     self.placement.1, self.placement.0
@@ -390,16 +398,14 @@ impl Operator for Parallel {
     /// On an error, workers before the failing one have cleared their
     /// record, as [`crate::Graph::take_state_changes`] says of nodes.
     fn take_state_changes(&mut self) -> Result<Vec<StateEntry>, EngineError> {
-        let taken: Vec<_> = self
-            .workers
-            .iter_mut()
-            .map(|w| w.take_state_changes())
-            .collect();
+        let taken = run_each(&mut self.workers, self.threaded_step, |_, w| {
+            w.take_state_changes()
+        });
         self.gather(taken)
     }
 
     fn state_entries(&self) -> Result<Vec<StateEntry>, EngineError> {
-        self.gather(self.workers.iter().map(|w| w.state_entries()))
+        self.gather(run_each(&self.workers, true, |_, w| w.state_entries()))
     }
 
     /// Each entry goes to the owner of its distribution key, in order.
@@ -412,14 +418,13 @@ impl Operator for Parallel {
         self.used = true;
         let mut routed: Vec<Vec<StateEntry>> = vec![Vec::new(); self.workers.len()];
         for entry in entries {
-            let key = parse_state_key(self.name_(), &entry.key)?;
+            let key = parse_state_key(self.instance_name(), &entry.key)?;
             routed[self.owner(key.distribution)].push(entry.clone());
         }
         let threads = entries.len() >= self.parallel_rows;
-        let mut pairs: Vec<(&mut Box<dyn Keyed>, Vec<StateEntry>)> =
-            self.workers.iter_mut().zip(routed).collect();
-        run_each(&mut pairs, threads, |_, (worker, entries)| {
-            worker.apply_state_entries(entries)
+        let pairs = self.workers.iter_mut().zip(routed);
+        run_each(pairs, threads, |_, (worker, entries)| {
+            worker.apply_state_entries(&entries)
         })
         .into_iter()
         .collect()
