@@ -46,7 +46,10 @@ fn fresh(make: &dyn Fn() -> Box<dyn Keyed>, workers: usize) -> Box<dyn Operator>
 /// negative weight occurs once.
 fn settled(out: &ChangeBatch) -> bool {
     let lines = render(out);
-    let row = |line: &str| line.rsplit_once(' ').map_or(String::new(), |(r, _)| r.to_string());
+    let row = |line: &str| {
+        line.rsplit_once(' ')
+            .map_or(String::new(), |(r, _)| r.to_string())
+    };
     lines
         .iter()
         .filter(|l| l.ends_with(|c: char| c.is_ascii_digit()) && l.contains(" -"))
