@@ -369,6 +369,11 @@ impl Database {
         &self.metrics
     }
 
+    /// Group fsyncs of the table log since start.
+    pub fn table_log_syncs(&self) -> u64 {
+        self.table_log.syncs()
+    }
+
     /// Every projection restored or rebuilt after the start, and the
     /// state backend still ours: what `/ready` reports.
     pub fn is_ready(&self) -> bool {

@@ -29,6 +29,7 @@ async fn ready(State(db): State<Arc<Database>>) -> impl IntoResponse {
 }
 
 async fn metrics(State(db): State<Arc<Database>>) -> impl IntoResponse {
+    db.metrics().table_log_synced(db.table_log_syncs());
     (
         [(
             header::CONTENT_TYPE,

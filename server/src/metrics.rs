@@ -17,6 +17,10 @@ pub struct Metrics {
     errors: Family<Labels, Counter>,
     rows_written: Counter,
     commits: Counter,
+    /// Group fsyncs of the table log, and the log's own count at the last
+    /// look ([`Metrics::table_log_synced`]).
+    table_log_syncs: Counter,
+    table_log_syncs_seen: std::sync::atomic::AtomicU64,
     point_lookups: Counter,
     epochs: Counter,
     epoch_seconds: Histogram,
@@ -45,6 +49,7 @@ impl Default for Metrics {
         let rows_written = Counter::default();
         let commits = Counter::default();
         let point_lookups = Counter::default();
+        let table_log_syncs = Counter::default();
         let epochs = Counter::default();
         let epoch_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         let operator_rows_in = Family::<Labels, Counter>::default();
@@ -118,6 +123,11 @@ impl Default for Metrics {
             rows_written.clone(),
         );
         registry.register("commits", "Durable table-log commits", commits.clone());
+        registry.register(
+            "table_log_syncs",
+            "Group fsyncs of the table log (fewer than commits when commits share one)",
+            table_log_syncs.clone(),
+        );
         Self {
             registry,
             connections,
@@ -126,6 +136,8 @@ impl Default for Metrics {
             errors,
             rows_written,
             commits,
+            table_log_syncs,
+            table_log_syncs_seen: std::sync::atomic::AtomicU64::new(0),
             point_lookups,
             epochs,
             epoch_seconds,
@@ -195,6 +207,18 @@ impl Metrics {
         }
     }
 
+    /// Brings `weir_table_log_syncs_total` up to `syncs`, the table log's
+    /// own running count. Concurrent callers add each sync once: only the
+    /// one that raises the seen maximum adds the difference.
+    pub fn table_log_synced(&self, syncs: u64) {
+        let seen = self
+            .table_log_syncs_seen
+            .fetch_max(syncs, std::sync::atomic::Ordering::Relaxed);
+        if syncs > seen {
+            self.table_log_syncs.inc_by(syncs - seen);
+        }
+    }
+
     pub fn restored(&self, duration: std::time::Duration) {
         self.restore_seconds.set(duration.as_secs_f64());
     }
@@ -246,5 +270,15 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("weir_rows_written_total 3"), "{text}");
+    }
+
+    #[test]
+    fn table_log_syncs_follow_the_logs_count() {
+        let m = Metrics::default();
+        m.table_log_synced(3);
+        m.table_log_synced(2); // a late look at an older count
+        m.table_log_synced(5);
+        let text = m.render();
+        assert!(text.contains("weir_table_log_syncs_total 5"), "{text}");
     }
 }

@@ -176,6 +176,10 @@ async fn metrics_count_connections_queries_errors_and_rows() {
         rows >= 3.0,
         "3 rows inserted, weir_rows_written_total = {rows}"
     );
+    // The INSERT was acknowledged after its fsync.
+    let syncs = metric_value(text, "weir_table_log_syncs_total")
+        .unwrap_or_else(|| panic!("weir_table_log_syncs_total in:\n{text}"));
+    assert!(syncs >= 1.0, "an acknowledged INSERT was synced: {syncs}");
     for line in text
         .lines()
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
