@@ -47,6 +47,17 @@ pub enum JoinKind {
 }
 
 impl JoinKind {
+    /// Every kind whose state is split by key (all but `NOT IN`), for
+    /// tests that cover each.
+    pub const KEYED: [JoinKind; 6] = [
+        Self::Inner,
+        Self::Left,
+        Self::Right,
+        Self::Full,
+        Self::Semi,
+        Self::Anti,
+    ];
+
     pub(crate) fn keeps_unmatched_left(self) -> bool {
         matches!(self, Self::Left | Self::Full)
     }

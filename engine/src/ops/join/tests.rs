@@ -265,14 +265,7 @@ pub(crate) mod differential {
 
     #[test]
     fn delta_joins_equal_recomputing_each_bucket() {
-        for kind in [
-            JoinKind::Inner,
-            JoinKind::Left,
-            JoinKind::Right,
-            JoinKind::Full,
-            JoinKind::Semi,
-            JoinKind::Anti,
-        ] {
+        for kind in JoinKind::KEYED {
             for seed in 0..25 {
                 run(seed, kind, false);
                 run(seed, kind, true);

@@ -49,7 +49,7 @@ mod tests;
 
 use std::panic::AssertUnwindSafe;
 
-use arrow::array::{RecordBatch, UInt32Array};
+use arrow::array::{AsArray, RecordBatch, UInt32Array};
 use arrow::compute::{take, take_record_batch};
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, ObjectId};
@@ -226,11 +226,8 @@ fn select(input: &ChangeBatch, owners: &[u32], worker: usize) -> Result<ChangeBa
     if mine.is_empty() {
         return Ok(empty_change(&input.schema()));
     }
-    let weights = take(input.weights(), &mine, None)?;
-    let weights = weights
-        .as_any()
-        .downcast_ref::<arrow::array::Int64Array>()
-        .expect("take keeps the type")
+    let weights = take(input.weights(), &mine, None)?
+        .as_primitive::<arrow::datatypes::Int64Type>()
         .clone();
     Ok(ChangeBatch::new(
         take_record_batch(input.rows(), &mine)?,
@@ -270,7 +267,9 @@ fn run_each<T: Send, R: Send>(
     let guarded = &guarded;
     std::thread::scope(|scope| {
         let mut items = items.into_iter().enumerate();
-        let (_, first) = items.next().expect("two items or more");
+        let Some((_, first)) = items.next() else {
+            return Vec::new();
+        };
         let spawned: Vec<_> = items
             .map(|(w, item)| {
                 std::thread::Builder::new()

@@ -171,14 +171,7 @@ fn distinct_equals_one_instance() {
 
 #[test]
 fn joins_equal_one_instance() {
-    for kind in [
-        JoinKind::Inner,
-        JoinKind::Left,
-        JoinKind::Right,
-        JoinKind::Full,
-        JoinKind::Semi,
-        JoinKind::Anti,
-    ] {
+    for kind in JoinKind::KEYED {
         for residual in [false, true] {
             let make =
                 || Box::new(Join::new(join::spec(kind, residual)).unwrap()) as Box<dyn Keyed>;
