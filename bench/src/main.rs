@@ -11,7 +11,9 @@
 //! up with updates and the epoch latency (see [`projections`]).
 //!
 //! `weir-bench nexmark --query q5 --events 10000000` (or `--all`) starts its
-//! own `weir` per query and measures the Nexmark suite (see [`nexmark`]).
+//! own `weir` per query and measures the Nexmark suite (see [`nexmark`]);
+//! with `--freshness`, the time from an event's creation until a read sees
+//! it (see [`freshness`]).
 //!
 //! `weir-bench micro` measures engine operators in process, one thread, no
 //! server (see [`micro`]).
@@ -26,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 
+mod freshness;
 mod micro;
 mod nexmark;
 mod projections;
@@ -78,10 +81,28 @@ enum Bench {
         #[arg(
             long,
             value_delimiter = ',',
-            required_unless_present = "all",
+            required_unless_present_any = ["all", "freshness"],
             conflicts_with = "all"
         )]
         query: Vec<String>,
+        /// Instead of throughput: the time from an event's creation to its
+        /// effect being visible in a read, with the sources paced to
+        /// `--rate` and the queries (q5, q7 and q17 unless `--query` names
+        /// others) as projections on one server.
+        #[arg(long, conflicts_with = "all")]
+        freshness: bool,
+        /// With --freshness: events per second, all types together.
+        #[arg(long, default_value_t = 100_000)]
+        rate: u64,
+        /// With --freshness: events created in the first seconds are left out.
+        #[arg(long, default_value_t = 10)]
+        warmup_s: u64,
+        /// With --freshness: events created after this many seconds are left out.
+        #[arg(long, default_value_t = 40)]
+        seconds: u64,
+        /// With --freshness: how often the visible epoch is probed.
+        #[arg(long, default_value_t = 10)]
+        probe_ms: u64,
         /// Runs q0 q1 q2 q3 q4 q5 q7 q8 q9 q12 q14 q15 q16 q17 q18 q19 q20 q21 q22.
         #[arg(long)]
         all: bool,
@@ -207,7 +228,38 @@ async fn against_server(command: Bench) -> Result<(), Box<dyn std::error::Error>
             barrier_interval,
             workers,
             timeout_s,
+            freshness,
+            rate,
+            warmup_s,
+            seconds,
+            probe_ms,
         } => {
+            let weir = match weir {
+                Some(path) => path,
+                None => std::env::current_exe()?
+                    .parent()
+                    .ok_or("weir-bench has no directory")?
+                    .join("weir"),
+            };
+            if freshness {
+                let queries = if query.is_empty() {
+                    ["q5", "q7", "q17"].map(String::from).to_vec()
+                } else {
+                    query
+                };
+                let options = freshness::Options {
+                    queries,
+                    rate,
+                    warmup: Duration::from_secs(warmup_s),
+                    seconds: Duration::from_secs(seconds),
+                    probe: Duration::from_millis(probe_ms.max(1)),
+                    json,
+                    weir,
+                    barrier_interval,
+                    workers,
+                };
+                return freshness::run(&options).await;
+            }
             let queries = if all {
                 nexmark::QUERIES
                     .iter()
@@ -215,13 +267,6 @@ async fn against_server(command: Bench) -> Result<(), Box<dyn std::error::Error>
                     .collect()
             } else {
                 query
-            };
-            let weir = match weir {
-                Some(path) => path,
-                None => std::env::current_exe()?
-                    .parent()
-                    .ok_or("weir-bench has no directory")?
-                    .join("weir"),
             };
             let options = nexmark::Options {
                 queries,

@@ -30,7 +30,7 @@ use crate::server::{Server, cpu_seconds, peak_rss_bytes};
 type BoxError = Box<dyn std::error::Error>;
 
 /// The source definitions every query draws from.
-const SOURCES_SQL: &str = include_str!("../nexmark/sources.sql");
+pub(crate) const SOURCES_SQL: &str = include_str!("../nexmark/sources.sql");
 
 /// The suite, in the order `--all` runs it (q6, q10, q11 and q13 are not
 /// part of it, see bench/nexmark/README.md in the shared suite).
@@ -109,6 +109,12 @@ impl Event {
         }
     }
 
+    /// This type's events per second in a stream of `total_per_second`.
+    pub fn share_of(self, total_per_second: u64) -> u64 {
+        let (_, per_cycle) = self.slot();
+        total_per_second * per_cycle / CYCLE
+    }
+
     /// How many of the first `total` events of the global stream are of this type.
     pub fn count(self, total: u64) -> u64 {
         let (offset, per_cycle) = self.slot();
@@ -142,6 +148,18 @@ pub fn source_statements(sql: &str) -> Result<Vec<(String, String)>, String> {
 /// `statement` with `max_events` and `base_time` added to its `WITH (...)`
 /// list, which must close the statement.
 pub fn with_limits(statement: &str, max_events: u64, base_time_ms: u64) -> Result<String, String> {
+    with_options(
+        statement,
+        &[
+            ("max_events", max_events.to_string()),
+            ("base_time", base_time_ms.to_string()),
+        ],
+    )
+}
+
+/// `statement` with `options` added to its `WITH (...)` list, which must
+/// close the statement.
+pub fn with_options(statement: &str, options: &[(&str, String)]) -> Result<String, String> {
     let statement = statement.trim().trim_end_matches(';').trim_end();
     let upper = statement.to_ascii_uppercase();
     let with = upper
@@ -153,9 +171,14 @@ pub fn with_limits(statement: &str, max_events: u64, base_time_ms: u64) -> Resul
     }
     let close = statement.len() - 1;
     debug_assert!(close > with);
+    let added: Vec<String> = options
+        .iter()
+        .map(|(key, value)| format!("{key} = '{value}'"))
+        .collect();
     Ok(format!(
-        "{}, max_events = '{max_events}', base_time = '{base_time_ms}')",
-        statement[..close].trim_end()
+        "{}, {})",
+        statement[..close].trim_end(),
+        added.join(", ")
     ))
 }
 
@@ -589,7 +612,7 @@ async fn wait_for_sources(
 /// Rows of a simple-protocol query, every cell as text. Text, not typed
 /// reads: the catalog's integer columns may come back as int8 or numeric
 /// depending on the expression, and text reads both.
-async fn rows(client: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>, BoxError> {
+pub(crate) async fn rows(client: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>, BoxError> {
     let messages = client
         .simple_query(sql)
         .await
@@ -607,7 +630,7 @@ async fn rows(client: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>, Bo
         .collect())
 }
 
-async fn cell_i64(client: &Client, sql: &str) -> Result<i64, BoxError> {
+pub(crate) async fn cell_i64(client: &Client, sql: &str) -> Result<i64, BoxError> {
     let rows = rows(client, sql).await?;
     let cell = rows.first().and_then(|r| r.first()).cloned().flatten();
     parse_i64(cell.as_deref()).map_err(|e| format!("{sql}: {e}").into())
@@ -624,7 +647,7 @@ fn parse_i64(cell: Option<&str>) -> Result<i64, BoxError> {
 
 /// The server's message (with its SQLSTATE) rather than tokio-postgres's
 /// generic "db error".
-fn pg_error(e: &tokio_postgres::Error) -> String {
+pub(crate) fn pg_error(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
         None => e.to_string(),
@@ -649,6 +672,10 @@ mod tests {
         assert_eq!(
             [Event::Person, Event::Auction, Event::Bid].map(|e| e.count(2)),
             [1, 1, 0]
+        );
+        assert_eq!(
+            [Event::Person, Event::Auction, Event::Bid].map(|e| e.share_of(100_000)),
+            [2_000, 6_000, 92_000]
         );
         for total in 0..500 {
             let sum: u64 = [Event::Person, Event::Auction, Event::Bid]

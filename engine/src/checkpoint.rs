@@ -324,9 +324,16 @@ impl Coordinator {
     /// Entries of projections not deployed (dropped since) are skipped; an
     /// entry for a projection that is live, not restoring, is an error. On
     /// an error the projections are partly restored: drop and redeploy them.
-    pub fn restore_vnode(&mut self, state: &VnodeState) -> Result<(), EngineError> {
-        for run in state.entries.chunk_by(|a, b| a.0 == b.0 && a.1 == b.1) {
-            let (object, node) = (run[0].0, run[0].1);
+    /// The state is taken by value so its entries move into the
+    /// operators instead of being copied.
+    pub fn restore_vnode(&mut self, state: VnodeState) -> Result<(), EngineError> {
+        let mut entries = state.entries.into_iter().peekable();
+        while let Some((object, node, first)) = entries.next() {
+            let mut run = vec![first];
+            while let Some((_, _, entry)) = entries.next_if(|(o, n, _)| (*o, *n) == (object, node))
+            {
+                run.push(entry);
+            }
             let Some(deployed) = self.deployed.iter_mut().find(|d| d.id == object) else {
                 continue;
             };
@@ -336,11 +343,10 @@ impl Coordinator {
                     message: format!("checkpoint state for live projection {object}"),
                 });
             };
-            let entries: Vec<StateEntry> = run.iter().map(|(_, _, e)| e.clone()).collect();
             if node == RESULT_NODE {
-                result.apply_state_entries(&entries)?;
+                result.apply_state_entries(&run)?;
             } else {
-                deployed.graph.apply_state_entries(node, &entries)?;
+                deployed.graph.apply_state_entries(node, &run)?;
             }
         }
         Ok(())
@@ -656,7 +662,7 @@ mod tests {
                     .chain(deltas.iter().filter_map(|d| d.get(&vnode)));
                 for blob in chain {
                     restored
-                        .restore_vnode(&VnodeState::decode(blob).unwrap())
+                        .restore_vnode(VnodeState::decode(blob).unwrap())
                         .unwrap();
                 }
             }
@@ -695,13 +701,13 @@ mod tests {
         let dropped = VnodeState {
             entries: vec![(ObjectId(99), 0, StateEntry::set(vec![1], vec![2]))],
         };
-        coordinator.restore_vnode(&dropped).unwrap();
+        coordinator.restore_vnode(dropped).unwrap();
         coordinator.finish_restore(Epoch(3)).unwrap();
         assert_eq!(coordinator.view().projections[&id].last_epoch, Epoch(3));
         let live = VnodeState {
             entries: vec![(id, 0, StateEntry::set(vec![1], vec![2]))],
         };
-        assert!(coordinator.restore_vnode(&live).is_err());
+        assert!(coordinator.restore_vnode(live).is_err());
     }
 
     #[test]

@@ -111,17 +111,23 @@ impl Materialized {
     /// Sets or removes rows' counts in order; afterwards no change is
     /// recorded. On error `self` is unchanged.
     pub fn apply_state_entries(&mut self, entries: &[StateEntry]) -> Result<(), EngineError> {
-        let mut rows = self.rows.clone();
+        // Every entry is read before any is applied, so the rows change in
+        // place: a copy to fall back on would path-copy the shared map on
+        // each call, and a restore calls this once per vnode.
+        let parsed = entries
+            .iter()
+            .map(|entry| {
+                let key = parse_state_key(NAME, &entry.key)?;
+                if key.tag != 0 || !key.rest.is_empty() {
+                    return Err(unreadable(NAME, "an unknown key"));
+                }
+                Ok((key.distribution, read_count(NAME, entry.value.as_deref())?))
+            })
+            .collect::<Result<Vec<_>, EngineError>>()?;
         let mut total = self.total as i64;
-        for entry in entries {
-            let key = parse_state_key(NAME, &entry.key)?;
-            if key.tag != 0 || !key.rest.is_empty() {
-                return Err(unreadable(NAME, "an unknown key"));
-            }
-            let count = read_count(NAME, entry.value.as_deref())?;
-            total += count - rows.set(key.distribution, count);
+        for (row, count) in parsed {
+            total += count - self.rows.set(row, count);
         }
-        self.rows = rows;
         self.total = total as u64;
         self.changed = imbl::OrdSet::new();
         self.scan_cache = Arc::default();

@@ -208,7 +208,8 @@ impl TableLog {
         file.read_to_end(&mut contents)
             .map_err(|e| StorageError::io(&path, e))?;
         let layout = Layout::read(&contents);
-        let (mut records, valid_len) = decode_records(&contents[layout.header as usize..]);
+        let contents = Bytes::from(contents);
+        let (mut records, valid_len) = decode_records(&contents.slice(layout.header as usize..));
         for (lsn, _) in &mut records {
             *lsn += layout.base;
         }
@@ -437,6 +438,7 @@ impl Writer {
             .seek(SeekFrom::Start(self.layout.position(before)))?;
         self.file.read_to_end(&mut tail)?;
         // `before` must be a record boundary: the rest must decode whole.
+        let tail = Bytes::from(tail);
         let (_, valid) = decode_records(&tail);
         if valid != tail.len() {
             self.file.seek(SeekFrom::End(0))?;
@@ -473,7 +475,10 @@ fn encode_record(payload: &[u8], out: &mut Vec<u8>) {
 
 /// Splits `data` into complete, checksummed records; returns them and the
 /// length of the valid prefix.
-fn decode_records(data: &[u8]) -> (Vec<(Lsn, Bytes)>, usize) {
+///
+/// The records are slices of `data`: a log read at open is not copied
+/// again record by record.
+fn decode_records(data: &Bytes) -> (Vec<(Lsn, Bytes)>, usize) {
     let mut records = Vec::new();
     let mut pos = 0;
     while data.len() - pos >= HEADER_LEN {
@@ -488,7 +493,7 @@ fn decode_records(data: &[u8]) -> (Vec<(Lsn, Bytes)>, usize) {
             break;
         }
         pos = start + len;
-        records.push((pos as Lsn, Bytes::copy_from_slice(payload)));
+        records.push((pos as Lsn, data.slice(start..start + len)));
     }
     (records, pos)
 }
@@ -589,7 +594,7 @@ mod tests {
         encode_record(b"two", &mut data);
         let last = data.len() - 1;
         data[last] ^= 1;
-        let (records, valid) = decode_records(&data);
+        let (records, valid) = decode_records(&Bytes::from(data));
         assert_eq!(records.len(), 1);
         assert_eq!(valid, first_len);
     }

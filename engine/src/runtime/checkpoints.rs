@@ -5,7 +5,9 @@
 //! unless the vnode's chain of deltas has grown long or outweighs its last
 //! snapshot; then it is a full snapshot of the vnode, which resets the
 //! chain. So a checkpoint writes O(changed state), and restoring a vnode
-//! reads one snapshot and a bounded number of deltas.
+//! reads one snapshot and a bounded number of deltas. A snapshot still
+//! scans all state, so when one vnode is due every vnode holding deltas is
+//! snapshotted with it ([`snapshot_vnodes`]).
 //!
 //! The first checkpoint of a process, and the one after a failed
 //! checkpoint, snapshots every vnode (empty ones too): chains carried in the
@@ -74,6 +76,36 @@ impl Chain {
     fn wants_snapshot(&self) -> bool {
         self.deltas >= MAX_DELTAS || self.delta_bytes > self.snapshot_bytes.max(4096)
     }
+}
+
+/// The vnodes to snapshot this epoch, given the vnodes that changed: none
+/// while every changed vnode's chain is short; once one is due (or has no
+/// chain yet), every vnode that changed or holds deltas.
+///
+/// Snapshotting even one vnode scans all state, because operators keep
+/// their state by key, not by vnode ([`Coordinator::checkpoint_vnodes`]).
+/// Taking only the vnodes that are due would pay that scan again in nearly
+/// every epoch as chains come due one after another; taking every grown
+/// chain with them restarts the chains together, so the next scan is about
+/// a chain's length away.
+fn snapshot_vnodes(
+    chains: &HashMap<u32, Chain>,
+    changed: impl Iterator<Item = u32> + Clone,
+) -> BTreeSet<u32> {
+    let due = changed
+        .clone()
+        .any(|v| chains.get(&v).is_none_or(Chain::wants_snapshot));
+    if !due {
+        return BTreeSet::new();
+    }
+    changed
+        .chain(
+            chains
+                .iter()
+                .filter(|(_, chain)| chain.deltas > 0)
+                .map(|(&vnode, _)| vnode),
+        )
+        .collect()
 }
 
 /// What this process's checkpoints did, for `weir_catalog.epochs` and
@@ -304,11 +336,7 @@ impl Checkpointer {
             if self.needs_full {
                 ((0..VNODES).collect(), coordinator.checkpoint_full()?)
             } else {
-                let wanted: BTreeSet<u32> = changes
-                    .keys()
-                    .copied()
-                    .filter(|v| self.chains.get(v).is_none_or(Chain::wants_snapshot))
-                    .collect();
+                let wanted = snapshot_vnodes(&self.chains, changes.keys().copied());
                 let states = if wanted.is_empty() {
                     BTreeMap::new()
                 } else {
@@ -456,5 +484,46 @@ impl PendingSeal {
             });
         }
         Ok(written)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(deltas: u32, delta_bytes: u64, snapshot_bytes: u64) -> Chain {
+        Chain {
+            deltas,
+            delta_bytes,
+            snapshot_bytes,
+        }
+    }
+
+    #[test]
+    fn one_due_chain_takes_every_grown_chain_with_it() {
+        let chains = HashMap::from([
+            (1, chain(3, 100, 10_000)),
+            (2, chain(0, 0, 10_000)),
+            (3, chain(MAX_DELTAS, 100, 10_000)),
+            (4, chain(1, 50, 10_000)),
+        ]);
+        // Changed vnodes with short chains: deltas only.
+        assert!(snapshot_vnodes(&chains, [1, 2].into_iter()).is_empty());
+        // Vnode 3 is due: it, the changed 2, and every chain with deltas.
+        assert_eq!(
+            snapshot_vnodes(&chains, [2, 3].into_iter()),
+            BTreeSet::from([1, 2, 3, 4])
+        );
+        // A vnode without a chain yet is due too.
+        assert_eq!(
+            snapshot_vnodes(&chains, [9].into_iter()),
+            BTreeSet::from([1, 3, 4, 9])
+        );
+        // Deltas that outweigh the snapshot make a chain due.
+        let heavy = HashMap::from([(5, chain(2, 20_000, 10_000)), (6, chain(0, 0, 1))]);
+        assert_eq!(
+            snapshot_vnodes(&heavy, [5].into_iter()),
+            BTreeSet::from([5])
+        );
     }
 }

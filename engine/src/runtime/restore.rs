@@ -54,7 +54,7 @@ pub(super) async fn restore(
                 operator: "restore",
                 message: format!("reading a vnode: {e}"),
             })??;
-            for state in &chain {
+            for state in chain {
                 coordinator.restore_vnode(state)?;
             }
         }

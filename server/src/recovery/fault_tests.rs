@@ -90,7 +90,7 @@ async fn restore_latest(store: Arc<dyn ObjectStore>) -> (u64, Coordinator) {
     for vnode in 0..VNODES {
         for (_, bytes) in reader.restore_chain(vnode, epoch).await.unwrap() {
             fresh
-                .restore_vnode(&VnodeState::decode(&bytes).unwrap())
+                .restore_vnode(VnodeState::decode(&bytes).unwrap())
                 .unwrap();
         }
     }
