@@ -277,7 +277,7 @@ async fn measure(o: &Options, server: &mut Server, interval: f64) -> Result<(), 
                 .unwrap_or(0);
             stream.accepted.push(((asked + answered) / 2.0, n));
         }
-        let counts = rows(&client, &probe).await.unwrap_or_default();
+        let counts = rows(&client, &probe).await?;
         let seen = origin.elapsed().as_secs_f64();
         if let Some(row) = counts.first() {
             for (stream, cell) in streams.iter_mut().zip(row) {
@@ -324,9 +324,9 @@ async fn measure(o: &Options, server: &mut Server, interval: f64) -> Result<(), 
     let target_ms = 2.0 * interval * 1000.0;
     let met = unseen == 0 && p99.is_some_and(|p| p <= target_ms);
     let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.0}"));
+    let due_rate: u64 = streams.iter().map(|s| s.rate).sum();
     println!(
-        "events created {:.0}..{:.0} s: accepted {accepted_rate:.0}/s of {} due, {:.2} cores",
-        warmup, end, o.rate, cores
+        "events created {warmup:.0}..{end:.0} s: accepted {accepted_rate:.0}/s of {due_rate} due, {cores:.2} cores"
     );
     println!(
         "creation to visible in a read: p50 {} ms, p99 {} ms, max {} ms over {} sampled events; \
@@ -349,6 +349,7 @@ async fn measure(o: &Options, server: &mut Server, interval: f64) -> Result<(), 
             "barrier_interval": o.barrier_interval,
             "window_s": [warmup, end],
             "accepted_per_s": accepted_rate,
+            "due_per_s": due_rate,
             "cores": cores,
             "p50_ms": p50,
             "p99_ms": p99,
