@@ -280,23 +280,32 @@ pub(crate) fn mark_changed(
 /// [`Operator::take_state_changes`] for operators that record changed
 /// keys in a hash set: the entries in key order, with their current values
 /// from `value_of`; the record is cleared only when that succeeded.
+///
+/// The keys move out of the set into the entries (a checkpoint drains every
+/// changed key each epoch, so a copy of each would be a copy of the
+/// epoch's changed state); on an error they go back.
 pub(crate) fn take_changed(
     changed: &mut hashbrown::HashSet<Vec<u8>>,
     value_of: impl Fn(&[u8]) -> Result<Option<Vec<u8>>, EngineError>,
 ) -> Result<Vec<StateEntry>, EngineError> {
-    let mut keys: Vec<&Vec<u8>> = changed.iter().collect();
+    let mut keys: Vec<Vec<u8>> = changed.drain().collect();
     keys.sort_unstable();
-    let entries = keys
+    let values = match keys
+        .iter()
+        .map(|key| value_of(key))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(values) => values,
+        Err(e) => {
+            changed.extend(keys);
+            return Err(e);
+        }
+    };
+    Ok(keys
         .into_iter()
-        .map(|key| {
-            Ok(StateEntry {
-                value: value_of(key)?,
-                key: key.clone(),
-            })
-        })
-        .collect::<Result<Vec<_>, EngineError>>()?;
-    changed.clear();
-    Ok(entries)
+        .zip(values)
+        .map(|(key, value)| StateEntry { key, value })
+        .collect())
 }
 
 /// Checks the one-change-per-input contract.
@@ -335,4 +344,40 @@ pub fn exprs_text<'a>(
         .map(|e| e.to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changed_keys_come_out_in_order_and_stay_on_an_error() {
+        let mut changed: hashbrown::HashSet<Vec<u8>> =
+            [vec![3], vec![1], vec![2]].into_iter().collect();
+        let failed = take_changed(&mut changed, |key| {
+            if key == [2] {
+                Err(unreadable("test", "a bad value"))
+            } else {
+                Ok(Some(key.to_vec()))
+            }
+        });
+        assert!(failed.is_err());
+        assert_eq!(changed.len(), 3, "an error keeps every changed key");
+        let taken = take_changed(&mut changed, |key| {
+            Ok((key != [3]).then(|| vec![key[0] * 10]))
+        })
+        .unwrap();
+        assert_eq!(
+            taken,
+            [
+                StateEntry::set(vec![1], vec![10]),
+                StateEntry::set(vec![2], vec![20]),
+                StateEntry {
+                    key: vec![3],
+                    value: None
+                },
+            ]
+        );
+        assert!(changed.is_empty());
+    }
 }
