@@ -630,7 +630,7 @@ pub(crate) async fn rows(client: &Client, sql: &str) -> Result<Vec<Vec<Option<St
         .collect())
 }
 
-pub(crate) async fn cell_i64(client: &Client, sql: &str) -> Result<i64, BoxError> {
+async fn cell_i64(client: &Client, sql: &str) -> Result<i64, BoxError> {
     let rows = rows(client, sql).await?;
     let cell = rows.first().and_then(|r| r.first()).cloned().flatten();
     parse_i64(cell.as_deref()).map_err(|e| format!("{sql}: {e}").into())
