@@ -17,11 +17,10 @@
 //! Vnodes are independent: their chains may be applied in any interleaving,
 //! as long as each chain is applied in order.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
-use bytes::Bytes;
 use weir_common::{Epoch, ObjectId};
 
 use crate::EngineError;
@@ -29,6 +28,7 @@ use crate::coordinator::{Coordinator, Deployed, ProjectionView, SourceBinding};
 use crate::graph::Graph;
 use crate::materialized::Materialized;
 use crate::operator::{StateEntry, split_state_key};
+use crate::vnode_state::VnodeState;
 
 /// Vnodes per deployment. Fixed (ARCHITECTURE.md §2: stored with the
 /// catalog, never changed in place) because the vnode of every entry
@@ -93,118 +93,12 @@ pub fn state_fingerprint(graph: &crate::Graph, schema: &arrow::datatypes::Schema
         hasher.update(b"\n");
         len += text.len() + 1;
     };
-    add(std::str::from_utf8(&MAGIC).unwrap_or_default());
+    add(std::str::from_utf8(&crate::vnode_state::MAGIC).unwrap_or_default());
     for (structure, inputs) in graph.structure() {
         add(&format!("{structure} <- {inputs:?}"));
     }
     add(&crate::operator::schema_text(schema));
     format!("{:08x}-{len}", hasher.finalize())
-}
-
-/// The entries of one vnode in one checkpoint: (projection, node, entry),
-/// each (projection, node, key) at most once.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct VnodeState {
-    pub entries: Vec<(ObjectId, u32, StateEntry)>,
-}
-
-/// `W`, `V`, `S`, then the format version.
-const MAGIC: [u8; 4] = *b"WVS\x01";
-/// The smallest encoded entry: object, node, key length, presence byte.
-const MIN_ENTRY: usize = 8 + 4 + 4 + 1;
-
-impl VnodeState {
-    /// Version 1: [`MAGIC`], the entry count (u32 LE), then per entry the
-    /// object (u64 LE), the node (u32 LE), the key (u32 LE length, bytes), and
-    /// `0` for a removal or `1` and the value (u32 LE length, bytes).
-    pub fn encode(&self) -> Bytes {
-        let size: usize = self
-            .entries
-            .iter()
-            .map(|(_, _, e)| MIN_ENTRY + e.key.len() + e.value.as_ref().map_or(0, |v| 4 + v.len()))
-            .sum();
-        let mut out = Vec::with_capacity(8 + size);
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
-        for (object, node, entry) in &self.entries {
-            out.extend_from_slice(&object.0.to_le_bytes());
-            out.extend_from_slice(&node.to_le_bytes());
-            out.extend_from_slice(&(entry.key.len() as u32).to_le_bytes());
-            out.extend_from_slice(&entry.key);
-            match &entry.value {
-                None => out.push(0),
-                Some(value) => {
-                    out.push(1);
-                    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
-                    out.extend_from_slice(value);
-                }
-            }
-        }
-        Bytes::from(out)
-    }
-
-    /// The inverse of [`Self::encode`]; any malformed input (wrong magic or
-    /// version, truncation, trailing bytes) is [`EngineError::CorruptState`].
-    pub fn decode(bytes: &[u8]) -> Result<Self, EngineError> {
-        let mut r = Cursor(bytes);
-        let magic = r.take(4)?;
-        if magic[..3] != MAGIC[..3] {
-            return Err(corrupt("not a vnode state"));
-        }
-        if magic[3] != MAGIC[3] {
-            return Err(corrupt(&format!("unknown version {}", magic[3])));
-        }
-        let count = r.u32()? as usize;
-        // The count is untrusted: never reserve more than the bytes can hold.
-        let mut entries = Vec::with_capacity(count.min(r.0.len() / MIN_ENTRY));
-        for _ in 0..count {
-            let object = ObjectId(r.u64()?);
-            let node = r.u32()?;
-            let key = r.bytes()?;
-            let value = match r.take(1)?[0] {
-                0 => None,
-                1 => Some(r.bytes()?),
-                other => return Err(corrupt(&format!("presence byte {other}"))),
-            };
-            entries.push((object, node, StateEntry { key, value }));
-        }
-        if !r.0.is_empty() {
-            return Err(corrupt("trailing bytes"));
-        }
-        Ok(Self { entries })
-    }
-}
-
-fn corrupt(what: &str) -> EngineError {
-    EngineError::CorruptState(what.to_string())
-}
-
-/// Reads the little-endian fields of [`VnodeState::encode`], checking every length.
-struct Cursor<'a>(&'a [u8]);
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], EngineError> {
-        if self.0.len() < n {
-            return Err(corrupt("truncated"));
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-    fn u32(&mut self) -> Result<u32, EngineError> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
-    }
-    fn u64(&mut self) -> Result<u64, EngineError> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ))
-    }
-    fn bytes(&mut self) -> Result<Vec<u8>, EngineError> {
-        let n = self.u32()? as usize;
-        Ok(self.take(n)?.to_vec())
-    }
 }
 
 /// Appends `entries` of `node` of `object` to their vnodes.
@@ -259,7 +153,8 @@ impl Coordinator {
     /// snapshot. Leaves the change records alone, so a caller that writes a
     /// snapshot for some vnodes and deltas for the others takes both
     /// ([`Self::checkpoint_changes`] first) and drops the deltas of the
-    /// snapshot vnodes. Costs O(all state), also via [`Self::checkpoint_vnodes`].
+    /// snapshot vnodes. Costs O(all state): the runtime takes one only on its
+    /// first checkpoint and after a failed one.
     pub fn checkpoint_full(&self) -> Result<BTreeMap<u32, VnodeState>, EngineError> {
         self.refuse_while_restoring("checkpoint")?;
         let mut vnodes = BTreeMap::new();
@@ -277,17 +172,6 @@ impl Coordinator {
             add_entries(&mut vnodes, deployed.id, RESULT_NODE, result);
         }
         Ok(vnodes)
-    }
-
-    /// [`Self::checkpoint_full`] of some vnodes only (still O(all state):
-    /// operators keep their state by key, not by vnode).
-    pub fn checkpoint_vnodes(
-        &self,
-        vnodes: &BTreeSet<u32>,
-    ) -> Result<BTreeMap<u32, VnodeState>, EngineError> {
-        let mut full = self.checkpoint_full()?;
-        full.retain(|vnode, _| vnodes.contains(vnode));
-        Ok(full)
     }
 
     /// Deploys a projection whose state will come from a checkpoint
@@ -404,8 +288,9 @@ mod tests {
     use datafusion::functions_aggregate::sum::sum_udaf;
     use datafusion::physical_expr::aggregate::AggregateExprBuilder;
     use datafusion::physical_expr::expressions::col;
-    use proptest::prelude::*;
     use weir_common::ChangeBatch;
+
+    use bytes::Bytes;
 
     use super::*;
     use crate::graph::Input;
@@ -430,70 +315,6 @@ mod tests {
             vnode_of(ObjectId(7), 2, &state_key(2, b"abc", &[])),
             vnode_of(ObjectId(7), 2, &key)
         );
-    }
-
-    fn sample() -> VnodeState {
-        VnodeState {
-            entries: vec![
-                (
-                    ObjectId(1),
-                    0,
-                    StateEntry::set(b"k".to_vec(), b"v".to_vec()),
-                ),
-                (
-                    ObjectId(1),
-                    RESULT_NODE,
-                    StateEntry {
-                        key: vec![],
-                        value: None,
-                    },
-                ),
-                (ObjectId(u64::MAX), 3, StateEntry::set(vec![0; 300], vec![])),
-            ],
-        }
-    }
-
-    #[test]
-    fn vnode_state_round_trips_and_rejects_damage() {
-        let bytes = sample().encode();
-        assert_eq!(VnodeState::decode(&bytes).unwrap(), sample());
-        assert_eq!(
-            VnodeState::decode(&VnodeState::default().encode())
-                .unwrap()
-                .entries,
-            vec![]
-        );
-        let error = |bytes: &[u8]| VnodeState::decode(bytes).unwrap_err().to_string();
-        assert!(error(&bytes[..bytes.len() - 1]).contains("truncated"));
-        assert!(error(&[&bytes[..], &[0]].concat()).contains("trailing"));
-        let mut newer = bytes.to_vec();
-        newer[3] = 2;
-        assert!(error(&newer).contains("unknown version 2"));
-        assert!(error(b"PK\x03\x04").contains("not a vnode state"));
-    }
-
-    proptest! {
-        #[test]
-        fn decoding_random_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
-            let _ = VnodeState::decode(&bytes);
-            // Past the magic too, where the lengths are read.
-            let _ = VnodeState::decode(&[&MAGIC[..], &bytes].concat());
-        }
-
-        #[test]
-        fn any_state_round_trips(entries in proptest::collection::vec(
-            (any::<u64>(), any::<u32>(), proptest::collection::vec(any::<u8>(), 0..20),
-             proptest::option::of(proptest::collection::vec(any::<u8>(), 0..20))),
-            0..20,
-        )) {
-            let state = VnodeState {
-                entries: entries
-                    .into_iter()
-                    .map(|(o, n, key, value)| (ObjectId(o), n, StateEntry { key, value }))
-                    .collect(),
-            };
-            prop_assert_eq!(VnodeState::decode(&state.encode()).unwrap(), state);
-        }
     }
 
     const T: &str = "k text, x int";

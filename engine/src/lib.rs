@@ -14,7 +14,8 @@
 //!   them all once per epoch and publishes an [`coordinator::EpochView`].
 //! - [`materialized::Materialized`]: a projection's current result.
 //! - [`checkpoint`]: incremental, per-vnode checkpoints of every
-//!   projection's keyed state ([`operator::StateEntry`]) and their restore.
+//!   projection's keyed state ([`operator::StateEntry`]) and their restore;
+//!   [`vnode_state`]: their stored form, and merging a vnode's chain.
 //! - [`rows`]: Arrow rows as comparable bytes, and consolidation.
 //! - [`multiset::Multiset`]: bags of rows, the state most operators keep.
 //! - [`runtime`]: the epoch runtime around the coordinator: inputs from
@@ -35,11 +36,13 @@ pub mod runtime;
 pub mod table;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod vnode_state;
 
-pub use checkpoint::{VNODES, VnodeState, state_fingerprint};
+pub use checkpoint::{VNODES, state_fingerprint};
 pub use coordinator::{Coordinator, EpochView, ProjectionView, SourceBinding};
 pub use error::EngineError;
 pub use graph::{Graph, Input};
 pub use materialized::Materialized;
 pub use operator::{Operator, StateEntry};
 pub use table::TableState;
+pub use vnode_state::VnodeState;

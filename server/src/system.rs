@@ -287,7 +287,7 @@ impl SystemSchema {
         let mut rows: Vec<(Owner, u32, ObjectChain)> = log
             .chains
             .iter()
-            .filter_map(|((id, vnode), chain)| Some((owner(id)?, *vnode, *chain)))
+            .filter_map(|((id, vnode), chain)| Some((owner(id)?, *vnode, chain.clone())))
             .collect();
         rows.sort_by_key(|(def, vnode, _)| (def.id, *vnode));
         let fingerprint = |id| {

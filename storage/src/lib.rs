@@ -30,7 +30,7 @@ pub use control_log::{ControlLog, Revision};
 pub use error::StorageError;
 pub use lock::DataDirLock;
 pub use state::{
-    ChainStats, ObjectStateBackend, PartialKind, SealExtras, SealManifest, SealOutcome,
-    StateBackend, StateBackendError,
+    ChainEntry, ChainStats, Compaction, ObjectStateBackend, PartialKind, SealExtras, SealManifest,
+    SealOutcome, StateBackend, StateBackendError,
 };
 pub use table_log::{Appended, Lsn, MAX_GROUP, SyncHook, TableLog};

@@ -1,18 +1,20 @@
 //! Writes each completed epoch of the coordinator to the state
 //! backend: one partial per changed vnode, then the epoch's seal.
 //!
-//! A partial is a delta (the vnode's entries that changed in the epoch)
-//! unless the vnode's chain of deltas has grown long or outweighs its last
-//! snapshot; then it is a full snapshot of the vnode, which resets the
-//! chain. So a checkpoint writes O(changed state), and restoring a vnode
-//! reads one snapshot and a bounded number of deltas. A snapshot still
-//! scans all state, so when one vnode is due every vnode holding deltas is
-//! snapshotted with it ([`snapshot_vnodes`]).
+//! A partial is a delta: the vnode's entries that changed in the epoch. A
+//! vnode's chain (its snapshot, then its deltas) is cut when it has grown
+//! long or its deltas outweigh its snapshot, not by taking a snapshot from
+//! the operators (which keep state by key, so any snapshot reads all of
+//! it) but by compacting the chain in the background from what the store
+//! holds ([`super::compactor`]); a later seal puts the merged blob in place
+//! of the blobs it merged. So a checkpoint costs the loop O(changed state),
+//! and restoring a vnode reads one snapshot and a bounded number of deltas.
 //!
 //! The first checkpoint of a process, and the one after a failed
-//! checkpoint, snapshots every vnode (empty ones too): chains carried in the
-//! store from earlier runs, or from a checkpoint whose change records were
-//! drained but never sealed, must not describe the current state.
+//! checkpoint, snapshots every vnode from the operators (empty ones too):
+//! chains carried in the store from earlier runs, or from a checkpoint
+//! whose change records were drained but never sealed, must not describe
+//! the current state.
 //!
 //! Each seal names the table-log LSN of the last commit the epoch covers,
 //! which is where replay resumes after restoring from it, and, per
@@ -34,7 +36,7 @@
 //! loop). One checkpoint is in flight at a time, so seals land in epoch
 //! order.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,11 +45,12 @@ use futures::{StreamExt, TryStreamExt};
 use weir_storage::{ObjectStateBackend, PartialKind, SealExtras, StateBackend};
 
 use super::RuntimeObserver;
+use super::compactor::{Compacted, Compactor};
 use super::streams::Streams;
 use crate::{Coordinator, EngineError, VNODES, VnodeState};
 
-/// A vnode's chain is cut by a snapshot after this many deltas.
-const MAX_DELTAS: u32 = 16;
+/// A vnode's chain is compacted once it holds this many deltas.
+pub(super) const MAX_DELTAS: usize = 16;
 /// Partials written at once.
 const WRITE_CONCURRENCY: usize = 16;
 /// Attempts of one partial write or seal on transient store errors (both
@@ -65,47 +68,37 @@ pub fn projection_key(id: weir_common::ObjectId) -> String {
     format!("projection:{}", id.0)
 }
 
-#[derive(Default, Clone, Copy)]
+/// A vnode's chain as this process wrote it: its snapshot's size and its
+/// deltas since, (epoch, bytes) in epoch order.
+#[derive(Default, Clone)]
 struct Chain {
-    deltas: u32,
-    delta_bytes: u64,
     snapshot_bytes: u64,
+    deltas: Vec<(u64, u64)>,
 }
 
 impl Chain {
-    fn wants_snapshot(&self) -> bool {
-        self.deltas >= MAX_DELTAS || self.delta_bytes > self.snapshot_bytes.max(4096)
+    fn wants_compaction(&self) -> bool {
+        let delta_bytes: u64 = self.deltas.iter().map(|(_, bytes)| bytes).sum();
+        self.deltas.len() >= MAX_DELTAS || delta_bytes > self.snapshot_bytes.max(4096)
+    }
+
+    /// A compaction through `epoch` landed: it is the snapshot now, and
+    /// the deltas after it follow.
+    fn compacted(&mut self, epoch: u64, bytes: u64) {
+        self.snapshot_bytes = bytes;
+        self.deltas.retain(|(e, _)| *e > epoch);
     }
 }
 
-/// The vnodes to snapshot this epoch, given the vnodes that changed: none
-/// while every changed vnode's chain is short; once one is due (or has no
-/// chain yet), every vnode that changed or holds deltas.
-///
-/// Snapshotting even one vnode scans all state, because operators keep
-/// their state by key, not by vnode ([`Coordinator::checkpoint_vnodes`]).
-/// Taking only the vnodes that are due would pay that scan again in nearly
-/// every epoch as chains come due one after another; taking every grown
-/// chain with them restarts the chains together, so the next scan is about
-/// a chain's length away.
-fn snapshot_vnodes(
-    chains: &HashMap<u32, Chain>,
-    changed: impl Iterator<Item = u32> + Clone,
-) -> BTreeSet<u32> {
-    let due = changed
-        .clone()
-        .any(|v| chains.get(&v).is_none_or(Chain::wants_snapshot));
-    if !due {
-        return BTreeSet::new();
-    }
-    changed
-        .chain(
-            chains
-                .iter()
-                .filter(|(_, chain)| chain.deltas > 0)
-                .map(|(&vnode, _)| vnode),
-        )
-        .collect()
+/// The vnodes whose chains are due for compaction, in order.
+fn due_vnodes(chains: &HashMap<u32, Chain>, busy: impl Fn(u32) -> bool) -> Vec<u32> {
+    let mut due: Vec<u32> = chains
+        .iter()
+        .filter(|(vnode, chain)| chain.wants_compaction() && !busy(**vnode))
+        .map(|(vnode, _)| *vnode)
+        .collect();
+    due.sort_unstable();
+    due
 }
 
 /// What this process's checkpoints did, for `weir_catalog.epochs` and
@@ -120,13 +113,33 @@ pub struct CheckpointLog {
 }
 
 /// One projection's share of one vnode's chain (entry bytes, not blob bytes).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct ObjectChain {
     pub snapshot_epoch: u64,
     pub snapshot_bytes: u64,
     pub deltas: u32,
     pub delta_bytes: u64,
     pub last_written_epoch: u64,
+    /// (epoch, bytes) of each delta counted in `deltas`, so that a
+    /// compaction can take off the ones it merged.
+    delta_epochs: Vec<(u64, u64)>,
+}
+
+impl ObjectChain {
+    fn add_delta(&mut self, epoch: u64, bytes: u64) {
+        self.deltas += 1;
+        self.delta_bytes += bytes;
+        self.delta_epochs.push((epoch, bytes));
+        self.last_written_epoch = epoch;
+    }
+
+    fn compacted(&mut self, epoch: u64, bytes: u64) {
+        self.snapshot_epoch = epoch;
+        self.snapshot_bytes = bytes;
+        self.delta_epochs.retain(|(e, _)| *e > epoch);
+        self.deltas = self.delta_epochs.len() as u32;
+        self.delta_bytes = self.delta_epochs.iter().map(|(_, b)| b).sum();
+    }
 }
 
 /// Epoch durations kept in [`CheckpointLog`].
@@ -165,6 +178,7 @@ pub struct Checkpointer {
     seals_since_prune: u32,
     /// Set once another process claimed the state: no more checkpoints.
     fenced: Option<String>,
+    compactor: Compactor,
     /// The table-log LSN the latest seal of this process covers.
     last_sealed_lsn: Option<u64>,
 }
@@ -179,15 +193,24 @@ pub struct PendingSeal {
     partials: Vec<(u32, PartialKind, Bytes)>,
     snapshot_vnodes: BTreeSet<u32>,
     object_bytes: HashMap<(weir_common::ObjectId, u32), u64>,
+    /// Chains merged in the background, for the seal to put in place.
+    compactions: Vec<Compacted>,
+    /// The projections whose state this checkpoint holds (live, not
+    /// failed): what a compaction started after it keeps.
+    live: Arc<HashSet<weir_common::ObjectId>>,
     extras: SealExtras,
 }
 
 /// What writing a [`PendingSeal`] did, for [`Checkpointer::finish`].
 pub struct SealOutcome {
     pending: PendingSeal,
-    /// Per partial written: (vnode, kind, bytes); or why it failed.
-    written: Result<Vec<(u32, PartialKind, u64)>, EngineError>,
+    /// What was written, or why it failed.
+    written: Result<Written, EngineError>,
 }
+
+/// Per partial written: (vnode, kind, bytes); and the vnodes whose
+/// compaction the seal put in place.
+type Written = (Vec<(u32, PartialKind, u64)>, HashSet<u32>);
 
 impl Checkpointer {
     pub fn new(
@@ -196,6 +219,7 @@ impl Checkpointer {
         log: Arc<parking_lot::Mutex<CheckpointLog>>,
     ) -> Self {
         Self {
+            compactor: Compactor::new(state.clone()),
             state,
             table_log_id,
             log,
@@ -273,23 +297,17 @@ impl Checkpointer {
         self.in_flight = false;
         let SealOutcome { pending, written } = outcome;
         let epoch = pending.epoch;
-        let written = match written {
+        let (written, landed) = match written {
             Ok(w) => w,
-            Err(EngineError::State(e)) if e.is_fenced() => {
-                tracing::error!(error = %e, epoch, "another process claimed the state backend: no more checkpoints, and writes are refused from now on");
-                observer.checkpoint_failed();
-                self.fenced = Some(e.to_string());
-                return None;
-            }
             Err(e) => {
-                tracing::error!(error = %e, epoch, "checkpoint failed; the next one is written in full");
-                observer.checkpoint_failed();
-                self.needs_full = true;
-                return None;
+                self.compactor
+                    .sealed(&pending.compactions, &HashSet::new(), false);
+                return self.failed(epoch, e, observer);
             }
         };
+        self.compactor.sealed(&pending.compactions, &landed, true);
         let took = pending.started.elapsed();
-        let bytes = self.record(&pending, written);
+        let bytes = self.record(&pending, written, &landed);
         observer.checkpoint(took, bytes);
         {
             let mut log = self.log.lock();
@@ -301,6 +319,8 @@ impl Checkpointer {
         self.last_sealed = epoch;
         self.last_sealed_lsn = Some(pending.covered_lsn);
         self.needs_full = false;
+        let due = due_vnodes(&self.chains, |v| self.compactor.is_busy(v));
+        self.compactor.start(epoch, due, pending.live.clone());
         self.seals_since_prune += 1;
         if self.seals_since_prune >= PRUNE_EVERY {
             self.seals_since_prune = 0;
@@ -315,10 +335,35 @@ impl Checkpointer {
         Some(epoch)
     }
 
+    /// A checkpoint's write failed: logged and counted; fenced for good if
+    /// another process claimed the state, or else the next checkpoint is
+    /// written in full.
+    fn failed(
+        &mut self,
+        epoch: u64,
+        error: EngineError,
+        observer: &dyn RuntimeObserver,
+    ) -> Option<u64> {
+        match error {
+            EngineError::State(e) if e.is_fenced() => {
+                tracing::error!(error = %e, epoch, "another process claimed the state backend: no more checkpoints, and writes are refused from now on");
+                observer.checkpoint_failed();
+                self.fenced = Some(e.to_string());
+            }
+            e => {
+                tracing::error!(error = %e, epoch, "checkpoint failed; the next one is written in full");
+                observer.checkpoint_failed();
+                self.needs_full = true;
+            }
+        }
+        None
+    }
+
     /// A prepared checkpoint's write was lost (its task died): nothing of
     /// it is known to be sealed, so the next checkpoint is written in full.
     pub fn abandon(&mut self, observer: &dyn RuntimeObserver) {
         self.in_flight = false;
+        self.compactor.abandoned();
         self.needs_full = true;
         observer.checkpoint_failed();
     }
@@ -336,13 +381,7 @@ impl Checkpointer {
             if self.needs_full {
                 ((0..VNODES).collect(), coordinator.checkpoint_full()?)
             } else {
-                let wanted = snapshot_vnodes(&self.chains, changes.keys().copied());
-                let states = if wanted.is_empty() {
-                    BTreeMap::new()
-                } else {
-                    coordinator.checkpoint_vnodes(&wanted)?
-                };
-                (wanted, states)
+                Default::default()
             };
         let mut partials: Vec<(u32, PartialKind, Bytes)> = Vec::new();
         let mut object_bytes: HashMap<(weir_common::ObjectId, u32), u64> = HashMap::new();
@@ -369,6 +408,12 @@ impl Checkpointer {
         source_offsets.insert(TABLE_LOG_OFFSET.to_string(), covered_lsn.to_string());
         source_offsets.insert(TABLE_LOG_ID.to_string(), self.table_log_id.clone());
         let view = coordinator.view();
+        let live = view
+            .projections
+            .iter()
+            .filter(|(_, p)| p.failure.is_none())
+            .map(|(id, _)| *id)
+            .collect();
         for (id, fingerprint) in fingerprints {
             if view
                 .projections
@@ -386,50 +431,88 @@ impl Checkpointer {
             partials,
             snapshot_vnodes,
             object_bytes,
+            compactions: self.compactor.take_done(),
+            live: Arc::new(live),
             extras: SealExtras {
                 source_offsets,
                 sink_descriptors,
+                compactions: Vec::new(),
             },
         })
     }
 
     /// Updates the chains after a seal; returns the bytes of partials written.
-    fn record(&mut self, pending: &PendingSeal, written: Vec<(u32, PartialKind, u64)>) -> u64 {
+    /// Updates the chains after a seal, first the compactions it put in
+    /// place (`landed`), then its own partials; returns the bytes written.
+    fn record(
+        &mut self,
+        pending: &PendingSeal,
+        written: Vec<(u32, PartialKind, u64)>,
+        landed: &HashSet<u32>,
+    ) -> u64 {
         let epoch = pending.epoch;
         let snapshot_vnodes = &pending.snapshot_vnodes;
+        let landed: Vec<&Compacted> = pending
+            .compactions
+            .iter()
+            .filter(|c| landed.contains(&c.compaction.vnode))
+            .collect();
         {
-            // A snapshot replaces everything the vnode held, of every object.
             let mut log = self.log.lock();
+            for compacted in &landed {
+                let (vnode, through) =
+                    (compacted.compaction.vnode, compacted.compaction.entry.epoch);
+                // Objects the merge left out (dropped, failed) keep only
+                // the deltas written after it.
+                for ((object, v), chain) in log.chains.iter_mut() {
+                    if *v == vnode {
+                        let bytes = compacted.object_bytes.get(object).copied().unwrap_or(0);
+                        chain.compacted(through, bytes);
+                    }
+                }
+                for (&object, &bytes) in &compacted.object_bytes {
+                    log.chains
+                        .entry((object, vnode))
+                        .or_default()
+                        .compacted(through, bytes);
+                }
+                log.chains.retain(|(_, v), chain| {
+                    *v != vnode || chain.snapshot_bytes > 0 || chain.deltas > 0
+                });
+            }
+            // A snapshot replaces everything the vnode held, of every object.
             log.chains
                 .retain(|(_, vnode), _| !snapshot_vnodes.contains(vnode));
             for (&(object, vnode), &bytes) in &pending.object_bytes {
                 let chain = log.chains.entry((object, vnode)).or_default();
-                chain.last_written_epoch = epoch;
                 if snapshot_vnodes.contains(&vnode) {
+                    chain.last_written_epoch = epoch;
                     chain.snapshot_epoch = epoch;
                     chain.snapshot_bytes = bytes;
                 } else {
-                    chain.deltas += 1;
-                    chain.delta_bytes += bytes;
+                    chain.add_delta(epoch, bytes);
                 }
             }
         }
-        let mut bytes = 0;
+        for compacted in &landed {
+            let entry = &compacted.compaction.entry;
+            self.chains
+                .entry(compacted.compaction.vnode)
+                .or_default()
+                .compacted(entry.epoch, entry.len);
+        }
+        let mut bytes = landed.iter().map(|c| c.compaction.entry.len).sum();
         for (vnode, kind, len) in written {
             bytes += len;
             let chain = self.chains.entry(vnode).or_default();
             match kind {
                 PartialKind::Snapshot => {
                     *chain = Chain {
-                        deltas: 0,
-                        delta_bytes: 0,
                         snapshot_bytes: len,
+                        deltas: Vec::new(),
                     }
                 }
-                PartialKind::Delta => {
-                    chain.deltas += 1;
-                    chain.delta_bytes += len;
-                }
+                PartialKind::Delta => chain.deltas.push((epoch, len)),
             }
         }
         bytes
@@ -456,7 +539,7 @@ impl PendingSeal {
     async fn write_partials_and_seal(
         &self,
         partials: Vec<(u32, PartialKind, Bytes)>,
-    ) -> Result<Vec<(u32, PartialKind, u64)>, EngineError> {
+    ) -> Result<Written, EngineError> {
         let epoch = self.epoch;
         let version = self.state.authoritative_version();
         let written: Vec<(u32, PartialKind, u64)> = futures::stream::iter(partials)
@@ -475,15 +558,35 @@ impl PendingSeal {
             .try_collect()
             .await?;
         let vnodes: Vec<u32> = written.iter().map(|(v, _, _)| *v).collect();
-        let outcome =
-            retrying(|| self.state.seal_epoch(epoch, &vnodes, self.extras.clone())).await?;
-        if !outcome.is_sealed() {
-            return Err(EngineError::Invariant {
-                operator: "checkpoint",
-                message: format!("epoch {epoch} was not sealed: {outcome:?}"),
-            });
-        }
-        Ok(written)
+        let mut extras = self.extras.clone();
+        extras.compactions = self
+            .compactions
+            .iter()
+            .map(|c| c.compaction.clone())
+            .collect();
+        let outcome = retrying(|| self.state.seal_epoch(epoch, &vnodes, extras.clone())).await?;
+        let manifest = match outcome {
+            weir_storage::SealOutcome::Sealed(m) | weir_storage::SealOutcome::AlreadySealed(m) => m,
+            weir_storage::SealOutcome::Incomplete { .. } => {
+                return Err(EngineError::Invariant {
+                    operator: "checkpoint",
+                    message: format!("epoch {epoch} was not sealed: {outcome:?}"),
+                });
+            }
+        };
+        let landed = extras
+            .compactions
+            .iter()
+            .filter(|c| {
+                manifest
+                    .vnodes
+                    .get(&c.vnode)
+                    .and_then(|chain| chain.first())
+                    .is_some_and(|first| *first == c.entry)
+            })
+            .map(|c| c.vnode)
+            .collect();
+        Ok((written, landed))
     }
 }
 
@@ -491,39 +594,50 @@ impl PendingSeal {
 mod tests {
     use super::*;
 
-    fn chain(deltas: u32, delta_bytes: u64, snapshot_bytes: u64) -> Chain {
+    fn chain(deltas: &[(u64, u64)], snapshot_bytes: u64) -> Chain {
         Chain {
-            deltas,
-            delta_bytes,
             snapshot_bytes,
+            deltas: deltas.to_vec(),
         }
     }
 
     #[test]
-    fn one_due_chain_takes_every_grown_chain_with_it() {
+    fn chains_come_due_when_long_or_heavy_and_a_compaction_keeps_later_deltas() {
+        let long: Vec<(u64, u64)> = (1..=MAX_DELTAS as u64).map(|e| (e, 10)).collect();
         let chains = HashMap::from([
-            (1, chain(3, 100, 10_000)),
-            (2, chain(0, 0, 10_000)),
-            (3, chain(MAX_DELTAS, 100, 10_000)),
-            (4, chain(1, 50, 10_000)),
+            (1, chain(&[(1, 100), (2, 100)], 10_000)),
+            (2, chain(&long, 10_000)),
+            (3, chain(&[(1, 6_000), (2, 5_000)], 10_000)),
+            (4, chain(&[(1, 3_000)], 100)),
+            (5, chain(&[(1, 5_000)], 100)),
         ]);
-        // Changed vnodes with short chains: deltas only.
-        assert!(snapshot_vnodes(&chains, [1, 2].into_iter()).is_empty());
-        // Vnode 3 is due: it, the changed 2, and every chain with deltas.
+        // Long (2), heavier than its snapshot (3), heavier than the 4 KiB
+        // floor (4 is not: 3 000 bytes over a 100-byte snapshot).
+        assert_eq!(due_vnodes(&chains, |_| false), vec![2, 3, 5]);
+        assert_eq!(due_vnodes(&chains, |v| v == 3), vec![2, 5]);
+
+        let mut grown = chain(&long, 10_000);
+        grown.compacted(MAX_DELTAS as u64 - 2, 12_000);
+        assert_eq!(grown.snapshot_bytes, 12_000);
         assert_eq!(
-            snapshot_vnodes(&chains, [2, 3].into_iter()),
-            BTreeSet::from([1, 2, 3, 4])
+            grown.deltas,
+            [(MAX_DELTAS as u64 - 1, 10), (MAX_DELTAS as u64, 10)]
         );
-        // A vnode without a chain yet is due too.
+        assert!(!grown.wants_compaction());
+
+        let mut object = ObjectChain::default();
+        for epoch in 1..=4 {
+            object.add_delta(epoch, 100);
+        }
+        object.compacted(3, 250);
         assert_eq!(
-            snapshot_vnodes(&chains, [9].into_iter()),
-            BTreeSet::from([1, 3, 4, 9])
-        );
-        // Deltas that outweigh the snapshot make a chain due.
-        let heavy = HashMap::from([(5, chain(2, 20_000, 10_000)), (6, chain(0, 0, 1))]);
-        assert_eq!(
-            snapshot_vnodes(&heavy, [5].into_iter()),
-            BTreeSet::from([5])
+            (
+                object.snapshot_epoch,
+                object.snapshot_bytes,
+                object.deltas,
+                object.delta_bytes
+            ),
+            (3, 250, 1, 100)
         );
     }
 }

@@ -16,6 +16,8 @@
 //! - [`checkpoints`]: writes each completed epoch as per-vnode partials,
 //!   then its seal (with the table-log LSN, source offsets, sink
 //!   descriptors and state fingerprints).
+//! - `compactor`: merges vnode chains that grew long, from the store, in
+//!   the background, for a later seal to put in place.
 //! - `restore`: applies a sealed epoch's chains to freshly deployed graphs
 //!   and replays the table log after it.
 //!
@@ -24,6 +26,7 @@
 //! log does once a seal covers a position).
 
 pub mod checkpoints;
+mod compactor;
 mod epoch_loop;
 mod restore;
 pub mod streams;

@@ -156,6 +156,20 @@ pub(crate) fn partial_name(epoch: u64, vnode: u32, generation: u64, instance: &s
     format!("partials/e{epoch:020}/v{vnode:05}/g{generation:020}-{instance}.bin")
 }
 
+/// The blob merging a vnode's chain from the blob of epoch `first` up to
+/// the seal of epoch `through` (kept with the partials of `through`, so
+/// pruning and listings treat it like one; the `-from` tail keeps it apart
+/// from the delta of that epoch).
+pub(crate) fn compaction_name(
+    through: u64,
+    vnode: u32,
+    first: u64,
+    generation: u64,
+    instance: &str,
+) -> String {
+    format!("partials/e{through:020}/v{vnode:05}/g{generation:020}-{instance}-from{first:020}.bin")
+}
+
 pub(crate) fn seal_name(epoch: u64) -> String {
     format!("seals/e{epoch:020}.json")
 }

@@ -39,10 +39,18 @@
 //!
 //! A seal records, per vnode, the chain of blobs that rebuilds the vnode's
 //! state: the latest snapshot, then deltas in epoch order. A snapshot resets a
-//! chain, a delta appends, an unwritten vnode carries its chain. Pruning
-//! deletes seals older than `before` except the latest, then every blob older
-//! than `before` that no retained seal references. With a snapshot every K
-//! epochs the retained data is bounded by about K blobs per vnode.
+//! chain, a delta appends, an unwritten vnode carries its chain. A
+//! *compaction* (a chain as of an earlier seal, merged into one snapshot blob
+//! off the write path) replaces the blobs it merged, if the chain still
+//! starts where it started. Pruning deletes seals older than `before` except
+//! the latest, then every blob older than `before` that no retained seal
+//! references (and that is not a compaction waiting for its seal). With a
+//! snapshot or compaction every K epochs the retained data is bounded by
+//! about K blobs per vnode.
+//!
+//! ```text
+//! partials/e{through:020}/v{vnode:05}/g{gen:020}-{inst}-from{first:020}.bin   a compacted chain
+//! ```
 //!
 //! Epoch numbers start at 1: epoch 0 is the slot the first takeover seal of an
 //! empty store occupies.
@@ -57,6 +65,7 @@ use bytes::Bytes;
 
 pub use fault::{Fault, FaultConfig, FaultyStore, OpKind};
 pub use manifest::{ChainEntry, FenceEntry, PartialKind, SealKind, SealManifest};
+pub use model::Compaction;
 pub use object::{
     ChainStats, ObjectStateBackend, SealExtras, SealOutcome, store_from_url, store_from_url_with,
 };

@@ -98,13 +98,48 @@ fn check_base(latest: Option<&SealManifest>, sealer: &Sealer) -> Result<(), Stat
     }
 }
 
-/// The chains after one epoch: a snapshot resets a vnode's chain, a delta
-/// appends to it, a vnode without a new blob keeps its chain.
+/// A vnode's chain as of a seal, merged into one snapshot blob in the
+/// background (written by `ObjectStateBackend::write_compaction`), to take
+/// the place of the blobs it merged in a later seal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compaction {
+    pub vnode: u32,
+    /// The path of the first blob of the chain that was merged. The chain
+    /// is replaced only while it still starts there: a snapshot written
+    /// since then reset it, and the compaction describes nothing current.
+    pub replaces_from: String,
+    /// The merged blob: kind `Snapshot`, `epoch` the seal whose chain was
+    /// merged. It replaces every blob of the chain up to that epoch.
+    pub entry: ChainEntry,
+}
+
+/// Whether `compaction` applies to `chain`: it still starts where the
+/// merged chain started.
+pub fn compaction_applies(chain: &[ChainEntry], compaction: &Compaction) -> bool {
+    chain
+        .first()
+        .is_some_and(|first| first.path == compaction.replaces_from)
+}
+
+/// The chains after one epoch: first each compaction that still applies
+/// replaces the blobs it merged (the chain's blobs up to its epoch, which
+/// are exactly what it merged: later seals only append later epochs), then
+/// a snapshot resets a vnode's chain, a delta appends to it, and a vnode
+/// without a new blob keeps its chain.
 pub fn extend_chains(
     base: &BTreeMap<u32, Vec<ChainEntry>>,
+    compactions: &[Compaction],
     new: &[(u32, ChainEntry)],
 ) -> BTreeMap<u32, Vec<ChainEntry>> {
     let mut chains = base.clone();
+    for compaction in compactions {
+        if let Some(chain) = chains.get_mut(&compaction.vnode)
+            && compaction_applies(chain, compaction)
+        {
+            chain.retain(|e| e.epoch > compaction.entry.epoch);
+            chain.insert(0, compaction.entry.clone());
+        }
+    }
     for (vnode, entry) in new {
         let chain = chains.entry(*vnode).or_default();
         if entry.kind == PartialKind::Snapshot {
@@ -135,6 +170,7 @@ pub struct SealWalk {
     slot: u64,
     base: Option<SealManifest>,
     new_entries: Vec<(u32, ChainEntry)>,
+    compactions: Vec<Compaction>,
     source_offsets: BTreeMap<String, String>,
     sink_descriptors: BTreeMap<String, String>,
 }
@@ -156,18 +192,22 @@ impl SealWalk {
             slot: latest.as_ref().map_or(0, |l| l.epoch + 1),
             base: latest,
             new_entries: Vec::new(),
+            compactions: Vec::new(),
             source_offsets: BTreeMap::new(),
             sink_descriptors: BTreeMap::new(),
         })
     }
 
-    /// Seal `target` with `new_entries` (this epoch's blobs) on top of
-    /// `latest`, which must be below `target` (see [`resolve_sealed`]).
+    /// Seal `target` with `new_entries` (this epoch's blobs) and
+    /// `compactions` on top of `latest`, which must be below `target` (see
+    /// [`resolve_sealed`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn seal(
         sealer: Sealer,
         target: u64,
         latest: Option<SealManifest>,
         new_entries: Vec<(u32, ChainEntry)>,
+        compactions: Vec<Compaction>,
         source_offsets: BTreeMap<String, String>,
         sink_descriptors: BTreeMap<String, String>,
     ) -> Result<Self, StateBackendError> {
@@ -190,6 +230,7 @@ impl SealWalk {
             slot,
             base: latest,
             new_entries,
+            compactions,
             source_offsets,
             sink_descriptors,
         })
@@ -210,11 +251,19 @@ impl SealWalk {
         let is_target = self.target == Some(self.slot);
         let (kind, vnodes, bytes_written) = match self.target {
             None => (SealKind::Takeover, base_chains, 0),
-            Some(_) if is_target => (
-                SealKind::Epoch,
-                extend_chains(&base_chains, &self.new_entries),
-                self.new_entries.iter().map(|(_, e)| e.len).sum(),
-            ),
+            Some(_) if is_target => {
+                let applied = self.compactions.iter().filter(|c| {
+                    base_chains
+                        .get(&c.vnode)
+                        .is_some_and(|chain| compaction_applies(chain, c))
+                });
+                (
+                    SealKind::Epoch,
+                    extend_chains(&base_chains, &self.compactions, &self.new_entries),
+                    self.new_entries.iter().map(|(_, e)| e.len).sum::<u64>()
+                        + applied.map(|c| c.entry.len).sum::<u64>(),
+                )
+            }
             Some(_) => (SealKind::Gap, base_chains, 0),
         };
         // Offsets and descriptors describe the state the seal names; a marker
@@ -632,6 +681,7 @@ fn step(store: &mut ModelStore, l: &mut ModelLeader) {
                         epoch,
                         latest,
                         entries,
+                        Vec::new(),
                         BTreeMap::new(),
                         BTreeMap::new(),
                     ) {

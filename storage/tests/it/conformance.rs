@@ -37,6 +37,7 @@ pub async fn run_suite(name: &str, epochs: u64, factory: &dyn Fn() -> Fixture) {
     case!(pruning_keeps_what_seals_name_and_bounds_objects, epochs);
     case!(reopening_gives_the_same_answers);
     case!(corruption_is_detected);
+    case!(compactions_replace_what_they_merged);
 }
 
 fn b(s: &str) -> Bytes {
@@ -98,6 +99,7 @@ async fn seals_build_chains_and_read_back(f: Fixture) {
     let extras = SealExtras {
         source_offsets: BTreeMap::from([("kafka:t/0".into(), "42".into())]),
         sink_descriptors: BTreeMap::from([("sink".into(), "txn-1".into())]),
+        compactions: Vec::new(),
     };
     let SealOutcome::Sealed(m1) = be.seal_epoch(1, &[0, 1], extras.clone()).await.unwrap() else {
         panic!("epoch 1 not sealed");
@@ -378,6 +380,129 @@ async fn pruning_keeps_what_seals_name_and_bounds_objects(f: Fixture, epochs: u6
     assert!(
         leftovers.is_empty(),
         "zombie garbage survived: {leftovers:?}"
+    );
+}
+
+/// A chain merged in the background replaces the blobs it merged at the
+/// next seal, survives pruning while it waits for that seal, and is
+/// dropped when a snapshot reset the chain in between.
+async fn compactions_replace_what_they_merged(f: Fixture) {
+    let be = claim(&f, "node-a").await;
+    let g = be.generation();
+    let snap = |s| (PartialKind::Snapshot, b(s));
+    let delta = |s| (PartialKind::Delta, b(s));
+    let seal = |epoch, vnodes: &'static [u32], compactions| {
+        let be = &be;
+        async move {
+            let extras = SealExtras {
+                compactions,
+                ..SealExtras::default()
+            };
+            let outcome = be.seal_epoch(epoch, vnodes, extras).await.unwrap();
+            assert!(outcome.is_sealed(), "epoch {epoch}: {outcome:?}");
+        }
+    };
+    be.write_partial_kind(0, 1, g, PartialKind::Snapshot, b("s1"))
+        .await
+        .unwrap();
+    be.write_partial_kind(1, 1, g, PartialKind::Snapshot, b("t1"))
+        .await
+        .unwrap();
+    seal(1, &[0, 1], vec![]).await;
+    be.write_partial(0, 2, g, b("d2")).await.unwrap();
+    be.write_partial(1, 2, g, b("u2")).await.unwrap();
+    seal(2, &[0, 1], vec![]).await;
+
+    // Merge both chains as of epoch 2.
+    let mut compactions = Vec::new();
+    for (vnode, merged) in [(0, "m0"), (1, "m1")] {
+        let chain: Vec<_> = be
+            .chain_blobs(vnode, 2)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(entry, _)| entry)
+            .collect();
+        assert_eq!(chain.len(), 2);
+        compactions.push(
+            be.write_compaction(vnode, 2, &chain, b(merged))
+                .await
+                .unwrap(),
+        );
+    }
+    // Writing the same merge again is fine, other bytes are not.
+    let chain0: Vec<_> = be.read_seal(2).await.unwrap().unwrap().vnodes[&0].clone();
+    assert_eq!(
+        be.write_compaction(0, 2, &chain0, b("m0")).await.unwrap(),
+        compactions[0]
+    );
+    assert!(
+        be.write_compaction(0, 2, &chain0, b("other"))
+            .await
+            .is_err()
+    );
+
+    // Epoch 3: vnode 0 gets a delta, vnode 1 a snapshot that resets its
+    // chain before the compaction lands. Pruning meanwhile keeps both
+    // compacted blobs, though their epoch is old and no seal names them.
+    be.write_partial(0, 3, g, b("d3")).await.unwrap();
+    be.write_partial_kind(1, 3, g, PartialKind::Snapshot, b("t3"))
+        .await
+        .unwrap();
+    seal(3, &[0, 1], vec![]).await;
+    be.prune_before(3).await.unwrap();
+    let names = objects(&f).await;
+    for c in &compactions {
+        assert!(
+            names.iter().any(|n| n.ends_with(&c.entry.path)),
+            "{} was pruned before its seal: {names:?}",
+            c.entry.path
+        );
+    }
+
+    be.write_partial(0, 4, g, b("d4")).await.unwrap();
+    seal(4, &[0], compactions.clone()).await;
+    let sealed = be.read_seal(4).await.unwrap().unwrap();
+    assert_eq!(sealed.vnodes[&0][0], compactions[0].entry);
+    assert_eq!(sealed.bytes_written, 2 + 2, "d4 and m0; m1 did not apply");
+    assert_eq!(
+        be.restore_chain(0, 4).await.unwrap(),
+        vec![snap("m0"), delta("d3"), delta("d4")]
+    );
+    assert_eq!(be.restore_chain(1, 4).await.unwrap(), vec![snap("t3")]);
+    // The chain before the compaction still reads as it was.
+    assert_eq!(
+        be.restore_chain(0, 3).await.unwrap(),
+        vec![snap("s1"), delta("d2"), delta("d3")]
+    );
+
+    // The compaction that no longer applies is garbage once forgotten;
+    // the one sealed stays, and what it replaced goes.
+    be.forget_compaction(&compactions[1]);
+    be.write_partial(0, 5, g, b("d5")).await.unwrap();
+    seal(5, &[0], vec![]).await;
+    be.prune_before(5).await.unwrap();
+    let names = objects(&f).await;
+    assert!(
+        names
+            .iter()
+            .any(|n| n.ends_with(&compactions[0].entry.path))
+    );
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.ends_with(&compactions[1].entry.path)),
+        "{names:?}"
+    );
+    assert_eq!(
+        be.restore_chain(0, 5).await.unwrap(),
+        vec![snap("m0"), delta("d3"), delta("d4"), delta("d5")]
+    );
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains("/e00000000000000000001/v00000/")),
+        "s1 is no longer named by any seal: {names:?}"
     );
 }
 

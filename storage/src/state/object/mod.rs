@@ -1,6 +1,9 @@
 //! [`ObjectStateBackend`]: the state backend over any `object_store`
 //! (memory, local disk, S3-compatible). All decisions come from
 //! [`model`](super::model); this file observes the store and acts.
+//! Compacting chains in the background: [`compaction`].
+
+mod compaction;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +24,7 @@ use super::manifest::{
     parse_fence_generation, parse_partial_epoch, parse_seal_epoch, partial_name, path_safe,
     seal_name,
 };
-use super::model::{self, SealWalk, Sealer, WalkDone};
+use super::model::{self, Compaction, SealWalk, Sealer, WalkDone};
 use super::{StateBackend, StateBackendError};
 
 type Result<T, E = StateBackendError> = std::result::Result<T, E>;
@@ -31,6 +34,9 @@ type Result<T, E = StateBackendError> = std::result::Result<T, E>;
 pub struct SealExtras {
     pub source_offsets: BTreeMap<String, String>,
     pub sink_descriptors: BTreeMap<String, String>,
+    /// Chains merged in the background ([`ObjectStateBackend::write_compaction`])
+    /// to put in place of the blobs they merged, where they still apply.
+    pub compactions: Vec<Compaction>,
 }
 
 /// The answer of [`ObjectStateBackend::seal_epoch`].
@@ -82,6 +88,10 @@ pub struct ObjectStateBackend {
     manifests: Mutex<BTreeMap<u64, Arc<SealManifest>>>,
     /// Our own blobs not sealed yet: sealing needs no reads for them.
     written: Mutex<HashMap<(u32, u64), ChainEntry>>,
+    /// Paths of compacted blobs written and not yet seen named by a seal
+    /// (nor forgotten): pruning must not take them, though their epoch is
+    /// old and no seal it read names them yet.
+    unsealed_compactions: Mutex<HashSet<String>>,
 }
 
 fn now_ms() -> u64 {
@@ -110,6 +120,7 @@ impl ObjectStateBackend {
             latest_sealed: Mutex::new(None),
             manifests: Mutex::new(BTreeMap::new()),
             written: Mutex::new(HashMap::new()),
+            unsealed_compactions: Mutex::new(HashSet::new()),
         }
     }
 
@@ -506,6 +517,7 @@ impl ObjectStateBackend {
                     epoch,
                     latest.map(|m| (*m).clone()),
                     entries,
+                    extras.compactions,
                     extras.source_offsets,
                     extras.sink_descriptors,
                 )?;
@@ -522,13 +534,24 @@ impl ObjectStateBackend {
     /// The blobs that rebuild `vnode` at sealed `epoch`: the snapshot first,
     /// then deltas in order, each checked against the seal (CRC, kind).
     pub async fn restore_chain(&self, vnode: u32, epoch: u64) -> Result<Vec<(PartialKind, Bytes)>> {
+        Ok(self
+            .chain_blobs(vnode, epoch)
+            .await?
+            .into_iter()
+            .map(|(entry, bytes)| (entry.kind, bytes))
+            .collect())
+    }
+
+    /// [`Self::restore_chain`], each blob with the entry the seal names it by.
+    pub async fn chain_blobs(&self, vnode: u32, epoch: u64) -> Result<Vec<(ChainEntry, Bytes)>> {
         let seal = self
             .read_seal(epoch)
             .await?
             .ok_or(StateBackendError::NotFound { vnode, epoch })?;
         let mut out = Vec::new();
         for entry in seal.vnodes.get(&vnode).into_iter().flatten() {
-            out.push(self.read_entry(vnode, entry).await?);
+            let (_, bytes) = self.read_entry(vnode, entry).await?;
+            out.push((entry.clone(), bytes));
         }
         Ok(out)
     }
@@ -641,7 +664,14 @@ impl StateBackend for ObjectStateBackend {
             .into_iter()
             .filter_map(|n| parse_partial_epoch(&n).map(|e| (e, n)))
             .collect();
-        for name in model::blobs_to_prune(&blobs, before, &referenced) {
+        let doomed = {
+            let mut unsealed = self.unsealed_compactions.lock().unwrap();
+            unsealed.retain(|path| !referenced.contains(path));
+            let mut doomed = model::blobs_to_prune(&blobs, before, &referenced);
+            doomed.retain(|path| !unsealed.contains(path));
+            doomed
+        };
+        for name in doomed {
             self.delete(&name).await?;
         }
         self.written

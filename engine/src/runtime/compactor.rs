@@ -1,0 +1,184 @@
+//! Compacting vnode chains in the background, off the epoch loop.
+//!
+//! A checkpoint writes each changed vnode's delta; a vnode's chain (its
+//! snapshot, then its deltas) must still be cut now and then, so that a
+//! restore reads a bounded number of blobs and the store does not keep
+//! every delta. Cutting it by taking a snapshot from the operators costs
+//! O(all state) in the loop, since operators keep state by key, not by
+//! vnode. Instead, once a vnode's chain is due ([`Compactor::start`] is
+//! handed the due vnodes after a seal), a task reads the chain of that
+//! seal from the store, merges it into one snapshot
+//! ([`crate::vnode_state::merge_chain`], on a blocking thread) and writes
+//! it ([`ObjectStateBackend::write_compaction`]); the next checkpoint hands
+//! the result to its seal, which puts it in place of the blobs it merged
+//! (deltas written meanwhile stay after it). The loop pays nothing but the
+//! bookkeeping. This is how LSM stores keep reads bounded: compaction
+//! reads what was written, never the live structure.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::{FutureExt, StreamExt};
+use weir_common::ObjectId;
+use weir_storage::{ChainEntry, Compaction, ObjectStateBackend};
+
+use crate::EngineError;
+use crate::vnode_state::merge_chain;
+
+/// Vnodes compacted at once within a job (reads, merges, writes).
+const CONCURRENCY: usize = 2;
+
+/// A vnode's chain merged and written, waiting for a seal to name it.
+#[derive(Debug, Clone)]
+pub(super) struct Compacted {
+    pub compaction: Compaction,
+    /// Per object: its bytes in the merged snapshot.
+    pub object_bytes: BTreeMap<ObjectId, u64>,
+}
+
+/// At most one compaction job at a time; see the module docs.
+pub(super) struct Compactor {
+    backend: Arc<ObjectStateBackend>,
+    job: Option<tokio::task::JoinHandle<Vec<Compacted>>>,
+    /// Vnodes of the running job, of finished compactions not yet handed
+    /// to a seal, and of those handed to the seal being written: none of
+    /// them is compacted again until that seal's outcome is recorded.
+    busy: BTreeSet<u32>,
+    /// Vnodes of compactions handed out by [`Self::take_done`] whose seal
+    /// has not been recorded yet.
+    submitted: BTreeSet<u32>,
+    job_vnodes: Vec<u32>,
+    done: Vec<Compacted>,
+}
+
+impl Compactor {
+    pub fn new(backend: Arc<ObjectStateBackend>) -> Self {
+        Self {
+            backend,
+            job: None,
+            busy: BTreeSet::new(),
+            submitted: BTreeSet::new(),
+            job_vnodes: Vec::new(),
+            done: Vec::new(),
+        }
+    }
+
+    pub fn is_busy(&self, vnode: u32) -> bool {
+        self.busy.contains(&vnode)
+    }
+
+    /// Starts compacting `vnodes` as of the seal of `epoch`, keeping only
+    /// entries of `keep` (the live, healthy projections), unless a job is
+    /// running. Returns whether it started.
+    pub fn start(&mut self, epoch: u64, vnodes: Vec<u32>, keep: Arc<HashSet<ObjectId>>) -> bool {
+        if self.job.is_some() || vnodes.is_empty() {
+            return false;
+        }
+        self.busy.extend(&vnodes);
+        self.job_vnodes = vnodes.clone();
+        let backend = self.backend.clone();
+        self.job = Some(tokio::spawn(async move {
+            futures::stream::iter(vnodes)
+                .map(|vnode| {
+                    let backend = backend.clone();
+                    let keep = keep.clone();
+                    async move {
+                        match compact_vnode(&backend, vnode, epoch, keep).await {
+                            Ok(done) => done,
+                            Err(e) => {
+                                // The vnode stays due: a later seal tries again.
+                                tracing::warn!(vnode, epoch, error = %e, "compacting a vnode's checkpoint chain failed");
+                                None
+                            }
+                        }
+                    }
+                })
+                .buffer_unordered(CONCURRENCY)
+                .filter_map(futures::future::ready)
+                .collect()
+                .await
+        }));
+        true
+    }
+
+    /// The compactions finished since the last call, for the next seal.
+    /// Their vnodes stay busy until [`Self::sealed`].
+    pub fn take_done(&mut self) -> Vec<Compacted> {
+        if let Some(job) = self.job.as_mut().filter(|j| j.is_finished()) {
+            let finished = job.now_or_never();
+            self.job = None;
+            let vnodes = std::mem::take(&mut self.job_vnodes);
+            match finished {
+                Some(Ok(done)) => {
+                    let compacted: HashSet<u32> = done.iter().map(|c| c.compaction.vnode).collect();
+                    for vnode in vnodes.iter().filter(|v| !compacted.contains(v)) {
+                        self.busy.remove(vnode);
+                    }
+                    self.done.extend(done);
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "a checkpoint compaction job died");
+                    for vnode in &vnodes {
+                        self.busy.remove(vnode);
+                    }
+                }
+                None => unreachable!("a finished task is ready"),
+            }
+        }
+        self.submitted
+            .extend(self.done.iter().map(|c| c.compaction.vnode));
+        std::mem::take(&mut self.done)
+    }
+
+    /// The seal that was handed `compactions` is written (`sealed`) or
+    /// failed: their vnodes may be compacted again. Those that will never
+    /// be named by a seal (`landed` false after a seal) become garbage.
+    pub fn sealed(&mut self, compactions: &[Compacted], landed: &HashSet<u32>, sealed: bool) {
+        for c in compactions {
+            let vnode = c.compaction.vnode;
+            self.busy.remove(&vnode);
+            self.submitted.remove(&vnode);
+            if sealed && !landed.contains(&vnode) {
+                self.backend.forget_compaction(&c.compaction);
+            }
+        }
+    }
+}
+
+impl Compactor {
+    /// The seal handed the submitted compactions was lost with its task:
+    /// its outcome is unknown, so their blobs stay protected (see
+    /// `forget_compaction`), and their vnodes may be compacted again.
+    pub fn abandoned(&mut self) {
+        for vnode in std::mem::take(&mut self.submitted) {
+            self.busy.remove(&vnode);
+        }
+    }
+}
+
+async fn compact_vnode(
+    backend: &ObjectStateBackend,
+    vnode: u32,
+    epoch: u64,
+    keep: Arc<HashSet<ObjectId>>,
+) -> Result<Option<Compacted>, EngineError> {
+    let chain = backend.chain_blobs(vnode, epoch).await?;
+    if chain.len() < 2 {
+        return Ok(None);
+    }
+    let (entries, blobs): (Vec<ChainEntry>, Vec<Bytes>) = chain.into_iter().unzip();
+    let merged = tokio::task::spawn_blocking(move || merge_chain(&blobs, |o| keep.contains(&o)))
+        .await
+        .map_err(|e| EngineError::Invariant {
+            operator: "checkpoint compaction",
+            message: format!("merging vnode {vnode}: {e}"),
+        })??;
+    let compaction = backend
+        .write_compaction(vnode, epoch, &entries, merged.bytes)
+        .await?;
+    Ok(Some(Compacted {
+        compaction,
+        object_bytes: merged.object_bytes,
+    }))
+}

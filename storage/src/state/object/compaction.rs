@@ -1,0 +1,99 @@
+//! Compacting a vnode's chain off the checkpoint path: the engine reads the
+//! chain of a seal ([`ObjectStateBackend::chain_blobs`]), merges it into
+//! one snapshot, and writes that here ([`ObjectStateBackend::write_compaction`]);
+//! a later seal that carries the [`Compaction`] in its extras puts the
+//! merged blob in place of the blobs it merged
+//! ([`model::extend_chains`](super::model::extend_chains)). Chains stay
+//! short without the writer ever re-reading all of its state to snapshot it.
+//!
+//! A compacted blob is named by the epoch it merges up to, which is often
+//! older than what pruning keeps; until a seal that pruning reads names it,
+//! [`ObjectStateBackend::prune_before`] leaves it alone
+//! (`unsealed_compactions`). One that will never be sealed (it no longer
+//! applies) is [forgotten](ObjectStateBackend::forget_compaction) and
+//! becomes garbage like any blob no seal names.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::super::manifest::{ChainEntry, PartialKind, compaction_name, encode_blob};
+use super::super::model::{self, Compaction};
+use super::{ObjectStateBackend, Result};
+use crate::state::StateBackendError;
+
+impl ObjectStateBackend {
+    /// Writes `merged`, the state that `chain` (the chain of `vnode` at the
+    /// seal of `through`, as [`Self::chain_blobs`] gave it) rebuilds, as one
+    /// snapshot blob, and returns the [`Compaction`] to pass to a later
+    /// seal. Fenced like a partial write. Idempotent: the same merge again
+    /// writes nothing new; different bytes are a `Serialization` error.
+    pub async fn write_compaction(
+        &self,
+        vnode: u32,
+        through: u64,
+        chain: &[ChainEntry],
+        merged: Bytes,
+    ) -> Result<Compaction> {
+        self.writable()?;
+        model::check_fence(
+            self.generation,
+            self.newest_generation.load(Ordering::SeqCst),
+        )?;
+        let Some(first) = chain.first() else {
+            return Err(StateBackendError::Serialization(format!(
+                "compaction of vnode {vnode}: an empty chain has nothing to replace"
+            )));
+        };
+        if chain.iter().any(|e| e.epoch > through) {
+            return Err(StateBackendError::Serialization(format!(
+                "compaction of vnode {vnode} through epoch {through}: the chain goes past it"
+            )));
+        }
+        let name = compaction_name(
+            through,
+            vnode,
+            first.epoch,
+            self.generation,
+            &self.instance_path,
+        );
+        // Marked before the put: a prune listing the blob right after must
+        // already see it as wanted.
+        self.unsealed_compactions
+            .lock()
+            .unwrap()
+            .insert(name.clone());
+        let blob = encode_blob(PartialKind::Snapshot, &merged);
+        if !self.put_create(&name, blob.clone()).await? {
+            let existing = self.get(&name).await?;
+            if existing.as_ref() != Some(&blob) {
+                return Err(StateBackendError::Serialization(format!(
+                    "conflicting rewrite of {name}: the compaction of vnode {vnode} through \
+                     epoch {through} already holds different bytes"
+                )));
+            }
+        }
+        Ok(Compaction {
+            vnode,
+            replaces_from: first.path.clone(),
+            entry: ChainEntry {
+                epoch: through,
+                kind: PartialKind::Snapshot,
+                path: name,
+                len: merged.len() as u64,
+                crc32: crc32fast::hash(&merged),
+            },
+        })
+    }
+
+    /// `compaction` will not be passed to a seal: its blob may be pruned
+    /// once no seal names it. (One passed to a seal whose outcome is
+    /// unknown stays protected until a prune sees a seal name it, or
+    /// forever if none does: a leaked name, never a lost blob.)
+    pub fn forget_compaction(&self, compaction: &Compaction) {
+        self.unsealed_compactions
+            .lock()
+            .unwrap()
+            .remove(&compaction.entry.path);
+    }
+}
