@@ -319,19 +319,22 @@ impl Parallel {
         entries
     }
 
-    /// Every worker's owned entries, in key order: what one instance
-    /// holding all keys would report. Each worker's list is in key order
-    /// (the keyed operators sort theirs), so the stable sort only merges W
-    /// runs.
+    /// Every worker's owned entries: what one instance holding all keys
+    /// would report. Sorted for a snapshot (`in_order`), so that equal
+    /// states snapshot to equal bytes whatever the worker count; a delta
+    /// is in no particular order (see `operator::take_changed`).
     fn gather(
         &self,
         per_worker: Vec<Result<Vec<StateEntry>, EngineError>>,
+        in_order: bool,
     ) -> Result<Vec<StateEntry>, EngineError> {
         let mut all = Vec::new();
         for (w, entries) in per_worker.into_iter().enumerate() {
             all.extend(self.owned(w, entries?));
         }
-        all.sort();
+        if in_order {
+            all.sort();
+        }
         Ok(all)
     }
 }
@@ -400,11 +403,14 @@ impl Operator for Parallel {
         let taken = run_each(&mut self.workers, self.threaded_step, |_, w| {
             w.take_state_changes()
         });
-        self.gather(taken)
+        self.gather(taken, false)
     }
 
     fn state_entries(&self) -> Result<Vec<StateEntry>, EngineError> {
-        self.gather(run_each(&self.workers, true, |_, w| w.state_entries()))
+        self.gather(
+            run_each(&self.workers, true, |_, w| w.state_entries()),
+            true,
+        )
     }
 
     /// Each entry goes to the owner of its distribution key, in order.

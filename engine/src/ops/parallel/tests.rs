@@ -84,14 +84,18 @@ fn differential(
         let inputs = next(&mut rng, step);
         let expected = runs[0].step(&inputs).unwrap();
         assert!(settled(&expected), "{context} seed {seed} step {step}");
-        let expected_changes = runs[0].take_state_changes().unwrap();
+        let sorted = |mut entries: Vec<StateEntry>| {
+            entries.sort();
+            entries
+        };
+        let expected_changes = sorted(runs[0].take_state_changes().unwrap());
         for (run, &w) in runs.iter_mut().zip(&counts).skip(1) {
             let out = run.step(&inputs).unwrap();
             let at = format!("{context} seed {seed} step {step} with {w} workers");
             assert!(settled(&out), "{at}: settled");
             assert_eq!(bag(&out), bag(&expected), "{at}: output");
             assert_eq!(
-                run.take_state_changes().unwrap(),
+                sorted(run.take_state_changes().unwrap()),
                 expected_changes,
                 "{at}: state changes"
             );
