@@ -93,8 +93,8 @@ impl Materialized {
             .map(|row| {
                 let count = self.rows.count(&row);
                 StateEntry {
-                    key: state_key(0, &row, &[]),
-                    value: (count > 0).then(|| count_value(count)),
+                    key: state_key(0, &row, &[]).into(),
+                    value: (count > 0).then(|| count_value(count).into()),
                 }
             })
             .collect()
@@ -199,7 +199,7 @@ mod tests {
                 render(&restored.as_inserts().unwrap()),
                 render(&result.as_inserts().unwrap())
             );
-            let entries = |m: &Materialized| -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+            let entries = |m: &Materialized| -> BTreeMap<bytes::Bytes, Option<bytes::Bytes>> {
                 m.state_entries()
                     .into_iter()
                     .map(|e| (e.key, e.value))

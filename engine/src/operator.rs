@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use arrow::datatypes::SchemaRef;
+use bytes::Bytes;
 use weir_common::{ChangeBatch, ObjectId};
 
 use crate::EngineError;
@@ -12,18 +13,30 @@ use crate::multiset::{Reader, Writer};
 /// One key of an operator's state and its value; `None` says the key was
 /// removed. Keys follow the layout of [`state_key`]; values are whatever
 /// encodes that key's state (most often a row's count, see [`count_value`]).
+///
+/// Keys and values are shared bytes: entries decoded from a checkpoint
+/// point into the blob they were read from instead of each being copied
+/// out of it, so a restore touches one copy of the state, not two.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct StateEntry {
-    pub key: Vec<u8>,
-    pub value: Option<Vec<u8>>,
+    pub key: Bytes,
+    pub value: Option<Bytes>,
 }
 
 impl StateEntry {
     /// An entry that sets `key` to `value`.
-    pub fn set(key: Vec<u8>, value: Vec<u8>) -> Self {
+    pub fn set(key: impl Into<Bytes>, value: impl Into<Bytes>) -> Self {
         Self {
-            key,
-            value: Some(value),
+            key: key.into(),
+            value: Some(value.into()),
+        }
+    }
+
+    /// An entry that removes `key`.
+    pub fn remove(key: impl Into<Bytes>) -> Self {
+        Self {
+            key: key.into(),
+            value: None,
         }
     }
 }
@@ -139,8 +152,8 @@ pub trait Operator: Send {
         let mut r = Reader::new(state, self.name());
         let mut snapshot = Vec::new();
         for _ in 0..r.u64()? {
-            let key = r.blob()?.to_vec();
-            let value = Some(r.blob()?.to_vec());
+            let key = Bytes::copy_from_slice(&r.blob()?);
+            let value = Some(Bytes::copy_from_slice(&r.blob()?));
             snapshot.push(StateEntry { key, value });
         }
         r.finish()?;
@@ -247,8 +260,8 @@ pub(crate) fn changed_entries(
         .iter()
         .map(|key| {
             Ok(StateEntry {
-                key: key.clone(),
-                value: value_of(key)?,
+                key: Bytes::copy_from_slice(key),
+                value: value_of(key)?.map(Bytes::from),
             })
         })
         .collect()
@@ -307,7 +320,10 @@ pub(crate) fn take_changed(
     Ok(keys
         .into_iter()
         .zip(values)
-        .map(|(key, value)| StateEntry { key, value })
+        .map(|(key, value)| StateEntry {
+            key: key.into(),
+            value: value.map(Bytes::from),
+        })
         .collect())
 }
 
@@ -376,10 +392,7 @@ mod tests {
             [
                 StateEntry::set(vec![1], vec![10]),
                 StateEntry::set(vec![2], vec![20]),
-                StateEntry {
-                    key: vec![3],
-                    value: None
-                },
+                StateEntry::remove(vec![3]),
             ]
         );
         assert!(changed.is_empty());

@@ -82,7 +82,8 @@ impl VnodeState {
 
     /// The inverse of [`Self::encode`]; any malformed input (wrong magic or
     /// version, truncation, trailing bytes) is [`EngineError::CorruptState`].
-    pub fn decode(bytes: &[u8]) -> Result<Self, EngineError> {
+    /// Keys and values share `bytes` (no copy per entry).
+    pub fn decode(bytes: &Bytes) -> Result<Self, EngineError> {
         let raw = raw_entries(bytes)?;
         // The count is untrusted: never reserve more than the bytes can hold.
         let mut entries = Vec::with_capacity(raw.left.min(bytes.len() / MIN_ENTRY));
@@ -92,8 +93,8 @@ impl VnodeState {
                 entry.object,
                 entry.node,
                 StateEntry {
-                    key: entry.key.to_vec(),
-                    value: entry.value.map(<[u8]>::to_vec),
+                    key: bytes.slice_ref(entry.key),
+                    value: entry.value.map(|value| bytes.slice_ref(value)),
                 },
             ));
         }
@@ -274,14 +275,7 @@ mod tests {
                     0,
                     StateEntry::set(b"k".to_vec(), b"v".to_vec()),
                 ),
-                (
-                    ObjectId(1),
-                    RESULT_NODE,
-                    StateEntry {
-                        key: vec![],
-                        value: None,
-                    },
-                ),
+                (ObjectId(1), RESULT_NODE, StateEntry::remove(vec![])),
                 (ObjectId(u64::MAX), 3, StateEntry::set(vec![0; 300], vec![])),
             ],
         }
@@ -297,7 +291,11 @@ mod tests {
                 .entries,
             vec![]
         );
-        let error = |bytes: &[u8]| VnodeState::decode(bytes).unwrap_err().to_string();
+        let error = |bytes: &[u8]| {
+            VnodeState::decode(&Bytes::copy_from_slice(bytes))
+                .unwrap_err()
+                .to_string()
+        };
         assert!(error(&bytes[..bytes.len() - 1]).contains("truncated"));
         assert!(error(&[&bytes[..], &[0]].concat()).contains("trailing"));
         let mut newer = bytes.to_vec();
@@ -306,12 +304,29 @@ mod tests {
         assert!(error(b"PK\x03\x04").contains("not a vnode state"));
     }
 
+    #[test]
+    fn decoded_entries_share_the_blob() {
+        let bytes = sample().encode();
+        let blob = bytes.as_ptr_range();
+        let decoded = VnodeState::decode(&bytes).unwrap();
+        for (_, _, entry) in &decoded.entries {
+            for part in [Some(&entry.key), entry.value.as_ref()]
+                .into_iter()
+                .flatten()
+            {
+                if !part.is_empty() {
+                    assert!(blob.contains(&part.as_ptr()), "an entry was copied");
+                }
+            }
+        }
+    }
+
     proptest! {
         #[test]
         fn decoding_random_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
-            let _ = VnodeState::decode(&bytes);
+            let _ = VnodeState::decode(&Bytes::from(bytes.clone()));
             // Past the magic too, where the lengths are read.
-            let _ = VnodeState::decode(&[&MAGIC[..], &bytes].concat());
+            let _ = VnodeState::decode(&Bytes::from([&MAGIC[..], &bytes].concat()));
         }
 
         #[test]
@@ -323,7 +338,9 @@ mod tests {
             let state = VnodeState {
                 entries: entries
                     .into_iter()
-                    .map(|(o, n, key, value)| (ObjectId(o), n, StateEntry { key, value }))
+                    .map(|(o, n, key, value)| {
+                        (ObjectId(o), n, StateEntry { key: key.into(), value: value.map(Bytes::from) })
+                    })
                     .collect(),
             };
             prop_assert_eq!(VnodeState::decode(&state.encode()).unwrap(), state);
@@ -332,7 +349,7 @@ mod tests {
 
     /// A chain as restore applies it: each entry in order, upserting or
     /// removing its key.
-    fn applied(chain: &[VnodeState]) -> BTreeMap<(ObjectId, u32, Vec<u8>), Vec<u8>> {
+    fn applied(chain: &[VnodeState]) -> BTreeMap<(ObjectId, u32, Bytes), Bytes> {
         let mut state = BTreeMap::new();
         for delta in chain {
             for (object, node, entry) in &delta.entries {
@@ -348,17 +365,14 @@ mod tests {
 
     #[test]
     fn a_merged_chain_keeps_last_values_drops_removals_and_refused_objects() {
-        let set = |o, n, k: &str, v: &str| (ObjectId(o), n, StateEntry::set(k.into(), v.into()));
-        let remove = |o, n, k: &str| {
+        let set = |o, n, k: &str, v: &str| {
             (
                 ObjectId(o),
                 n,
-                StateEntry {
-                    key: k.into(),
-                    value: None,
-                },
+                StateEntry::set(k.to_string(), v.to_string()),
             )
         };
+        let remove = |o, n, k: &str| (ObjectId(o), n, StateEntry::remove(k.to_string()));
         let chain = [
             VnodeState {
                 entries: vec![
@@ -414,7 +428,9 @@ mod tests {
                         entries: entries
                             .into_iter()
                             .filter(|(o, n, k, _)| seen.insert((*o, *n, k.clone())))
-                            .map(|(o, n, key, value)| (ObjectId(o), n, StateEntry { key, value }))
+                            .map(|(o, n, key, value)| {
+                        (ObjectId(o), n, StateEntry { key: key.into(), value: value.map(Bytes::from) })
+                    })
                             .collect(),
                     }
                 })

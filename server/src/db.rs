@@ -252,22 +252,33 @@ impl Database {
         let mut max_row_id = 0i64;
         let mut replayed = 0usize;
         // The tables as of the latest table snapshot, then the log after it.
-        let mut snapshot_lsn = 0;
-        let mut snapshot_bytes = 0;
-        if let Some((lsn, record)) = crate::table_snapshot::load_latest(&config.data_dir)? {
-            let ops = ops_of_live_tables(&snapshot, record);
-            max_row_id = max_row_id.max(max_row_id_of(&snapshot, &ops));
-            snapshot.apply_writes(&ops)?;
-            snapshot_lsn = lsn;
-            snapshot_bytes = crate::table_snapshot::size_of(&config.data_dir, lsn);
-        }
-        let last_lsn = records.last().map_or(0, |(lsn, _)| *lsn).max(snapshot_lsn);
-        let mut recovery =
-            crate::recovery::seal::Recovery::start(&state, &table_log_id, snapshot_lsn, last_lsn)
-                .await?;
+        let snapshot_lsn = crate::table_snapshot::latest_lsn(&config.data_dir)?;
+        let last_lsn = records
+            .last()
+            .map_or(0, |(lsn, _)| *lsn)
+            .max(snapshot_lsn.unwrap_or(0));
+        let mut recovery = crate::recovery::seal::Recovery::start(
+            &state,
+            &table_log_id,
+            snapshot_lsn.unwrap_or(0),
+            last_lsn,
+        )
+        .await?;
         if snapshot.catalog.projections.is_empty() && snapshot.catalog.sinks.is_empty() {
             recovery.seal = None;
         }
+        // Projection state is read and decoded on the runtime's threads
+        // while this one loads the tables.
+        recovery.prefetch(&state);
+        let mut snapshot_bytes = 0;
+        if let Some(lsn) = snapshot_lsn {
+            let record = crate::table_snapshot::load(&config.data_dir, lsn)?;
+            let ops = ops_of_live_tables(&snapshot, record);
+            max_row_id = max_row_id.max(max_row_id_of(&snapshot, &ops));
+            snapshot.apply_writes(&ops)?;
+            snapshot_bytes = crate::table_snapshot::size_of(&config.data_dir, lsn);
+        }
+        let snapshot_lsn = snapshot_lsn.unwrap_or(0);
         for (lsn, bytes) in &records {
             if *lsn <= snapshot_lsn {
                 continue;

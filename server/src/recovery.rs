@@ -5,6 +5,9 @@
 //!    ([`seal::Recovery::start`]) and, while it replays the table log into the
 //!    tables, keeps the projection changes of every record the seal does
 //!    not cover ([`seal::Recovery::push`]).
+//!    Reading and decoding the seal's vnode chains starts there too
+//!    ([`seal::Recovery::prefetch`]), on the runtime's threads, so it
+//!    overlaps loading the tables.
 //! 2. After the listeners are up, [`recover`] plans every projection and
 //!    sink ([`crate::planning`], under the settings it was created with;
 //!    no session is involved). One
@@ -38,13 +41,16 @@ use crate::planning::PlanContext;
 /// database ready. Runs once, after the listeners are up.
 pub async fn recover(db: Arc<Database>) {
     let started = Instant::now();
-    let Some(recovery) = db.take_recovery() else {
+    let Some(mut recovery) = db.take_recovery() else {
         db.set_ready();
         return;
     };
     let catalog = db.snapshot().catalog.clone();
     let mut restored: HashSet<ObjectId> = HashSet::new();
     if let Some(seal) = &recovery.seal {
+        // Dropped at the end of this block when nothing is restored, which
+        // stops the reading before any rebuild.
+        let prefetched = recovery.prefetched.take();
         let mut deployments = Vec::new();
         // Catalog ids grow with creation: a projection comes after its
         // inputs; sinks come after every projection.
@@ -72,6 +78,7 @@ pub async fn recover(db: Arc<Database>) {
                 epoch: seal.epoch,
                 deployments,
                 replay: recovery.replay,
+                prefetched,
             };
             match db.runtime().restore(restore).await {
                 Ok(()) => tracing::info!(

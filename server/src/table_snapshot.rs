@@ -36,13 +36,17 @@ fn dir(data_dir: &Path) -> PathBuf {
     data_dir.join("tables")
 }
 
-/// The latest table snapshot in `data_dir`: its LSN and the writes that
-/// rebuild the tables. A damaged snapshot is an error, not skipped: the
-/// log before it may be gone.
-pub fn load_latest(data_dir: &Path) -> Result<Option<(Lsn, WalRecord)>, ServerError> {
-    let Some((lsn, path)) = list(data_dir)?.pop() else {
-        return Ok(None);
-    };
+/// The LSN of the latest table snapshot in `data_dir` (read it with
+/// [`load`]). Knowing it before reading the snapshot lets opening start on
+/// what depends only on it (reading projection state) while the tables load.
+pub fn latest_lsn(data_dir: &Path) -> Result<Option<Lsn>, ServerError> {
+    Ok(list(data_dir)?.pop().map(|(lsn, _)| lsn))
+}
+
+/// The writes that rebuild the tables as of the snapshot at `lsn`. A
+/// damaged snapshot is an error, not skipped: the log before it may be gone.
+pub fn load(data_dir: &Path, lsn: Lsn) -> Result<WalRecord, ServerError> {
+    let path = dir(data_dir).join(format!("{PREFIX}{lsn:020}"));
     let bytes = std::fs::read(&path)
         .map_err(|e| ServerError::internal(format!("reading {}: {e}", path.display())))?;
     let damaged = || ServerError::internal(format!("table snapshot {} is damaged", path.display()));
@@ -53,7 +57,7 @@ pub fn load_latest(data_dir: &Path) -> Result<Option<(Lsn, WalRecord)>, ServerEr
     if crc32fast::hash(&bytes[8..]) != crc {
         return Err(damaged());
     }
-    Ok(Some((lsn, WalRecord::decode(&bytes[8..])?)))
+    WalRecord::decode(&bytes::Bytes::from(bytes).slice(8..))
 }
 
 /// The size of the snapshot at `lsn` (0 if it is gone).

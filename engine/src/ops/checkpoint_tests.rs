@@ -6,6 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use arrow::compute::SortOptions;
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::functions_aggregate::count::count_udaf;
@@ -32,7 +34,7 @@ type Make = dyn Fn() -> Box<dyn Operator>;
 /// The next epoch's change of every input.
 type Inputs = Box<dyn FnMut(&mut Rng) -> Vec<ChangeBatch>>;
 
-fn as_map(entries: Vec<StateEntry>) -> BTreeMap<Vec<u8>, Vec<u8>> {
+fn as_map(entries: Vec<StateEntry>) -> BTreeMap<Bytes, Bytes> {
     entries
         .into_iter()
         .map(|e| (e.key, e.value.expect("state_entries values are Some")))
@@ -40,8 +42,8 @@ fn as_map(entries: Vec<StateEntry>) -> BTreeMap<Vec<u8>, Vec<u8>> {
 }
 
 /// Applies a change set to a mirror of the state, checking each key occurs once.
-fn mirror_apply(mirror: &mut BTreeMap<Vec<u8>, Vec<u8>>, changes: &[StateEntry]) {
-    let keys: BTreeSet<&Vec<u8>> = changes.iter().map(|e| &e.key).collect();
+fn mirror_apply(mirror: &mut BTreeMap<Bytes, Bytes>, changes: &[StateEntry]) {
+    let keys: BTreeSet<&Bytes> = changes.iter().map(|e| &e.key).collect();
     assert_eq!(keys.len(), changes.len(), "a key reported twice");
     for e in changes {
         match &e.value {

@@ -64,8 +64,8 @@ impl Operator for Constant {
             return Ok(Vec::new());
         }
         Ok(vec![StateEntry {
-            key: emitted_key(),
-            value: self.emitted.then(|| vec![1]),
+            key: emitted_key().into(),
+            value: self.emitted.then(|| bytes::Bytes::from_static(&[1])),
         }])
     }
 

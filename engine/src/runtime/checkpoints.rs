@@ -388,7 +388,7 @@ impl Checkpointer {
         let mut add = |vnode: u32, kind: PartialKind, state: VnodeState| {
             for (object, _, entry) in &state.entries {
                 *object_bytes.entry((*object, vnode)).or_default() +=
-                    (entry.key.len() + entry.value.as_ref().map_or(0, Vec::len)) as u64;
+                    (entry.key.len() + entry.value.as_ref().map_or(0, Bytes::len)) as u64;
             }
             partials.push((vnode, kind, state.encode()));
         };

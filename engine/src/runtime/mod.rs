@@ -47,6 +47,7 @@ use crate::coordinator::EpochReport;
 use crate::{Coordinator, EngineError, EpochView, Graph, SourceBinding, TableState};
 
 pub use checkpoints::{CheckpointLog, Checkpointer, ObjectChain};
+pub use restore::ChainPrefetch;
 pub use streams::{SealedStreams, SinkToOpen, SourceToRead, StreamStatus};
 
 /// Pending rows after which an epoch closes without waiting for the timer.
@@ -111,6 +112,9 @@ pub struct Restore {
     /// The table-log records after the seal's covered LSN, in order:
     /// (LSN, changes as projections read them).
     pub replay: Vec<(u64, Vec<(ObjectId, ChangeBatch)>)>,
+    /// The chains of `epoch`, if the host started reading them early; read
+    /// now otherwise (and when it is of another epoch).
+    pub prefetched: Option<ChainPrefetch>,
 }
 
 /// Every table's state, as of some table-log position.

@@ -255,17 +255,23 @@ async fn chains_compacted_in_the_background_restore_the_same_result() {
         chains.values().map(Vec::len).max()
     );
 
-    // Another process takes over the store and restores from that seal.
+    // Other processes take over the store and restore from that seal: one
+    // reading the chains when it restores, one that started reading them
+    // early.
     drop(runtime);
-    let state2 = claim(store, "test-2").await;
-    let restored = start(state2, Duration::from_secs(3600)).await;
-    restored
-        .restore(Restore {
-            epoch: sealed,
-            deployments: vec![copy_of_table()],
-            replay: Vec::new(),
-        })
-        .await
-        .unwrap();
-    assert_eq!(result(&restored), expected);
+    for (round, prefetch) in [false, true].into_iter().enumerate() {
+        let state = claim(store.clone(), &format!("test-{}", round + 2)).await;
+        let prefetched = prefetch.then(|| ChainPrefetch::start(state.clone(), sealed));
+        let restored = start(state, Duration::from_secs(3600)).await;
+        restored
+            .restore(Restore {
+                epoch: sealed,
+                deployments: vec![copy_of_table()],
+                replay: Vec::new(),
+                prefetched,
+            })
+            .await
+            .unwrap();
+        assert_eq!(result(&restored), expected, "prefetched: {prefetch}");
+    }
 }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use weir_common::{ChangeBatch, ObjectId};
+use weir_engine::runtime::ChainPrefetch;
 use weir_engine::runtime::checkpoints::{TABLE_LOG_ID, TABLE_LOG_OFFSET};
 use weir_storage::{ObjectStateBackend, SealManifest, StateBackend as _};
 
@@ -14,6 +15,8 @@ use crate::error::ServerError;
 pub struct Recovery {
     /// The latest seal, if projections can be restored from it.
     pub seal: Option<Arc<SealManifest>>,
+    /// The seal's vnode chains, being read since [`Self::prefetch`].
+    pub(crate) prefetched: Option<ChainPrefetch>,
     /// The table-log LSN the seal covers.
     covered_lsn: u64,
     pub(crate) replay: Vec<(u64, Vec<(ObjectId, ChangeBatch)>)>,
@@ -38,6 +41,7 @@ impl Recovery {
     ) -> Result<Self, ServerError> {
         let mut recovery = Self {
             seal: None,
+            prefetched: None,
             covered_lsn: 0,
             replay: Vec::new(),
             sealed_streams: Default::default(),
@@ -88,6 +92,15 @@ impl Recovery {
             None => {}
         }
         Ok(recovery)
+    }
+
+    /// Starts reading the seal's vnode chains, if projections may be
+    /// restored from it. Reading goes on in the background until the
+    /// restore takes it, or stops when this is dropped.
+    pub fn prefetch(&mut self, state: &Arc<ObjectStateBackend>) {
+        if let Some(seal) = &self.seal {
+            self.prefetched = Some(ChainPrefetch::start(state.clone(), seal.epoch));
+        }
     }
 
     /// Whether the record at `lsn` must be replayed into restored projections.

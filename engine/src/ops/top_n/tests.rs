@@ -353,7 +353,7 @@ pub(crate) mod differential {
         let mut kept = BTreeMap::new();
         for e in t.state_entries().unwrap() {
             let key = split_state_key(&e.key).unwrap();
-            let count = i64::from_le_bytes(e.value.unwrap().try_into().unwrap());
+            let count = i64::from_le_bytes(e.value.unwrap()[..].try_into().unwrap());
             *kept.entry(key.distribution.to_vec()).or_default() += count;
         }
         kept
