@@ -79,8 +79,9 @@ done
 # the projection's checkpoint chains compacted. Both happen after seals
 # (a snapshot is considered at each one; compaction runs in the background
 # and lands with a later seal), so small commits to another table bring
-# seals until a snapshot exists and the state store stops shrinking (each
-# seal still writes a little). The table log after the snapshot is
+# seals until a snapshot exists and the state store's size stays within
+# 1 MiB for five seconds (compaction first adds merged blobs, then a seal
+# lets the blobs they replace go). The table log after the snapshot is
 # replayed at the restart, as it would be after any crash.
 "${psql_cmd[@]}" -c "CREATE TABLE nudge (n BIGINT)"
 previous=-1
@@ -90,7 +91,8 @@ for _ in $(seq 180); do
     sleep 1
     grep -q "tables snapshotted" "$work/weir.log" || continue
     now=$(du -sb "$dir/state" | cut -f1)
-    if [ $((now - previous)) -gt -1048576 ]; then stable=$((stable + 1)); else stable=0; fi
+    change=$((now - previous))
+    if [ "${change#-}" -lt 1048576 ]; then stable=$((stable + 1)); else stable=0; fi
     previous=$now
     [ "$stable" -ge 5 ] && break
 done
