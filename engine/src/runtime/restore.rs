@@ -62,11 +62,6 @@ impl ChainPrefetch {
         Self { epoch, chains }
     }
 
-    /// The epoch whose chains this reads.
-    pub fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
     /// The next vnode's chain, in no particular vnode order; `None` once
     /// every vnode's chain was handed out.
     async fn next(&mut self) -> Option<Result<Vec<VnodeState>, EngineError>> {
