@@ -105,25 +105,31 @@ impl Compactor {
     /// The compactions finished since the last call, for the next seal.
     /// Their vnodes stay busy until [`Self::sealed`].
     pub fn take_done(&mut self) -> Vec<Compacted> {
-        if let Some(job) = self.job.as_mut().filter(|j| j.is_finished()) {
-            let finished = job.now_or_never();
+        // A finished task can still poll as pending, when the calling
+        // task's cooperative budget is spent (tokio's join handles take
+        // part in it): then it is taken at a later call.
+        let finished = self
+            .job
+            .as_mut()
+            .filter(|j| j.is_finished())
+            .and_then(|job| job.now_or_never());
+        if let Some(finished) = finished {
             self.job = None;
             let vnodes = std::mem::take(&mut self.job_vnodes);
             match finished {
-                Some(Ok(done)) => {
+                Ok(done) => {
                     let compacted: HashSet<u32> = done.iter().map(|c| c.compaction.vnode).collect();
                     for vnode in vnodes.iter().filter(|v| !compacted.contains(v)) {
                         self.busy.remove(vnode);
                     }
                     self.done.extend(done);
                 }
-                Some(Err(e)) => {
+                Err(e) => {
                     tracing::warn!(error = %e, "a checkpoint compaction job died");
                     for vnode in &vnodes {
                         self.busy.remove(vnode);
                     }
                 }
-                None => unreachable!("a finished task is ready"),
             }
         }
         self.submitted
@@ -181,4 +187,50 @@ async fn compact_vnode(
         compaction,
         object_bytes: merged.object_bytes,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::poll_fn;
+    use std::task::Poll;
+
+    use object_store::memory::InMemory;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_finished_job_polled_without_budget_is_taken_at_a_later_call() {
+        let backend = ObjectStateBackend::claim(Arc::new(InMemory::new()), "state", "test")
+            .await
+            .unwrap();
+        let mut compactor = Compactor::new(Arc::new(backend));
+        compactor.job = Some(tokio::spawn(async { Vec::new() }));
+        compactor.job_vnodes = vec![7];
+        compactor.busy.insert(7);
+        while !compactor.job.as_ref().is_some_and(|j| j.is_finished()) {
+            tokio::task::yield_now().await;
+        }
+        // Within one poll that spent the task's cooperative budget, as a
+        // busy epoch loop does, the finished job polls as pending.
+        poll_fn(|cx| {
+            let mut spent = false;
+            for _ in 0..10_000 {
+                match tokio::task::coop::poll_proceed(cx) {
+                    Poll::Ready(restore) => restore.made_progress(),
+                    Poll::Pending => {
+                        spent = true;
+                        break;
+                    }
+                }
+            }
+            assert!(spent, "the budget never ran out");
+            assert!(compactor.take_done().is_empty());
+            Poll::Ready(())
+        })
+        .await;
+        assert!(compactor.job.is_some() && compactor.is_busy(7));
+        tokio::task::yield_now().await;
+        assert!(compactor.take_done().is_empty());
+        assert!(compactor.job.is_none() && !compactor.is_busy(7));
+    }
 }
