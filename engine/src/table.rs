@@ -22,7 +22,12 @@ use crate::EngineError;
 /// Rows per batch when a state is read back as Arrow.
 const SCAN_BATCH_ROWS: usize = 8192;
 
-type Key = Arc<[u8]>;
+/// Keys up to this many encoded bytes (a `bigint` key takes 9, a `uuid` 17)
+/// live inside the map's nodes: a lookup's binary search then compares
+/// bytes it already has instead of following a pointer per probe.
+const INLINE_KEY_BYTES: usize = 24;
+
+type Key = smallvec::SmallVec<[u8; INLINE_KEY_BYTES]>;
 type Row = Arc<[u8]>;
 
 #[derive(Clone)]

@@ -9,7 +9,10 @@
 //! as long as the catalog it was bound against is the one the statement
 //! reads (any DDL, committed or in the open transaction, makes a new
 //! catalog) and `search_path` is unchanged. Later executions look the key
-//! up directly. Whatever does not fit (another shape, a parameter whose
+//! up directly, and a prepared statement keeps what its first lookup found
+//! ([`PointMemo`]), so an execution neither hashes its syntax tree nor
+//! enters the statement machinery (no implicit transaction to open and
+//! commit: the read is one lookup in one snapshot). Whatever does not fit (another shape, a parameter whose
 //! value does not convert exactly to the key's type) takes the planned path,
 //! so the answer is always the planned one.
 
@@ -25,6 +28,7 @@ use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
 use datafusion::scalar::ScalarValue;
 use datafusion::sql::sqlparser::ast::Statement;
 
+use super::{Session, StatementResult};
 use crate::catalog::provider::WeirTable;
 use crate::catalog::{Catalog, TableDef};
 use crate::db::Snapshot;
@@ -60,6 +64,7 @@ pub(super) struct PointQueries {
     remembered: HashMap<Statement, Remembered>,
 }
 
+#[derive(Clone)]
 struct Remembered {
     catalog: Arc<Catalog>,
     search_path: String,
@@ -101,6 +106,91 @@ impl PointQueries {
                 point,
             },
         );
+    }
+}
+
+/// A prepared statement's copy of what [`PointQueries::get`] answered for
+/// it, under the same validity rule (same catalog, same search path).
+#[derive(Default)]
+pub(crate) struct PointMemo(parking_lot::Mutex<Option<Remembered>>);
+
+impl std::fmt::Debug for PointMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PointMemo")
+    }
+}
+
+impl PointMemo {
+    fn get(&self, catalog: &Arc<Catalog>, search_path: &str) -> Option<Option<Arc<PointQuery>>> {
+        let memo = self.0.lock();
+        let r = memo.as_ref()?;
+        (Arc::ptr_eq(&r.catalog, catalog) && r.search_path == search_path).then(|| r.point.clone())
+    }
+}
+
+impl Session {
+    /// Answers a prepared point query by a key lookup, without planning
+    /// and without the statement machinery; `None` when the statement is
+    /// not known to be one (the usual path then plans it and remembers
+    /// what it is), its transaction block has failed, Weir is still
+    /// restoring, or the lookup cannot answer these parameters. The answer
+    /// and its effects are the usual path's: a base table's read needs no
+    /// barrier, and a read-only implicit transaction commits nothing.
+    pub(super) fn answer_point_query(
+        &mut self,
+        memo: &PointMemo,
+        statement: &Statement,
+        params: &ParamValues,
+    ) -> Option<Result<StatementResult, ServerError>> {
+        if !matches!(statement, Statement::Query(_))
+            || self.txn.as_ref().is_some_and(|t| t.failed)
+            || !self.db.is_recovered()
+        {
+            return None;
+        }
+        let latest;
+        let snapshot: &Snapshot = match &self.txn {
+            Some(t) => &t.overlay,
+            None => {
+                latest = self.db.snapshot();
+                &latest
+            }
+        };
+        let search_path = self.vars.default_schema();
+        let point = match memo.get(&snapshot.catalog, &search_path) {
+            Some(known) => known,
+            None => {
+                let known = self
+                    .point_queries
+                    .get(statement, &snapshot.catalog, &search_path)?;
+                *memo.0.lock() = Some(Remembered {
+                    catalog: snapshot.catalog.clone(),
+                    search_path,
+                    point: known.clone(),
+                });
+                known
+            }
+        }?;
+        let answered = match point.run(snapshot, params) {
+            Ok(None) => return None,
+            Ok(Some((schema, batches))) => self
+                .present(schema, batches)
+                .and_then(|(s, b)| self.in_session_time_zone(s, b))
+                .and_then(|(s, b)| self.with_float_digits(s, b)),
+            Err(e) => Err(e),
+        };
+        self.db.metrics().query("select");
+        match answered {
+            Ok((schema, batches)) => {
+                self.db.metrics().point_lookup();
+                Some(Ok(StatementResult::Rows { schema, batches }))
+            }
+            Err(e) => {
+                self.note_error(&e);
+                self.fail_block();
+                Some(Err(e))
+            }
+        }
     }
 }
 

@@ -21,6 +21,8 @@ use crate::error::ServerError;
 pub(crate) struct PreparedInner {
     /// `None` for an empty query string.
     statement: Option<Statement>,
+    /// Whether it is a point query, once an execution has found out.
+    point: super::point_query::PointMemo,
 }
 
 impl Session {
@@ -75,7 +77,10 @@ impl Session {
             param_types,
             param_oids,
             result_schema,
-            inner: Arc::new(PreparedInner { statement }),
+            inner: Arc::new(PreparedInner {
+                statement,
+                point: Default::default(),
+            }),
         })
     }
 
@@ -84,7 +89,7 @@ impl Session {
         stmt: &PreparedStatement,
         params: Vec<ScalarValue>,
     ) -> Result<StatementResult, ServerError> {
-        let Some(statement) = stmt.inner.statement.clone() else {
+        let Some(statement) = &stmt.inner.statement else {
             return Ok(StatementResult::Empty);
         };
         if params.len() != stmt.param_types.len() {
@@ -113,10 +118,15 @@ impl Session {
             .collect::<Result<Vec<_>, _>>()?;
         let params = ParamValues::from(params);
         if params_empty(&params) {
-            self.execute(statement, None).await
-        } else {
-            self.execute(statement, Some(&params)).await
+            return Box::pin(self.execute(statement.clone(), None)).await;
         }
+        if let Some(answer) = self.answer_point_query(&stmt.inner.point, statement, &params) {
+            return answer;
+        }
+        // Boxed: the statement machinery's future is large, and a future
+        // held inline is copied whole each time it moves (into the boxes
+        // the protocol layer makes), on the point path too.
+        Box::pin(self.execute(statement.clone(), Some(&params))).await
     }
 
     /// Parameter types (index i is `$i+1`) and the row schema, if any.

@@ -54,7 +54,7 @@ impl Session {
 
     /// A planned result as clients see it: PostgreSQL's column names and
     /// type tags.
-    fn present(
+    pub(super) fn present(
         &self,
         planned: SchemaRef,
         batches: Vec<RecordBatch>,
@@ -139,7 +139,7 @@ impl Session {
 
     /// A non-default `extra_float_digits` rides on the result schema's
     /// metadata to the text encoder, which otherwise prints shortest floats.
-    fn with_float_digits(
+    pub(super) fn with_float_digits(
         &self,
         schema: SchemaRef,
         batches: Vec<RecordBatch>,

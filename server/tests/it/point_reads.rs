@@ -5,6 +5,7 @@
 //! (`id + 0 = ...`), after random writes, inside and outside transactions.
 
 use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
 
 use crate::harness::{WeirServer, try_rows};
 use crate::projections_diff::Rng;
@@ -198,6 +199,39 @@ async fn prepared_point_queries_read_the_statements_snapshot() {
         value(client.query(&get, &[&2i64]).await.unwrap()),
         [(Some("two".into()), 2)]
     );
+    // A failed block refuses the lookup as it refuses any statement.
+    exec(&client, "BEGIN").await;
+    assert!(
+        client
+            .simple_query("SELECT * FROM no_such_table")
+            .await
+            .is_err()
+    );
+    let err = client.query(&get, &[&1i64]).await.unwrap_err();
+    assert_eq!(err.code(), Some(&SqlState::IN_FAILED_SQL_TRANSACTION));
+    exec(&client, "ROLLBACK").await;
+    // The search path picks the table: a lookup remembered under one path
+    // is not used under another, though the catalog is the same.
+    exec(
+        &client,
+        "CREATE SCHEMA shadow; CREATE TABLE shadow.kv (id BIGINT PRIMARY KEY, v TEXT);
+         INSERT INTO shadow.kv VALUES (1, 'shadowed')",
+    )
+    .await;
+    for (path, seen) in [
+        ("public", "theirs"),
+        ("shadow, public", "shadowed"),
+        ("public", "theirs"),
+    ] {
+        exec(&client, &format!("SET search_path = {path}")).await;
+        for _ in 0..2 {
+            assert_eq!(
+                value(client.query(&get, &[&1i64]).await.unwrap()),
+                [(Some(seen.into()), 1)],
+                "search_path {path}"
+            );
+        }
+    }
     // A composite key, a literal in the key, and a key compared across types.
     let pair = client
         .prepare("SELECT n FROM pair WHERE b = $2 AND a = $1")
