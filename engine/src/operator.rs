@@ -290,6 +290,32 @@ pub(crate) fn mark_changed(
     }
 }
 
+/// [`mark_changed`] for operators that record each changed key with its
+/// new value as they change it (`None`: removed), so taking the changes
+/// costs no second lookup of every key in the operator's own maps.
+pub(crate) fn mark_changed_to<V>(
+    changed: &mut hashbrown::HashMap<Vec<u8>, V>,
+    scratch: &mut Vec<u8>,
+    tag: u8,
+    distribution: &[u8],
+    rest: &[&[u8]],
+    value: V,
+) {
+    scratch.clear();
+    scratch.push(tag);
+    scratch.extend_from_slice(&(distribution.len() as u32).to_le_bytes());
+    scratch.extend_from_slice(distribution);
+    for part in rest {
+        scratch.extend_from_slice(part);
+    }
+    match changed.get_mut(scratch.as_slice()) {
+        Some(slot) => *slot = value,
+        None => {
+            changed.insert(scratch.clone(), value);
+        }
+    }
+}
+
 /// [`Operator::take_state_changes`] for operators that record changed
 /// keys in a hash set: the entries, in no particular order, with their
 /// current values from `value_of`; the record is cleared only when that

@@ -22,14 +22,14 @@
 use arrow::array::{Int64Array, RecordBatch, UInt32Array};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::SchemaRef;
+use bytes::Bytes;
 use hashbrown::HashMap;
 use weir_common::ChangeBatch;
 
 use super::{JoinKind, JoinSpec, Sides, rebind, take_rows};
 use crate::EngineError;
 use crate::operator::{
-    Operator, StateEntry, expect_inputs, mark_changed, parse_state_key, state_key, take_changed,
-    unreadable,
+    Operator, StateEntry, expect_inputs, mark_changed_to, parse_state_key, state_key, unreadable,
 };
 use crate::ops::parallel::Keyed;
 use crate::rows::{RowBytes, RowCodec, concat_changes, empty_change, settle, where_true};
@@ -72,8 +72,9 @@ pub(super) struct DeltaJoin {
     spec: JoinSpec,
     sides: Sides,
     buckets: HashMap<RowBytes, Bucket>,
-    /// State keys changed since the last `take_state_changes`.
-    changed: hashbrown::HashSet<Vec<u8>>,
+    /// State keys changed since the last `take_state_changes`, each with
+    /// its counts now (`None`: the row is gone).
+    changed: hashbrown::HashMap<Vec<u8>, Option<Counts>>,
 }
 
 /// One side of a step, as the matching half of the algorithm sees it.
@@ -90,7 +91,7 @@ impl DeltaJoin {
         Ok(Self {
             sides: Sides::new(&spec)?,
             buckets: HashMap::new(),
-            changed: hashbrown::HashSet::new(),
+            changed: hashbrown::HashMap::new(),
             spec,
         })
     }
@@ -200,8 +201,16 @@ impl DeltaJoin {
                     .entry((key.clone(), other_row.clone()))
                     .or_insert(*counts);
                 counts.matches += weight;
+                let now = Some(*counts);
                 let tag = if delta.left { RIGHT } else { LEFT };
-                mark_changed(&mut self.changed, &mut scratch, tag, &key, &[other_row]);
+                mark_changed_to(
+                    &mut self.changed,
+                    &mut scratch,
+                    tag,
+                    &key,
+                    &[other_row],
+                    now,
+                );
             }
         }
         if self.spec.kind.outputs_left_only() || pair_weights.is_empty() {
@@ -260,15 +269,17 @@ impl DeltaJoin {
                     old.matches
                 },
             };
-            match new.count {
+            let now = match new.count {
                 0 => {
                     side.remove(row);
                     if bucket.left.is_empty() && bucket.right.is_empty() {
                         self.buckets.remove(key.as_ref());
                     }
+                    None
                 }
                 c if c > 0 => {
                     side.insert(row.clone(), new);
+                    Some(new)
                 }
                 _ => {
                     return Err(EngineError::Invariant {
@@ -276,8 +287,8 @@ impl DeltaJoin {
                         message: "a row was retracted more often than it was inserted".into(),
                     });
                 }
-            }
-            mark_changed(&mut self.changed, &mut scratch, tag, key, &[row]);
+            };
+            mark_changed_to(&mut self.changed, &mut scratch, tag, key, &[row], now);
         }
         Ok(())
     }
@@ -400,10 +411,17 @@ impl Operator for DeltaJoin {
     }
 
     fn take_state_changes(&mut self) -> Result<Vec<StateEntry>, EngineError> {
-        let mut changed = std::mem::take(&mut self.changed);
-        let taken = take_changed(&mut changed, |key| self.value_of(key));
-        self.changed = changed;
-        taken
+        let changed = std::mem::take(&mut self.changed);
+        Ok(changed
+            .into_iter()
+            .map(|(key, counts)| {
+                let left = key.first() == Some(&LEFT);
+                StateEntry {
+                    key: key.into(),
+                    value: counts.map(|c| Bytes::from(self.encode(left, c))),
+                }
+            })
+            .collect())
     }
 
     fn state_entries(&self) -> Result<Vec<StateEntry>, EngineError> {
@@ -508,26 +526,5 @@ impl DeltaJoin {
             return Err(malformed());
         }
         Ok(Counts { count, matches })
-    }
-
-    /// The current value of a state key (`None` when it has none).
-    fn value_of(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
-        let key = parse_state_key(NAME, key)?;
-        let left = match key.tag {
-            LEFT => true,
-            RIGHT => false,
-            _ => return Err(unreadable(NAME, "an unknown tag")),
-        };
-        Ok(self
-            .buckets
-            .get(key.distribution)
-            .and_then(|b| {
-                if left {
-                    b.left.get(key.rest)
-                } else {
-                    b.right.get(key.rest)
-                }
-            })
-            .map(|counts| self.encode(left, *counts)))
     }
 }
