@@ -26,6 +26,7 @@ use bytes::Bytes;
 use hashbrown::HashMap;
 use weir_common::ChangeBatch;
 
+use super::side_rows::SideRows;
 use super::{JoinKind, JoinSpec, Sides, rebind, take_rows};
 use crate::EngineError;
 use crate::operator::{
@@ -50,12 +51,12 @@ struct Counts {
 
 #[derive(Default)]
 struct Bucket {
-    left: HashMap<RowBytes, Counts>,
-    right: HashMap<RowBytes, Counts>,
+    left: SideRows<Counts>,
+    right: SideRows<Counts>,
 }
 
 impl Bucket {
-    fn side(&mut self, left: bool) -> &mut HashMap<RowBytes, Counts> {
+    fn side(&mut self, left: bool) -> &mut SideRows<Counts> {
         if left {
             &mut self.left
         } else {
@@ -428,7 +429,7 @@ impl Operator for DeltaJoin {
         let mut entries = Vec::new();
         for (key, bucket) in &self.buckets {
             for (tag, side, left) in [(LEFT, &bucket.left, true), (RIGHT, &bucket.right, false)] {
-                for (row, counts) in side {
+                for (row, counts) in side.iter() {
                     entries.push(StateEntry::set(
                         state_key(tag, key, row),
                         self.encode(left, *counts),

@@ -14,6 +14,7 @@
 
 mod buckets;
 mod delta;
+mod side_rows;
 #[cfg(test)]
 pub(crate) mod tests;
 
