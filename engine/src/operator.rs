@@ -267,6 +267,18 @@ pub(crate) fn changed_entries(
         .collect()
 }
 
+/// Builds in `scratch` the [`state_key`] of (`tag`, `distribution`, `rest`
+/// parts in order).
+fn state_key_into(scratch: &mut Vec<u8>, tag: u8, distribution: &[u8], rest: &[&[u8]]) {
+    scratch.clear();
+    scratch.push(tag);
+    scratch.extend_from_slice(&(distribution.len() as u32).to_le_bytes());
+    scratch.extend_from_slice(distribution);
+    for part in rest {
+        scratch.extend_from_slice(part);
+    }
+}
+
 /// Records the [`state_key`] of (`tag`, `distribution`, `rest` parts in
 /// order) in `changed`, building it in `scratch` so that a key already
 /// recorded (a hot group, a repeated value) costs a lookup, not an
@@ -278,13 +290,7 @@ pub(crate) fn mark_changed(
     distribution: &[u8],
     rest: &[&[u8]],
 ) {
-    scratch.clear();
-    scratch.push(tag);
-    scratch.extend_from_slice(&(distribution.len() as u32).to_le_bytes());
-    scratch.extend_from_slice(distribution);
-    for part in rest {
-        scratch.extend_from_slice(part);
-    }
+    state_key_into(scratch, tag, distribution, rest);
     if !changed.contains(scratch.as_slice()) {
         changed.insert(scratch.clone());
     }
@@ -301,13 +307,7 @@ pub(crate) fn mark_changed_to<V>(
     rest: &[&[u8]],
     value: V,
 ) {
-    scratch.clear();
-    scratch.push(tag);
-    scratch.extend_from_slice(&(distribution.len() as u32).to_le_bytes());
-    scratch.extend_from_slice(distribution);
-    for part in rest {
-        scratch.extend_from_slice(part);
-    }
+    state_key_into(scratch, tag, distribution, rest);
     match changed.get_mut(scratch.as_slice()) {
         Some(slot) => *slot = value,
         None => {
