@@ -14,7 +14,11 @@
 //!   (so it never becomes the seal readers trust);
 //! - once a takeover seal of generation `g` exists, no older generation's
 //!   seal is ever created at or above the latest seal;
-//! - the latest seal's chains only name blobs that exist.
+//! - the latest seal's chains only name blobs that exist;
+//! - a takeover is done only once its seal is the latest: its put may land
+//!   in a slot a concurrent prune emptied below the latest (the store moved
+//!   on after the takeover listed it), and a takeover there would fence no
+//!   one, so the walk looks at the top again and moves above it.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -173,6 +177,8 @@ pub struct SealWalk {
     compactions: Vec<Compaction>,
     source_offsets: BTreeMap<String, String>,
     sink_descriptors: BTreeMap<String, String>,
+    /// A takeover seal we created, until the latest seal is known to be it.
+    unconfirmed: Option<SealManifest>,
 }
 
 /// Slots a single seal may fill: a bigger gap is a caller bug, not a reason to
@@ -195,6 +201,7 @@ impl SealWalk {
             compactions: Vec::new(),
             source_offsets: BTreeMap::new(),
             sink_descriptors: BTreeMap::new(),
+            unconfirmed: None,
         })
     }
 
@@ -233,6 +240,7 @@ impl SealWalk {
             compactions,
             source_offsets,
             sink_descriptors,
+            unconfirmed: None,
         })
     }
 
@@ -295,14 +303,50 @@ impl SealWalk {
         self.target.is_none_or(|t| t == self.slot)
     }
 
-    /// Our put of the candidate succeeded.
+    /// Our put of the candidate succeeded. A takeover then needs the
+    /// latest seal ([`needs_top`](Self::needs_top)) before it is done.
     pub fn on_created(&mut self, created: SealManifest) -> Option<WalkDone> {
+        if self.target.is_none() {
+            self.unconfirmed = Some(created);
+            return None;
+        }
         if self.done_at_slot() {
             return Some(WalkDone::Sealed(created));
         }
         self.slot += 1;
         self.base = Some(created);
         None
+    }
+
+    /// The next step is reading the latest seal and passing it to
+    /// [`on_top`](Self::on_top), not a put.
+    pub fn needs_top(&self) -> bool {
+        self.unconfirmed.is_some()
+    }
+
+    /// The latest seal after our takeover seal was created. If it is ours,
+    /// the takeover is done. If a higher one exists, our seal filled a hole
+    /// below the latest that a prune left: a newer generation's seal there
+    /// means we are deposed, an older one's means its leader is still
+    /// sealing, and we take the slot above it.
+    pub fn on_top(
+        &mut self,
+        latest: Option<SealManifest>,
+    ) -> Result<Option<WalkDone>, StateBackendError> {
+        let Some(created) = self.unconfirmed.take() else {
+            return Ok(None);
+        };
+        match latest {
+            Some(top) if top.epoch > created.epoch => {
+                check_fence(self.sealer.generation, top.generation)?;
+                self.slot = top.epoch + 1;
+                self.base = Some(top);
+                Ok(None)
+            }
+            // Ours is the latest (a listing never shows less than what we
+            // created, and the latest is never pruned).
+            _ => Ok(Some(WalkDone::Sealed(created))),
+        }
     }
 
     /// The slot was taken; `existing` is what holds it.
@@ -417,6 +461,8 @@ pub struct ModelStore {
     pub blobs: BTreeMap<String, PartialKind>,
     pub seals: BTreeMap<u64, SealManifest>,
     pub history: Vec<Creation>,
+    /// Takeovers their leader saw finish: `(epoch, latest seal then)`.
+    pub takeovers_done: Vec<(u64, Option<u64>)>,
     ever_sealed: BTreeSet<u64>,
 }
 
@@ -452,8 +498,18 @@ impl ModelStore {
             if takeovers.iter().any(|(g, _)| *g > c.generation) && !below_latest {
                 return Err(format!("deposed generation sealed at the top: {c:?}"));
             }
-            if c.kind == SealKind::Takeover {
+            // A takeover fences older generations from the top only where it
+            // was the top; one that filled a pruned hole below the latest is
+            // not done yet (its walk moves above the latest).
+            if c.kind == SealKind::Takeover && !below_latest {
                 takeovers.push((c.generation, c.epoch));
+            }
+        }
+        for (epoch, latest) in &self.takeovers_done {
+            if *latest != Some(*epoch) {
+                return Err(format!(
+                    "takeover at {epoch} finished below the latest seal {latest:?}"
+                ));
             }
         }
         if let Some(latest) = self.latest() {
@@ -695,14 +751,22 @@ fn step(store: &mut ModelStore, l: &mut ModelLeader) {
             }
         }
         Pending::Walk(mut walk) => {
-            let candidate = walk.candidate(0);
-            let outcome = match store.create_seal(candidate.clone()) {
-                None => Ok(walk.on_created(candidate)),
-                Some(existing) => walk.on_exists(existing),
+            let outcome = if walk.needs_top() {
+                walk.on_top(store.latest())
+            } else {
+                let candidate = walk.candidate(0);
+                match store.create_seal(candidate.clone()) {
+                    None => Ok(walk.on_created(candidate)),
+                    Some(existing) => walk.on_exists(existing),
+                }
             };
             match outcome {
                 Ok(None) => Pending::Walk(walk),
                 Ok(Some(WalkDone::Sealed(m) | WalkDone::AlreadySealed(m))) => {
+                    if m.kind == SealKind::Takeover {
+                        let latest = store.seals.keys().last().copied();
+                        store.takeovers_done.push((m.epoch, latest));
+                    }
                     finish_epoch(l, m.epoch);
                     Pending::Idle
                 }

@@ -45,7 +45,8 @@ proptest! {
 fn a_slow_leader_loses_to_the_takeover() {
     let mut m = Model::new(2);
     m.apply(&Action::Claim(0));
-    for _ in 0..4 {
+    // List claims, claim, list seals, put the takeover, see it is the top.
+    for _ in 0..5 {
         m.apply(&Action::Step(0));
     }
     assert_eq!(m.leaders[0].generation, 1);
@@ -74,5 +75,40 @@ fn a_slow_leader_loses_to_the_takeover() {
         kinds,
         vec![(0, SealKind::Takeover, 1), (1, SealKind::Takeover, 2)]
     );
+    m.store.check().unwrap();
+}
+
+/// A takeover lists the store, then the old leader seals two gap slots and a
+/// prune empties the slot the takeover is about to take: its put succeeds,
+/// but below the latest seal, where it fences no one. It must look at the top
+/// again and take the slot above it, so the old leader's next put loses.
+#[test]
+fn a_takeover_into_a_pruned_hole_moves_to_the_top() {
+    let mut m = Model::new(2);
+    m.apply(&Action::Claim(1));
+    for _ in 0..5 {
+        m.apply(&Action::Step(1));
+    }
+    assert_eq!(m.leaders[1].generation, 1);
+    m.apply(&Action::Skip(1));
+    m.apply(&Action::Skip(1));
+    m.apply(&Action::Seal(1));
+    m.apply(&Action::Step(1)); // fence check passes
+    m.apply(&Action::Claim(0));
+    m.apply(&Action::Step(0)); // lists the claims
+    m.apply(&Action::Step(0)); // claims generation 2
+    m.apply(&Action::Step(0)); // lists seals: the latest is 0, so it aims at 1
+    assert_eq!(m.leaders[0].generation, 2);
+    m.apply(&Action::Step(1)); // lists seals: the latest is 0, target 3
+    m.apply(&Action::Step(1)); // gap seal 1
+    m.apply(&Action::Step(1)); // gap seal 2
+    m.apply(&Action::Prune { leader: 0, keep: 0 }); // leaves only seal 2
+    m.apply(&Action::Step(0)); // its takeover fills the hole at 1
+    m.apply(&Action::Step(0)); // sees seal 2 above it
+    m.apply(&Action::Step(0)); // takes slot 3
+    m.apply(&Action::Step(1)); // the old leader's put at 3 loses
+    assert!(m.leaders[1].deposed);
+    let top = m.store.seals.values().last().unwrap();
+    assert_eq!((top.epoch, top.kind, top.generation), (3, SealKind::Takeover, 2));
     m.store.check().unwrap();
 }

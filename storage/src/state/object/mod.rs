@@ -372,21 +372,28 @@ impl ObjectStateBackend {
     /// taken slot is judged by the model.
     async fn run_walk(&self, mut walk: SealWalk) -> Result<WalkDone> {
         loop {
-            let candidate = walk.candidate(now_ms());
-            let name = seal_name(candidate.epoch);
-            let step = if self.put_create(&name, candidate.to_json()).await? {
-                self.cache(candidate.clone());
-                Ok(walk.on_created(candidate))
+            let step = if walk.needs_top() {
+                // A takeover's put may have filled a pruned hole below the
+                // latest; it is done only once it is the latest.
+                let latest = self.latest_seal().await?.map(|m| (*m).clone());
+                walk.on_top(latest)
             } else {
-                match self.read_seal(walk.slot()).await? {
-                    Some(existing) => walk.on_exists((*existing).clone()),
-                    // Pruned between our put and our read: the slot is below
-                    // the latest, so the store moved on without us.
-                    None => Err(StateBackendError::SealOrder {
-                        epoch: walk.slot(),
-                        latest: self.latest_sealed.lock().unwrap().unwrap_or(0),
-                        reason: "the slot was sealed and pruned concurrently",
-                    }),
+                let candidate = walk.candidate(now_ms());
+                let name = seal_name(candidate.epoch);
+                if self.put_create(&name, candidate.to_json()).await? {
+                    self.cache(candidate.clone());
+                    Ok(walk.on_created(candidate))
+                } else {
+                    match self.read_seal(walk.slot()).await? {
+                        Some(existing) => walk.on_exists((*existing).clone()),
+                        // Pruned between our put and our read: the slot is below
+                        // the latest, so the store moved on without us.
+                        None => Err(StateBackendError::SealOrder {
+                            epoch: walk.slot(),
+                            latest: self.latest_sealed.lock().unwrap().unwrap_or(0),
+                            reason: "the slot was sealed and pruned concurrently",
+                        }),
+                    }
                 }
             };
             if let Err(StateBackendError::StaleVersion { authoritative, .. }) = &step {
