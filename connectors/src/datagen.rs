@@ -345,6 +345,9 @@ mod tests {
         loop {
             match source.next().await.unwrap() {
                 SourceEvent::Batch(b) => out.push(b.changes.rows().clone()),
+                SourceEvent::Transaction { batches, .. } => {
+                    out.extend(batches.iter().map(|b| b.changes.rows().clone()))
+                }
                 SourceEvent::SplitEnd { .. } => break,
                 SourceEvent::Idle => {}
             }

@@ -65,6 +65,9 @@ pub enum ConnectorError {
         #[source]
         source: arrow::error::ArrowError,
     },
+    /// The source's input closed for good (the process is shutting down).
+    #[error("connector \"{connector}\" stopped: its input closed")]
+    Stopped { connector: String },
     /// Talking to the outside failed; worth retrying with backoff.
     #[error("connector \"{connector}\": {message}")]
     Transient { connector: String, message: String },
@@ -88,6 +91,7 @@ impl ConnectorError {
             Self::UnknownColumn { .. } => "42703",
             Self::BadPosition { .. } | Self::Arrow { .. } => "XX000",
             Self::Transient { .. } => "58000",
+            Self::Stopped { .. } => "57P01",
         }
     }
 

@@ -33,6 +33,15 @@ pub struct SourceBatch {
 #[derive(Debug, Clone)]
 pub enum SourceEvent {
     Batch(SourceBatch),
+    /// The batches of one upstream transaction (a table-log commit, a
+    /// replicated transaction), of one or several splits: an epoch
+    /// includes all of them or none. `position` is where the source as a
+    /// whole stands after it (a log sequence number); a transaction with
+    /// no batches for this source still moves it.
+    Transaction {
+        batches: Vec<SourceBatch>,
+        position: String,
+    },
     /// This split has no more input; its offset is final.
     SplitEnd {
         split: String,

@@ -443,6 +443,9 @@ impl Database {
     /// changes that follow it.
     pub async fn deploy_projection(&self, mut deployment: Deployment) -> Result<(), ServerError> {
         let current = self.quiesce().await;
+        // Every published commit has been handed to the runtime: the
+        // tables below are as of the latest.
+        deployment.tables_at = self.commit_seq();
         for source in &deployment.sources {
             if let (Some(def), Some(state)) = (
                 current.catalog.tables.get(&source.object),

@@ -231,6 +231,7 @@ pub(crate) fn deployment_of(
         sources: bindings,
         schema,
         tables: Default::default(),
+        tables_at: 0,
         sources_read,
         sink,
     })

@@ -1,8 +1,13 @@
 //! The runtime's task: takes commands in order, closes epochs, checkpoints.
 //!
-//! - Table changes arrive in LSN order ([`Command::Changes`]); the channel
-//!   is bounded, so a runtime that falls behind slows writers down instead
-//!   of growing memory.
+//! - Table changes arrive in LSN order from the table log's reader
+//!   ([`Command::TableLog`], one commit per message), external sources'
+//!   batches from theirs ([`Command::Source`]); both wait for room in the
+//!   bounded channel, so a runtime that falls behind slows its inputs down
+//!   instead of growing memory.
+//! - A deployment backfills from the tables as of a commit; it waits until
+//!   that commit is received, so the changes after it are exactly the ones
+//!   that reach it.
 //! - An epoch closes every barrier interval when rows are pending, when
 //!   pending changes pass [`EPOCH_ROW_BUDGET`] rows (bounded memory under a
 //!   burst), and for a [`Command::Barrier`] once its target is received.
@@ -16,14 +21,19 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use weir_common::{ChangeBatch, ObjectId};
+use weir_connectors::Offsets;
 
 use super::checkpoints::SealOutcome;
+use super::reader::TableLogCommit;
 use super::streams::{SourceMessage, Streams};
+use super::table_log;
 use super::{
     BarrierTarget, Checkpointer, Command, Deployment, EPOCH_ROW_BUDGET, RuntimeObserver, Shared,
-    TableLogCompaction, Tables,
 };
 use crate::{Coordinator, EngineError};
+
+/// Where a deployment's outcome goes.
+type DeployReply = oneshot::Sender<Result<(), EngineError>>;
 
 /// Everything the task owns.
 pub(super) struct Loop {
@@ -36,14 +46,17 @@ pub(super) struct Loop {
     /// open is in the tables deploys backfill from (or replayed by a
     /// restore), so it starts as received.
     pub received: u64,
-    /// The tables as of `received`.
-    pub tables: Tables,
-    pub compaction: Box<dyn TableLogCompaction>,
+    /// Seals for the table log's reader to acknowledge (compaction).
+    pub table_log_sealed: mpsc::UnboundedSender<(u64, Offsets)>,
+    /// The highest LSN the table log was told is sealed.
+    pub table_log_acked: u64,
     pub streams: Streams,
     /// The fingerprint of every deployed projection, stored with its state.
     pub fingerprints: HashMap<ObjectId, String>,
     /// Barriers whose target is not received yet.
     pub waiting: Vec<(BarrierTarget, oneshot::Sender<()>)>,
+    /// Deployments whose tables are as of a commit not received yet.
+    pub deploys_waiting: Vec<(Box<Deployment>, DeployReply)>,
     /// The checkpoint being written, if one is.
     pub sealing: Option<tokio::task::JoinHandle<SealOutcome>>,
 }
@@ -77,7 +90,7 @@ pub(super) async fn run(mut state: Loop) {
             }
         }
         state.start_checkpoint();
-        state.compact_table_log();
+        state.acknowledge_table_log();
     }
 }
 
@@ -107,23 +120,13 @@ impl Loop {
                     self.shared.covered.store(self.received, Ordering::Release);
                 }
             }
-            Some(Command::Changes(lsn, changes, after)) => {
-                for (table, change) in changes {
-                    self.coordinator.push(table, change);
-                }
-                self.received = lsn;
-                self.tables = after;
-                let position = self.position();
-                if self.coordinator.pending_rows() >= EPOCH_ROW_BUDGET
-                    || self.waiting.iter().any(|(t, _)| *t <= position)
-                {
-                    self.close().await;
-                }
-            }
+            Some(Command::TableLog(commit)) => self.commit_received(commit).await,
             Some(Command::Source(message)) => match message {
-                SourceMessage::Batch(reader, batch, _permit) => {
-                    if self.streams.received(reader, &batch) {
-                        self.coordinator.push(reader.source, batch.changes);
+                SourceMessage::Batch(reader, batches, _permit) => {
+                    for batch in batches {
+                        if self.streams.received(reader, &batch) {
+                            self.coordinator.push(reader.source, batch.changes);
+                        }
                     }
                     if self.coordinator.pending_rows() >= EPOCH_ROW_BUDGET {
                         self.close().await;
@@ -172,15 +175,11 @@ impl Loop {
                 let _ = reply.send(result.map(drop));
             }
             Some(Command::Deploy(deployment, reply)) => {
-                self.close().await;
-                let id = deployment.id;
-                let fingerprint = deployment.fingerprint.clone();
-                let result = self.deploy(*deployment).await;
-                if result.is_ok() {
-                    self.fingerprints.insert(id, fingerprint);
+                if deployment.tables_at > self.received {
+                    self.deploys_waiting.push((deployment, reply));
+                } else {
+                    self.deploy_now(deployment, reply).await;
                 }
-                *self.shared.view.write() = self.coordinator.view();
-                let _ = reply.send(result);
             }
             Some(Command::Drop(id)) => {
                 self.coordinator.drop_projection(id);
@@ -234,20 +233,63 @@ impl Loop {
         }
     }
 
-    /// Tables are snapshotted at an LSN whose projection state is sealed
-    /// (any LSN when there are no projections), so the log kept is what a
-    /// restore from the latest seal replays. `tables` is as of `received`,
-    /// so only when the epoch covers all received.
-    fn compact_table_log(&mut self) {
-        let covered = self.shared.covered.load(Ordering::Acquire);
-        if covered == self.received
-            && self.shared.recovered.load(Ordering::Acquire)
-            && self.checkpointer.fenced().is_none()
-            && (self.fingerprints.is_empty()
-                || self.checkpointer.last_sealed_lsn() == Some(covered))
-            && self.compaction.due(covered)
+    /// A commit from the table log's reader: its changes are pending in
+    /// the current epoch, and barriers and deployments waiting for it go on.
+    async fn commit_received(&mut self, commit: TableLogCommit) {
+        for batch in commit.batches {
+            match table_log::table_of(&batch.split) {
+                Some(table) => self.coordinator.push(table, batch.changes),
+                None => tracing::error!(split = %batch.split, "a table-log batch names no table"),
+            }
+        }
+        self.received = commit.lsn;
+        let position = self.position();
+        if self.coordinator.pending_rows() >= EPOCH_ROW_BUDGET
+            || self.waiting.iter().any(|(t, _)| *t <= position)
         {
-            self.compaction.compact(covered, self.tables.clone());
+            self.close().await;
+        }
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deploys_waiting)
+            .into_iter()
+            .partition(|(d, _)| d.tables_at <= self.received);
+        self.deploys_waiting = waiting;
+        for (deployment, reply) in ready {
+            self.deploy_now(deployment, reply).await;
+        }
+    }
+
+    /// Deploys after closing the epoch of everything received before.
+    async fn deploy_now(&mut self, deployment: Box<Deployment>, reply: DeployReply) {
+        self.close().await;
+        let id = deployment.id;
+        let fingerprint = deployment.fingerprint.clone();
+        let result = self.deploy(*deployment).await;
+        if result.is_ok() {
+            self.fingerprints.insert(id, fingerprint);
+        }
+        *self.shared.view.write() = self.coordinator.view();
+        let _ = reply.send(result);
+    }
+
+    /// Tells the table log how far it may compact: up to an LSN whose
+    /// projection state is sealed (any covered LSN when there are no
+    /// projections), so the log kept is what a restore from the latest
+    /// seal replays. Nothing before every projection is recovered.
+    fn acknowledge_table_log(&mut self) {
+        if !self.shared.recovered.load(Ordering::Acquire) || self.checkpointer.fenced().is_some() {
+            return;
+        }
+        let sealed = if self.fingerprints.is_empty() {
+            Some(self.shared.covered.load(Ordering::Acquire))
+        } else {
+            self.checkpointer.last_sealed_lsn()
+        };
+        if let Some(lsn) = sealed.filter(|lsn| *lsn > self.table_log_acked) {
+            self.table_log_acked = lsn;
+            let epoch = self.coordinator.view().epoch.0;
+            let _ = self
+                .table_log_sealed
+                .send((epoch, table_log::sealed_at(lsn)));
         }
     }
 
@@ -356,6 +398,7 @@ fn deploy(
         schema,
         tables,
         fingerprint: _,
+        tables_at: _,
         sources_read: _,
         sink,
     } = deployment;

@@ -4,9 +4,10 @@
 //!
 //! - [`Runtime`]: the handle the server holds (deploy, restore, drop,
 //!   barriers, table changes, status).
-//! - `epoch_loop`: the task. Inputs are the table log (a commit's changes,
-//!   positioned by LSN) and external sources (batches from [`streams`]'
-//!   readers, positioned by per-split offsets). An epoch closes every
+//! - `epoch_loop`: the task. Its inputs are sources, each read by one
+//!   reader task (`reader`): the table log (`table_log`, a [`Source`] whose
+//!   splits are the tables and whose offset is the LSN) and external
+//!   sources ([`streams`], positioned by per-split offsets). An epoch closes every
 //!   barrier interval, when pending changes pass [`EPOCH_ROW_BUDGET`] rows,
 //!   and on demand ([`Runtime::barrier`]): a barrier names the position it
 //!   must cover ([`BarrierTarget`]), and is answered by the first epoch that
@@ -23,13 +24,17 @@
 //!
 //! What the runtime needs from its host is behind two small traits:
 //! [`RuntimeObserver`] (metrics) and [`TableLogCompaction`] (what the table
-//! log does once a seal covers a position).
+//! log does once a seal covers a position: its source's `on_sealed`).
+//!
+//! [`Source`]: weir_connectors::Source
 
 pub mod checkpoints;
 mod compactor;
 mod epoch_loop;
+mod reader;
 mod restore;
 pub mod streams;
+mod table_log;
 #[cfg(test)]
 mod tests;
 
@@ -89,6 +94,9 @@ pub struct Deployment {
     /// Table contents to backfill from, in the columns projections read,
     /// as of the commit that created the projection.
     pub tables: HashMap<ObjectId, TableContents>,
+    /// The LSN `tables` are as of: the deployment waits until the runtime
+    /// has received that commit, and gets every change after it.
+    pub tables_at: u64,
     /// The sources the graph reads.
     pub sources_read: Vec<SourceToRead>,
     /// Set for a sink: its graph's output goes to this connector each
@@ -131,8 +139,8 @@ pub struct BarrierTarget {
 }
 
 pub(crate) enum Command {
-    /// A commit's LSN, its changes, and the tables after it.
-    Changes(u64, Vec<(ObjectId, ChangeBatch)>, Tables),
+    /// A commit, from the table log's reader.
+    TableLog(reader::TableLogCommit),
     /// From a source's reader task.
     Source(streams::SourceMessage),
     DropSource(ObjectId),
@@ -163,6 +171,8 @@ pub struct RuntimeConfig {
 /// The handle the host uses.
 pub struct Runtime {
     commands: mpsc::Sender<Command>,
+    /// The table log's inbox: commits, in LSN order.
+    table_log: mpsc::Sender<table_log::Commit>,
     shared: Arc<Shared>,
     checkpoint_log: Arc<parking_lot::Mutex<CheckpointLog>>,
 }
@@ -198,6 +208,22 @@ impl Runtime {
             shared.streams.clone(),
             config.sealed_streams,
         );
+        let (table_log, inbox) = mpsc::channel(CHANNEL_CAPACITY);
+        let (table_log_sealed, sealed) = mpsc::unbounded_channel();
+        let log_source = table_log::TableLogSource::open(
+            inbox,
+            config.last_lsn,
+            config.tables,
+            config.compaction,
+        );
+        let log_reader = reader::ReaderTask {
+            name: "table log".into(),
+            route: reader::Route::TableLog,
+            commands: commands.downgrade(),
+            stop: tokio_util::sync::CancellationToken::new(),
+            sealed,
+        };
+        handle.spawn(reader::read(log_reader, Ok(Box::new(log_source))));
         let checkpoint_log = Arc::default();
         let checkpointer = Checkpointer::new(
             config.state,
@@ -213,15 +239,17 @@ impl Runtime {
             checkpointer,
             coordinator,
             received: config.last_lsn,
-            tables: config.tables,
-            compaction: config.compaction,
+            table_log_sealed,
+            table_log_acked: 0,
             streams,
             fingerprints: HashMap::new(),
             waiting: Vec::new(),
+            deploys_waiting: Vec::new(),
             sealing: None,
         }));
         Self {
             commands,
+            table_log,
             shared,
             checkpoint_log,
         }
@@ -263,9 +291,17 @@ impl Runtime {
     }
 
     /// Hands a commit's table changes, and the tables after it, to the
-    /// runtime. Calls must come in LSN order.
+    /// table log's source. Calls must come in LSN order; a call waits while
+    /// the runtime is behind.
     pub async fn changes(&self, lsn: u64, changes: Vec<(ObjectId, ChangeBatch)>, tables: Tables) {
-        self.send(Command::Changes(lsn, changes, tables)).await;
+        let commit = table_log::Commit {
+            lsn,
+            changes,
+            tables,
+        };
+        if self.table_log.send(commit).await.is_err() {
+            tracing::error!("the table log's reader has stopped");
+        }
     }
 
     /// Deploys a projection or sink after closing the epoch of everything

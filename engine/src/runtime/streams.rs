@@ -20,19 +20,16 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
 use parking_lot::RwLock;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use weir_common::{ChangeBatch, ObjectId};
-use weir_connectors::{
-    ConnectorError, ConnectorKind, Offsets, Sink, SinkOpen, Source, SourceBatch, SourceEvent,
-    SourceOpen,
-};
+use weir_connectors::{ConnectorKind, Offsets, Sink, SinkOpen, SourceBatch};
 
 use super::Command;
+use super::reader::{ReaderTask, Route, open_source, read, read_up_to};
 use crate::EngineError;
 
 /// The seal key of a source's covered offsets.
@@ -120,9 +117,14 @@ pub struct ReaderId {
 
 /// What a reader task tells the loop.
 pub enum SourceMessage {
-    /// A batch, with the permit that bounds the reader's batches in
-    /// flight; dropping the message (once handled) returns it.
-    Batch(ReaderId, SourceBatch, tokio::sync::OwnedSemaphorePermit),
+    /// One batch, or the batches of one transaction (an epoch takes all or
+    /// none), with the permit that bounds the reader's batches in flight;
+    /// dropping the message (once handled) returns it.
+    Batch(
+        ReaderId,
+        Vec<SourceBatch>,
+        tokio::sync::OwnedSemaphorePermit,
+    ),
     /// Every split ended: the source is complete.
     Ended(ReaderId),
     /// The source cannot go on.
@@ -288,14 +290,14 @@ impl Streams {
                 source: source.id,
                 run: self.runs,
             };
-            tokio::spawn(read(
-                source.clone(),
-                reader,
-                offsets,
-                self.commands.clone(),
-                stop.clone(),
-                sealed_rx,
-            ));
+            let task = ReaderTask {
+                name: source.name.clone(),
+                route: Route::Source(reader),
+                commands: self.commands.clone(),
+                stop: stop.clone(),
+                sealed: sealed_rx,
+            };
+            tokio::spawn(read(task, open_source(source, &offsets, None)));
             self.readers.insert(
                 source.id,
                 Reader {
@@ -565,133 +567,5 @@ impl Streams {
         self.received.remove(&id);
         self.covered.remove(&id);
         self.status.write().sources.remove(&id);
-    }
-}
-
-/// Replays `source` from offset 0 up to `target` and collects its rows.
-async fn read_up_to(source: &SourceToRead, target: &Offsets) -> Result<ChangeBatch, EngineError> {
-    let empty = Offsets::new();
-    let mut reader = open_source(source, &empty, Some(target))?;
-    let splits = reader.splits();
-    let mut ended: HashSet<String> = HashSet::new();
-    let mut parts: Vec<ChangeBatch> = Vec::new();
-    while ended.len() < splits.len() {
-        match reader.next().await? {
-            SourceEvent::Batch(batch) => parts.push(batch.changes),
-            SourceEvent::SplitEnd { split } => {
-                ended.insert(split);
-            }
-            SourceEvent::Idle => {}
-        }
-    }
-    let schema = source.schema.clone();
-    Ok(crate::rows::concat_changes(&schema, &parts)?)
-}
-
-fn open_source(
-    source: &SourceToRead,
-    offsets: &Offsets,
-    until: Option<&Offsets>,
-) -> Result<Box<dyn Source>, ConnectorError> {
-    weir_connectors::connector(&source.connector, ConnectorKind::Source)?.open_source(SourceOpen {
-        name: &source.name,
-        schema: source.schema.clone(),
-        options: &source.options,
-        offsets,
-        until,
-    })
-}
-
-/// Batches one reader may have queued for the loop. The loop's command
-/// queue is sized for commits; a source batch is thousands of rows, so
-/// each reader is held to a few in flight (bounded memory, and commits
-/// are not queued behind a flood of source rows).
-const BATCHES_IN_FLIGHT: usize = 16;
-
-/// Restart backoff after retryable errors: 3 s doubling up to 30 s.
-fn backoff(failures: u32) -> Duration {
-    Duration::from_secs(3u64.saturating_mul(1 << failures.min(4)).min(30))
-}
-
-/// The shared reader of one source: batches go to the loop in order.
-async fn read(
-    def: SourceToRead,
-    id: ReaderId,
-    offsets: Offsets,
-    commands: mpsc::WeakSender<Command>,
-    stop: CancellationToken,
-    mut sealed: mpsc::UnboundedReceiver<(u64, Offsets)>,
-) {
-    let send = |message: SourceMessage| {
-        let commands = commands.clone();
-        async move {
-            match commands.upgrade() {
-                Some(tx) => tx.send(Command::Source(message)).await.is_ok(),
-                None => false,
-            }
-        }
-    };
-    let mut source = match open_source(&def, &offsets, None) {
-        Ok(s) => s,
-        Err(e) => {
-            send(SourceMessage::Failed(id, e.to_string())).await;
-            return;
-        }
-    };
-    let splits: HashSet<String> = source.splits().into_iter().collect();
-    let mut ended: HashSet<String> = HashSet::new();
-    let in_flight = Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT));
-    let mut failures = 0u32;
-    loop {
-        while let Ok((epoch, offsets)) = sealed.try_recv() {
-            if let Err(e) = source.on_sealed(epoch, &offsets).await {
-                tracing::warn!(source = %def.name, error = %e, "acknowledging a seal upstream failed");
-            }
-        }
-        let event = tokio::select! {
-            _ = stop.cancelled() => return,
-            event = source.next() => event,
-        };
-        let delivered = match event {
-            Ok(SourceEvent::Batch(batch)) => {
-                failures = 0;
-                let permit = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    permit = in_flight.clone().acquire_owned() => match permit {
-                        Ok(p) => p,
-                        Err(_) => return,
-                    },
-                };
-                send(SourceMessage::Batch(id, batch, permit)).await
-            }
-            Ok(SourceEvent::SplitEnd { split }) => {
-                ended.insert(split);
-                if ended.is_superset(&splits) {
-                    send(SourceMessage::Ended(id)).await
-                } else {
-                    true
-                }
-            }
-            Ok(SourceEvent::Idle) => true,
-            Err(e) if e.is_retryable() => {
-                let wait = backoff(failures);
-                failures += 1;
-                tracing::warn!(source = %def.name, error = %e, ?wait, "source failed; retrying");
-                if !send(SourceMessage::Retrying(id, e.to_string())).await {
-                    return;
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(wait) => true,
-                }
-            }
-            Err(e) => {
-                send(SourceMessage::Failed(id, e.to_string())).await;
-                return;
-            }
-        };
-        if !delivered {
-            return;
-        }
     }
 }

@@ -81,6 +81,7 @@ fn copy_of_table() -> Deployment {
         }],
         schema: schema(ROWS),
         tables: HashMap::new(),
+        tables_at: 0,
         sources_read: Vec::new(),
         sink: None,
     }
@@ -273,5 +274,40 @@ async fn chains_compacted_in_the_background_restore_the_same_result() {
             .await
             .unwrap();
         assert_eq!(result(&restored), expected, "prefetched: {prefetch}");
+    }
+}
+
+/// A deployment's tables are as of a commit that may still be on its way
+/// from the table log's reader: it waits for that commit, so the commit's
+/// rows are counted once (from the backfill), not again as a change.
+#[tokio::test]
+async fn a_deployment_waits_for_the_commit_its_tables_are_as_of() {
+    let state = Arc::new(
+        ObjectStateBackend::claim(Arc::new(InMemory::new()), "state", "test")
+            .await
+            .unwrap(),
+    );
+    let runtime = start(state, Duration::from_secs(3600)).await;
+    let mut table = crate::TableState::new(schema(ROWS), vec![0]).unwrap();
+    table.apply(&change(ROWS, "a +1")).unwrap();
+    for round in 0..20 {
+        let lsn = round + 1;
+        runtime.changes(lsn, write("a"), Arc::default()).await;
+        let mut deployment = copy_of_table();
+        deployment.tables.insert(
+            TABLE,
+            TableContents {
+                state: table.clone(),
+                user_columns: 1,
+            },
+        );
+        deployment.tables_at = lsn;
+        runtime.deploy(deployment).await.unwrap();
+        runtime
+            .barrier(BarrierTarget { table_lsn: lsn })
+            .await
+            .unwrap();
+        assert_eq!(result(&runtime), ["a +1"], "round {round}");
+        runtime.drop_projection(PROJECTION).await;
     }
 }

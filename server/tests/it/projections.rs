@@ -559,50 +559,56 @@ async fn the_table_log_is_truncated_behind_table_snapshots_and_disk_stays_bounde
         .await
         .expect("setup");
     let log_file = server.data_dir().join("tablelog").join("table.log");
-    // A steady update load over the same rows: the log grows by every
-    // update, but compaction keeps it near the size of the changes since
-    // the last table snapshot.
+    // The bytes ever logged: a truncated log starts with `WEIRLOG1` and
+    // the LSN it starts at, and holds what follows its 16-byte header.
+    let logged = || {
+        let head = std::fs::read(&log_file).expect("read the table log");
+        assert_eq!(
+            &head[..8],
+            b"WEIRLOG1",
+            "the log was rewritten by truncation"
+        );
+        u64::from_le_bytes(head[8..16].try_into().unwrap()) + head.len() as u64 - 16
+    };
+    // A steady update load over the same rows that never pauses: the log
+    // grows by every update, but compaction behind each seal keeps it near
+    // the size of the changes since the last table snapshot (it must not
+    // wait for a moment when every commit is in a closed epoch).
+    let update = |round: u64| {
+        format!(
+            "UPDATE pr_items SET v = v + 1; INSERT INTO pr_items VALUES ({}, 'z', {round}) ON CONFLICT (id) DO UPDATE SET v = excluded.v",
+            10 + round % 20
+        )
+    };
+    // Until the first snapshot (the first seal after the start, whenever
+    // that comes), then measured.
+    let mut round = 0;
+    while !server
+        .log()
+        .contains("tables snapshotted; the table log before it is truncated")
+    {
+        client.batch_execute(&update(round)).await.expect("update");
+        round += 1;
+        assert!(
+            round < 5_000,
+            "no table snapshot was taken in 5000 commits\n{}",
+            server.log_tail()
+        );
+    }
+    let start = logged();
     let mut largest = 0u64;
-    for round in 0..300 {
-        client
-            .batch_execute(&format!(
-                "UPDATE pr_items SET v = v + 1; INSERT INTO pr_items VALUES ({}, 'z', {round}) ON CONFLICT (id) DO UPDATE SET v = excluded.v",
-                10 + round % 20
-            ))
-            .await
-            .expect("update");
-        if round % 10 == 0 {
-            tokio::time::sleep(Duration::from_millis(60)).await;
-        }
+    for _ in 0..300 {
+        client.batch_execute(&update(round)).await.expect("update");
+        round += 1;
         largest = largest.max(std::fs::metadata(&log_file).map_or(0, |m| m.len()));
     }
-    client.batch_execute("FLUSH").await.expect("flush");
-    crate::harness::eventually(
-        Duration::from_secs(10),
-        "a table snapshot truncates the log",
-        || async {
-            server
-                .log()
-                .contains("tables snapshotted; the table log before it is truncated")
-                .then_some(())
-        },
-    )
-    .await;
-    // A truncated log starts with `WEIRLOG1` and the LSN it starts at: the
-    // bytes ever logged are that plus what follows the 16-byte header.
-    let head = std::fs::read(&log_file).expect("read the table log");
-    assert_eq!(
-        &head[..8],
-        b"WEIRLOG1",
-        "the log was rewritten by truncation"
-    );
-    let base = u64::from_le_bytes(head[8..16].try_into().unwrap());
-    let logged = base + head.len() as u64 - 16;
+    let during = logged() - start;
     assert!(
-        largest * 4 < logged,
-        "the table log file reached {largest} bytes of {logged} ever logged: it is not kept small\n{}",
+        largest * 4 < during,
+        "the table log file reached {largest} bytes while {during} were logged: it is not kept small\n{}",
         server.log_tail()
     );
+    client.batch_execute("FLUSH").await.expect("flush");
     let expected = rows(&client, "SELECT * FROM pr_items").await;
     let projection = rows(&client, "SELECT * FROM pr_by_g").await;
     assert_eq!(projection, rows(&client, QUERY).await);

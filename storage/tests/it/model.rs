@@ -109,6 +109,9 @@ fn a_takeover_into_a_pruned_hole_moves_to_the_top() {
     m.apply(&Action::Step(1)); // the old leader's put at 3 loses
     assert!(m.leaders[1].deposed);
     let top = m.store.seals.values().last().unwrap();
-    assert_eq!((top.epoch, top.kind, top.generation), (3, SealKind::Takeover, 2));
+    assert_eq!(
+        (top.epoch, top.kind, top.generation),
+        (3, SealKind::Takeover, 2)
+    );
     m.store.check().unwrap();
 }

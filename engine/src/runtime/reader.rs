@@ -1,0 +1,227 @@
+//! The reader task: the one consumer of a running [`Source`], for an
+//! external source object and for the table log alike.
+//!
+//! It pulls the source, hands each batch (or each transaction's batches,
+//! as one message, so an epoch takes all or none of them) to the loop
+//! through the loop's bounded command channel, and passes every seal the
+//! loop reports back to the source's `on_sealed`. Retryable errors back off
+//! and try again; others end the reader and say why. What differs between
+//! the two kinds of reader is only where the messages go ([`Route`]).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use weir_common::ChangeBatch;
+use weir_connectors::{
+    ConnectorError, ConnectorKind, Offsets, Source, SourceBatch, SourceEvent, SourceOpen,
+};
+
+use super::Command;
+use super::streams::{ReaderId, SourceMessage, SourceToRead};
+use crate::EngineError;
+
+/// Batches one reader may have queued for the loop. The loop's command
+/// queue is sized for commits; a source batch is thousands of rows, so
+/// each reader is held to a few in flight (bounded memory, and commits
+/// are not queued behind a flood of source rows).
+const BATCHES_IN_FLIGHT: usize = 16;
+
+/// Where a reader's messages go.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Route {
+    /// An external source object, by its current reader run.
+    Source(ReaderId),
+    /// The table log: its batches are table changes positioned by LSN.
+    TableLog,
+}
+
+/// What the table log's reader hands the loop: one commit.
+pub(crate) struct TableLogCommit {
+    /// The commit's LSN: the table log's position after it.
+    pub lsn: u64,
+    /// Its changes, one batch per table (the split names the table).
+    pub batches: Vec<SourceBatch>,
+    /// Returned to the reader when the loop drops the message.
+    pub _permit: OwnedSemaphorePermit,
+}
+
+/// One running reader.
+pub(super) struct ReaderTask {
+    /// For logs.
+    pub name: String,
+    pub route: Route,
+    pub commands: mpsc::WeakSender<Command>,
+    pub stop: CancellationToken,
+    /// Seals that cover this source: `(epoch, offsets)`, in epoch order.
+    pub sealed: mpsc::UnboundedReceiver<(u64, Offsets)>,
+}
+
+/// Restart backoff after retryable errors: 3 s doubling up to 30 s.
+fn backoff(failures: u32) -> Duration {
+    Duration::from_secs(3u64.saturating_mul(1 << failures.min(4)).min(30))
+}
+
+impl ReaderTask {
+    async fn send(&self, command: Command) -> bool {
+        match self.commands.upgrade() {
+            Some(tx) => tx.send(command).await.is_ok(),
+            None => false,
+        }
+    }
+
+    /// Tells the loop about the source's state; the table log has none to
+    /// show, so its reader only logs.
+    async fn report(&self, message: impl FnOnce(ReaderId) -> SourceMessage) -> bool {
+        match self.route {
+            Route::Source(id) => self.send(Command::Source(message(id))).await,
+            Route::TableLog => true,
+        }
+    }
+
+    /// Hands the loop one batch or one transaction's batches.
+    async fn deliver(
+        &self,
+        batches: Vec<SourceBatch>,
+        position: Option<String>,
+        permit: OwnedSemaphorePermit,
+    ) -> bool {
+        match self.route {
+            Route::Source(id) => {
+                self.send(Command::Source(SourceMessage::Batch(id, batches, permit)))
+                    .await
+            }
+            Route::TableLog => {
+                let position = position.or_else(|| batches.last().map(|b| b.offset.clone()));
+                let Some(lsn) = position.and_then(|p| p.parse::<u64>().ok()) else {
+                    tracing::error!("the table log produced a batch without an LSN");
+                    return false;
+                };
+                let commit = TableLogCommit {
+                    lsn,
+                    batches,
+                    _permit: permit,
+                };
+                self.send(Command::TableLog(commit)).await
+            }
+        }
+    }
+}
+
+/// Runs a reader of `source` (or of why it could not be opened) until it
+/// is stopped, its source ends or fails, or the loop is gone.
+pub(super) async fn read(mut task: ReaderTask, source: Result<Box<dyn Source>, ConnectorError>) {
+    let mut source = match source {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(source = %task.name, error = %e, "opening a source failed");
+            task.report(|id| SourceMessage::Failed(id, e.to_string()))
+                .await;
+            return;
+        }
+    };
+    let splits: HashSet<String> = source.splits().into_iter().collect();
+    let mut ended: HashSet<String> = HashSet::new();
+    let in_flight = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
+    let mut failures = 0u32;
+    loop {
+        while let Ok((epoch, offsets)) = task.sealed.try_recv() {
+            if let Err(e) = source.on_sealed(epoch, &offsets).await {
+                tracing::warn!(source = %task.name, error = %e, "acknowledging a seal upstream failed");
+            }
+        }
+        let event = tokio::select! {
+            _ = task.stop.cancelled() => return,
+            event = source.next() => event,
+        };
+        let (batches, position) = match event {
+            Ok(SourceEvent::Batch(batch)) => (vec![batch], None),
+            Ok(SourceEvent::Transaction { batches, position }) => (batches, Some(position)),
+            Ok(SourceEvent::SplitEnd { split }) => {
+                ended.insert(split);
+                if ended.is_superset(&splits) && !task.report(SourceMessage::Ended).await {
+                    return;
+                }
+                continue;
+            }
+            Ok(SourceEvent::Idle) => continue,
+            Err(e) if e.is_retryable() => {
+                let wait = backoff(failures);
+                failures += 1;
+                tracing::warn!(source = %task.name, error = %e, ?wait, "source failed; retrying");
+                if !task
+                    .report(|id| SourceMessage::Retrying(id, e.to_string()))
+                    .await
+                {
+                    return;
+                }
+                tokio::select! {
+                    _ = task.stop.cancelled() => return,
+                    _ = tokio::time::sleep(wait) => continue,
+                }
+            }
+            Err(e) => {
+                if !matches!(e, ConnectorError::Stopped { .. }) {
+                    tracing::error!(source = %task.name, error = %e, "source failed");
+                }
+                task.report(|id| SourceMessage::Failed(id, e.to_string()))
+                    .await;
+                return;
+            }
+        };
+        failures = 0;
+        let permit = tokio::select! {
+            _ = task.stop.cancelled() => return,
+            permit = in_flight.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+        };
+        if !task.deliver(batches, position, permit).await {
+            return;
+        }
+    }
+}
+
+/// Replays `source` from offset 0 up to `target` and collects its rows.
+pub(super) async fn read_up_to(
+    source: &SourceToRead,
+    target: &Offsets,
+) -> Result<ChangeBatch, EngineError> {
+    let empty = Offsets::new();
+    let mut reader = open_source(source, &empty, Some(target))?;
+    let splits = reader.splits();
+    let mut ended: HashSet<String> = HashSet::new();
+    let mut parts: Vec<ChangeBatch> = Vec::new();
+    while ended.len() < splits.len() {
+        match reader.next().await? {
+            SourceEvent::Batch(batch) => parts.push(batch.changes),
+            SourceEvent::Transaction { batches, .. } => {
+                parts.extend(batches.into_iter().map(|b| b.changes))
+            }
+            SourceEvent::SplitEnd { split } => {
+                ended.insert(split);
+            }
+            SourceEvent::Idle => {}
+        }
+    }
+    let schema = source.schema.clone();
+    crate::rows::concat_changes(&schema, &parts)
+}
+
+/// Opens an external source's connector at `offsets`.
+pub(super) fn open_source(
+    source: &SourceToRead,
+    offsets: &Offsets,
+    until: Option<&Offsets>,
+) -> Result<Box<dyn Source>, ConnectorError> {
+    weir_connectors::connector(&source.connector, ConnectorKind::Source)?.open_source(SourceOpen {
+        name: &source.name,
+        schema: source.schema.clone(),
+        options: &source.options,
+        offsets,
+        until,
+    })
+}
