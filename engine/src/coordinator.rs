@@ -343,6 +343,31 @@ impl Coordinator {
         Ok(out)
     }
 
+    /// Publishes a projection that cannot be maintained as failed with
+    /// `reason`, with an empty result and no graph: reading it gives the
+    /// reason, projections over it fail too, and nothing of it is
+    /// checkpointed. [`Self::drop_projection`] removes it.
+    pub fn deploy_failed(
+        &mut self,
+        id: ObjectId,
+        output_schema: SchemaRef,
+        reason: String,
+    ) -> Result<(), EngineError> {
+        let mut view = (*self.view).clone();
+        view.projections.insert(
+            id,
+            ProjectionView {
+                result: Materialized::new(output_schema)?,
+                failure: Some(reason),
+                last_epoch: self.epoch,
+                rows_in: 0,
+                rows_out: 0,
+            },
+        );
+        self.view = Arc::new(view);
+        Ok(())
+    }
+
     /// Makes a deployment (restored with
     /// [`Self::deploy_for_restore`]) emit its output instead of keeping it.
     pub fn set_emitting(&mut self, id: ObjectId) {

@@ -147,6 +147,11 @@ impl PlanContext {
                     connector: def.connector.clone(),
                     options: def.options.clone(),
                     schema: def.arrow_schema(),
+                    replayable: weir_connectors::connector(
+                        &def.connector,
+                        weir_connectors::ConnectorKind::Source,
+                    )
+                    .is_ok_and(|c| c.spec().capabilities.replayable),
                 });
             }
         }
@@ -234,6 +239,7 @@ pub(crate) fn deployment_of(
         tables_at: 0,
         sources_read,
         sink,
+        rebuilt: false,
     })
 }
 

@@ -102,7 +102,13 @@ pub async fn recover(db: Arc<Database>) {
         // Planned again over the catalog as it is now, after what was
         // rebuilt before it.
         let deployed = match object.plan(&db).await {
-            Ok(deployment) => db.deploy_projection(deployment).await,
+            Ok(deployment) => {
+                db.deploy_projection(Deployment {
+                    rebuilt: true,
+                    ..deployment
+                })
+                .await
+            }
             Err(e) => Err(e),
         };
         match deployed {

@@ -264,9 +264,10 @@ impl Loop {
         let id = deployment.id;
         let fingerprint = deployment.fingerprint.clone();
         let result = self.deploy(*deployment).await;
-        if result.is_ok() {
+        if let Ok(Deployed::Running) = result {
             self.fingerprints.insert(id, fingerprint);
         }
+        let result = result.map(drop);
         *self.shared.view.write() = self.coordinator.view();
         let _ = reply.send(result);
     }
@@ -317,8 +318,20 @@ impl Loop {
     /// Deploys a projection or sink (with nothing pending), backfilled from
     /// its tables and from its sources up to what was received; starts
     /// reading its sources and opens its sink.
-    async fn deploy(&mut self, deployment: Deployment) -> Result<(), EngineError> {
+    async fn deploy(&mut self, deployment: Deployment) -> Result<Deployed, EngineError> {
         let id = deployment.id;
+        if deployment.rebuilt
+            && let Some(reason) = self.cannot_rebuild(&deployment)
+        {
+            tracing::error!(object = %id, %reason, "deployed as failed");
+            match &deployment.sink {
+                Some(_) => self.streams.sink_failed(id, &reason),
+                None => self
+                    .coordinator
+                    .deploy_failed(id, deployment.schema, reason)?,
+            }
+            return Ok(Deployed::Failed);
+        }
         let sources = self
             .streams
             .backfills(&deployment.sources_read)
@@ -341,8 +354,27 @@ impl Loop {
             let epoch = self.coordinator.view().epoch.0;
             self.streams.open_sink(id, &sink, deployed, epoch).await;
         }
-        Ok(())
+        Ok(Deployed::Running)
     }
+
+    /// Why a rebuilt deployment cannot be built from its inputs, if it
+    /// cannot: a source it reads cannot replay what was read before, or a
+    /// projection it reads failed.
+    fn cannot_rebuild(&self, deployment: &Deployment) -> Option<String> {
+        let view = self.coordinator.view();
+        let failed_input = deployment.sources.iter().find_map(|s| {
+            let failure = view.projections.get(&s.object)?.failure.as_ref()?;
+            Some(format!("a projection it reads failed: {failure}"))
+        });
+        failed_input.or_else(|| self.streams.cannot_replay(&deployment.sources_read))
+    }
+}
+
+/// What became of a deployment.
+enum Deployed {
+    Running,
+    /// Deployed as failed; nothing of it runs.
+    Failed,
 }
 
 fn invariant(message: String) -> EngineError {
@@ -401,6 +433,7 @@ fn deploy(
         tables_at: _,
         sources_read: _,
         sink,
+        rebuilt: _,
     } = deployment;
     let contents = |object: ObjectId| -> Result<Option<ChangeBatch>, EngineError> {
         if let Some(rows) = source_contents.get(&object) {

@@ -102,6 +102,11 @@ pub struct Deployment {
     /// Set for a sink: its graph's output goes to this connector each
     /// epoch instead of being kept as a result.
     pub sink: Option<SinkToOpen>,
+    /// Set when a start rebuilds the deployment because its state could
+    /// not be restored: it must see its whole input again, so over a
+    /// source that cannot replay it is deployed failed (never built from
+    /// a partial input), as it is when a projection it reads failed.
+    pub rebuilt: bool,
 }
 
 /// A table's state and how to turn it into the columns projections read.

@@ -8,8 +8,11 @@
 //!   bounded command channel, so a slow loop slows the reader.
 //! - A projection or sink deployed over a source that is already being
 //!   read backfills from offset 0 up to the received offsets with a
-//!   private reader (every connector here is replayable), then follows
-//!   the shared reader.
+//!   private reader, then follows the shared reader. Over a source that
+//!   cannot replay it starts at the shared reader's position (CREATE says
+//!   so); rebuilt after a start over such a source that was read before,
+//!   it is failed instead ([`Streams::cannot_replay`]): its input before
+//!   the sealed offsets is gone, and a result of the rest would be wrong.
 //! - Each closed epoch fixes the *covered* offsets (everything received is
 //!   in it), writes each sink's share of the epoch and pre-commits every
 //!   sink. A seal records the covered offsets (`source:<id>`) and the
@@ -50,6 +53,10 @@ pub struct SourceToRead {
     pub connector: String,
     pub options: BTreeMap<String, String>,
     pub schema: SchemaRef,
+    /// The connector's `replayable` capability: it can read its rows again
+    /// from offset 0. A deployment over a source that cannot replay starts
+    /// at the shared reader's position instead of backfilling.
+    pub replayable: bool,
 }
 
 /// The connector a sink deployment writes to.
@@ -252,6 +259,7 @@ impl Streams {
         // (sinks are not `Sync`).
         let targets: Vec<(SourceToRead, Offsets)> = sources
             .iter()
+            .filter(|s| s.replayable)
             .filter_map(|s| {
                 let target = self.received.get(&s.id).filter(|o| !o.is_empty())?;
                 Some((s.clone(), target.clone()))
@@ -264,6 +272,20 @@ impl Streams {
             }
             Ok(out)
         }
+    }
+
+    /// The first of `sources` that cannot replay and was read before (in
+    /// this run or before the seal the loop started from), with why a
+    /// deployment that must read it from the start cannot be built.
+    pub fn cannot_replay(&self, sources: &[SourceToRead]) -> Option<String> {
+        let source = sources
+            .iter()
+            .find(|s| !s.replayable && self.received.get(&s.id).is_some_and(|o| !o.is_empty()))?;
+        Some(format!(
+            "its state could not be restored and source {} cannot replay the rows read before; \
+             DROP and CREATE it again to start from the source's current position",
+            source.name
+        ))
     }
 
     /// Starts reading the sources of a deployment that nothing read yet.
@@ -457,7 +479,9 @@ impl Streams {
         }
     }
 
-    fn sink_failed(&mut self, id: ObjectId, error: &str) {
+    /// Marks a sink failed with `error` (shown in `weir_catalog.sinks`);
+    /// it gets nothing more to write.
+    pub fn sink_failed(&mut self, id: ObjectId, error: &str) {
         tracing::error!(sink = %id, %error, "sink failed");
         if let Some(slot) = self.sinks.get_mut(&id) {
             slot.failed = true;

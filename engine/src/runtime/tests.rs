@@ -64,26 +64,32 @@ async fn claim(store: Arc<dyn ObjectStore>, instance: &str) -> Arc<ObjectStateBa
 
 /// A projection that is its table (a one-input union).
 fn copy_of_table() -> Deployment {
+    copy_of(PROJECTION, TABLE, ROWS)
+}
+
+/// A projection `id` that is its one input `object` of columns `columns`.
+fn copy_of(id: ObjectId, object: ObjectId, columns: &str) -> Deployment {
     let mut graph = Graph::new(1);
     graph
         .add(
-            Box::new(Union::new(1, schema(ROWS))),
+            Box::new(Union::new(1, schema(columns))),
             vec![Input::Source(0)],
         )
         .unwrap();
     Deployment {
-        id: PROJECTION,
-        fingerprint: crate::state_fingerprint(&graph, &schema(ROWS)),
+        id,
+        fingerprint: crate::state_fingerprint(&graph, &schema(columns)),
         graph,
         sources: vec![SourceBinding {
-            object: TABLE,
-            schema: schema(ROWS),
+            object,
+            schema: schema(columns),
         }],
-        schema: schema(ROWS),
+        schema: schema(columns),
         tables: HashMap::new(),
         tables_at: 0,
         sources_read: Vec::new(),
         sink: None,
+        rebuilt: false,
     }
 }
 
@@ -310,4 +316,132 @@ async fn a_deployment_waits_for_the_commit_its_tables_are_as_of() {
         assert_eq!(result(&runtime), ["a +1"], "round {round}");
         runtime.drop_projection(PROJECTION).await;
     }
+}
+
+const SOURCE: ObjectId = ObjectId(3);
+const LATE: ObjectId = ObjectId(4);
+const SOURCE_ROWS: &str = "k int";
+
+/// A `datagen` source of the ten rows 1..=10, declared replayable or not.
+fn ten_rows(replayable: bool) -> SourceToRead {
+    SourceToRead {
+        id: SOURCE,
+        name: "public.ten".into(),
+        connector: "datagen".into(),
+        options: [("max_rows", "10"), ("fields.k.kind", "sequence")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        schema: schema(SOURCE_ROWS),
+        replayable,
+    }
+}
+
+/// A projection `id` that is the source `source`.
+fn copy_of_source(id: ObjectId, source: SourceToRead) -> Deployment {
+    Deployment {
+        sources_read: vec![source],
+        ..copy_of(id, SOURCE, SOURCE_ROWS)
+    }
+}
+
+fn row_count(runtime: &Runtime, id: ObjectId) -> usize {
+    runtime.view().projections[&id].result.row_count() as usize
+}
+
+/// The rows a projection created after a source's ten rows were read
+/// holds: backfilled when the source can replay, none when it cannot.
+async fn late_projection_rows(replayable: bool) -> usize {
+    let state = claim(Arc::new(InMemory::new()), "test").await;
+    let runtime = Arc::new(start(state, Duration::from_millis(20)).await);
+    runtime
+        .deploy(copy_of_source(PROJECTION, ten_rows(replayable)))
+        .await
+        .unwrap();
+    for _ in 0..500 {
+        if row_count(&runtime, PROJECTION) == 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(row_count(&runtime, PROJECTION), 10);
+    runtime
+        .deploy(copy_of_source(LATE, ten_rows(replayable)))
+        .await
+        .unwrap();
+    row_count(&runtime, LATE)
+}
+
+#[tokio::test]
+async fn a_late_projection_over_a_source_that_cannot_replay_starts_at_the_readers_position() {
+    assert_eq!(late_projection_rows(true).await, 10);
+    assert_eq!(late_projection_rows(false).await, 0);
+}
+
+/// A start from a seal that covered the source's first six rows, with
+/// the projection over it rebuilt (its state was not restored).
+async fn rebuilt_after_a_seal(replayable: bool) -> Arc<Runtime> {
+    let state = claim(Arc::new(InMemory::new()), "test").await;
+    let mut sealed = SealedStreams {
+        epoch: 1,
+        ..Default::default()
+    };
+    sealed
+        .offsets
+        .insert(SOURCE, [("0".to_string(), "6".to_string())].into());
+    let runtime = Runtime::start(
+        &tokio::runtime::Handle::current(),
+        RuntimeConfig {
+            barrier_interval: Duration::from_millis(20),
+            observer: Arc::new(Quiet),
+            state,
+            sealed_epoch: 1,
+            last_lsn: 0,
+            table_log_id: "log".into(),
+            tables: Arc::default(),
+            compaction: Box::new(KeepLog),
+            sealed_streams: sealed,
+        },
+    );
+    runtime
+        .deploy(Deployment {
+            rebuilt: true,
+            ..copy_of_source(PROJECTION, ten_rows(replayable))
+        })
+        .await
+        .unwrap();
+    Arc::new(runtime)
+}
+
+#[tokio::test]
+async fn a_rebuilt_projection_over_a_source_that_cannot_replay_is_failed_not_partial() {
+    // Replayable: rows 1..=6 are read again, then the reader goes on.
+    let runtime = rebuilt_after_a_seal(true).await;
+    for _ in 0..500 {
+        if row_count(&runtime, PROJECTION) == 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(row_count(&runtime, PROJECTION), 10);
+
+    let runtime = rebuilt_after_a_seal(false).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let view = runtime.view();
+    let projection = &view.projections[&PROJECTION];
+    let failure = projection.failure.as_deref().unwrap_or_default();
+    assert!(failure.contains("public.ten cannot replay"), "{failure}");
+    assert_eq!(projection.result.row_count(), 0);
+
+    // A projection over the failed one is failed too, not built empty.
+    let over = Deployment {
+        rebuilt: true,
+        ..copy_of(LATE, PROJECTION, SOURCE_ROWS)
+    };
+    runtime.deploy(over).await.unwrap();
+    let failure = runtime.view().projections[&LATE].failure.clone();
+    assert!(
+        failure.is_some_and(|f| f.contains("a projection it reads failed")),
+        "the projection over a failed one must fail"
+    );
 }

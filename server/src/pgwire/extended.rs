@@ -288,7 +288,9 @@ impl ExtendedQueryHandler for Conn {
             .await;
         let after = session.transaction_status();
         client.set_transaction_status(wire_status(after));
+        let notices = session.take_notices();
         drop(session);
+        super::simple::send_notices(client, notices).await?;
 
         match result.map_err(errors::to_pgwire)? {
             StatementResult::Rows { schema, batches } => {

@@ -15,7 +15,7 @@ use pgwire::api::query::{SimpleQueryHandler, send_ready_for_query};
 use pgwire::api::results::Response;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, PgWireConnectionState};
-use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::data::RowDescription;
 use pgwire::messages::response::{CommandComplete, EmptyQueryResponse};
@@ -59,6 +59,7 @@ impl SimpleQueryHandler for Conn {
         client.set_state(PgWireConnectionState::QueryInProgress);
         let mut session = self.session().await?;
         let results = session.execute_simple(&query.query).await;
+        send_notices(client, session.take_notices()).await?;
         for result in results {
             match send_result(client, result).await? {
                 Sent::Next => {}
@@ -175,6 +176,22 @@ where
 
 /// Sends an ErrorResponse for a statement error. Errors writing to the
 /// socket propagate; the statement error itself is consumed.
+/// Sends NOTICEs (SQLSTATE 00000) ahead of the results they came with.
+pub(crate) async fn send_notices<C>(client: &mut C, notices: Vec<String>) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    for message in notices {
+        let info = ErrorInfo::new("NOTICE".into(), "00000".into(), message);
+        client
+            .feed(PgWireBackendMessage::NoticeResponse(info.into()))
+            .await?;
+    }
+    Ok(())
+}
+
 async fn send_error<C>(client: &mut C, err: PgWireError) -> PgWireResult<()>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,

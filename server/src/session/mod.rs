@@ -134,6 +134,9 @@ pub struct Session {
     /// which read-your-writes waits for.
     last_write_seq: u64,
     point_queries: point_query::PointQueries,
+    /// NOTICEs raised by the statements run since the front end last
+    /// took them.
+    notices: Vec<String>,
 }
 
 impl Drop for Session {
@@ -144,6 +147,20 @@ impl Drop for Session {
 }
 
 impl Session {
+    /// The NOTICEs raised since the last call, if `client_min_messages`
+    /// lets notices through (as PostgreSQL filters them).
+    pub fn take_notices(&mut self) -> Vec<String> {
+        let notices = std::mem::take(&mut self.notices);
+        let level = self.vars.get("client_min_messages").unwrap_or_default();
+        let shown = level.starts_with("debug") || matches!(level.as_str(), "log" | "notice");
+        if shown { notices } else { Vec::new() }
+    }
+
+    /// Raises a NOTICE for the client.
+    pub(crate) fn notice(&mut self, message: String) {
+        self.notices.push(message);
+    }
+
     pub fn new(db: Arc<Database>, user: &str, database: &str) -> Session {
         let (pid, secret) = db.register_backend();
         let view = Arc::new(SessionView::new(
@@ -172,6 +189,7 @@ impl Session {
             after_copy: None,
             last_write_seq: 0,
             point_queries: Default::default(),
+            notices: Vec::new(),
         };
         session.apply_vars_to_planner();
         session
@@ -221,6 +239,8 @@ impl Session {
         // A COPY FROM STDIN whose data never came (a front end without the
         // COPY sub-protocol) must not leave its string's transaction open.
         self.abandon_after_copy();
+        // Notices a front end that shows none (Flight SQL) left behind.
+        self.notices.clear();
         let statements = match weir_planner::parse_sql(sql) {
             Ok(s) => s,
             Err(e) => {

@@ -89,6 +89,7 @@ impl Session {
         stmt: &PreparedStatement,
         params: Vec<ScalarValue>,
     ) -> Result<StatementResult, ServerError> {
+        self.notices.clear();
         let Some(statement) = &stmt.inner.statement else {
             return Ok(StatementResult::Empty);
         };

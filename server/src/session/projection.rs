@@ -159,9 +159,27 @@ impl Session {
     }
 
     /// Plans a committed projection and starts maintaining it.
-    pub(crate) async fn deploy(&self, def: &ProjectionDef) -> Result<(), ServerError> {
+    pub(crate) async fn deploy(&mut self, def: &ProjectionDef) -> Result<(), ServerError> {
         let deployment = self.plan_deployment(def).await?;
+        self.notice_sources_that_cannot_replay("projection", &def.qualified_name(), &deployment);
         self.db.deploy_projection(deployment).await
+    }
+
+    /// Says that `object` sees only the rows its sources that cannot
+    /// replay read from now on (the ones read before are gone).
+    pub(super) fn notice_sources_that_cannot_replay(
+        &mut self,
+        kind: &str,
+        object: &str,
+        deployment: &weir_engine::runtime::Deployment,
+    ) {
+        for source in deployment.sources_read.iter().filter(|s| !s.replayable) {
+            self.notice(format!(
+                "{kind} {object} reads source {}, whose connector cannot replay: it starts at the \
+                 source's current position and does not see the rows read before",
+                source.name
+            ));
+        }
     }
 
     /// Plans a committed projection into what the runtime deploys

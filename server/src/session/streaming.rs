@@ -328,8 +328,9 @@ impl Session {
     }
 
     /// Plans a committed sink and starts it.
-    pub(crate) async fn deploy_sink(&self, def: &SinkDef) -> Result<(), ServerError> {
+    pub(crate) async fn deploy_sink(&mut self, def: &SinkDef) -> Result<(), ServerError> {
         let deployment = self.plan_sink_deployment(def).await?;
+        self.notice_sources_that_cannot_replay("sink", &def.qualified_name(), &deployment);
         self.db.deploy_projection(deployment).await
     }
 
