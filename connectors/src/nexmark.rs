@@ -115,9 +115,11 @@ impl Connector for NexmarkConnector {
             generator: EventGenerator::new(config)
                 .with_type_filter(kind)
                 .with_offset(split.offset()),
-            kind,
-            schema: open.schema,
-            columns,
+            maker: BatchMaker {
+                kind,
+                schema: open.schema,
+                columns,
+            },
             split,
         }))
     }
@@ -208,12 +210,9 @@ pub(crate) fn schema_of(kind: EventType) -> SchemaRef {
 }
 
 struct NexmarkSource {
+    /// The crate's generator, positioned at the next event.
     generator: EventGenerator,
-    kind: EventType,
-    /// The declared columns.
-    schema: SchemaRef,
-    /// Per declared column, its index among the produced ones.
-    columns: Vec<usize>,
+    maker: BatchMaker,
     /// Events of this type emitted so far, and where to stop.
     split: GeneratorSplit,
 }
@@ -236,15 +235,62 @@ impl Source for NexmarkSource {
 
 impl NexmarkSource {
     /// The next `rows` events as a batch of the declared columns, and the
-    /// largest event time among them (µs).
+    /// largest event time among them (µs). A large batch is made in two
+    /// halves on two threads (the crate makes each event from its number
+    /// alone, so the second half starts from a generator moved to its
+    /// first event), joined in order. Making the next batch ahead on more
+    /// threads was measured too: on two cores it starves the epoch loop and
+    /// is slower (bench/README.md).
     fn generate(&mut self, rows: usize) -> Result<(RecordBatch, i64), ConnectorError> {
+        let start = self.generator.offset();
+        let (batch, max_time) = if rows >= PARALLEL_ROWS && *CORES > 1 {
+            let half = rows / 2;
+            let (generator, maker) = (&self.generator, &self.maker);
+            let second = move || generator.clone().with_offset(start + half as u64);
+            let (a, b) = std::thread::scope(|scope| {
+                let b = std::thread::Builder::new()
+                    .name("weir-nexmark".into())
+                    .spawn_scoped(scope, move || maker.make(second(), rows - half));
+                let a = maker.make(generator.clone(), half);
+                let b = match b {
+                    Ok(handle) => handle.join().unwrap_or_else(|_| Err(generator_panicked())),
+                    // No thread to be had: make it here.
+                    Err(_) => maker.make(second(), rows - half),
+                };
+                (a, b)
+            });
+            let ((a, a_time), (b, b_time)) = (a?, b?);
+            let batch = arrow::compute::concat_batches(&self.maker.schema, [&a, &b])
+                .map_err(|e| ConnectorError::arrow(NAME, e))?;
+            (batch, a_time.max(b_time))
+        } else {
+            self.maker.make(self.generator.clone(), rows)?
+        };
+        self.generator = std::mem::take(&mut self.generator).with_offset(start + rows as u64);
+        Ok((batch, max_time))
+    }
+}
+
+/// Turns events into batches of the declared columns.
+struct BatchMaker {
+    kind: EventType,
+    /// The declared columns.
+    schema: SchemaRef,
+    /// Per declared column, its index among the produced ones.
+    columns: Vec<usize>,
+}
+
+impl BatchMaker {
+    /// `rows` events from `generator` on, as a batch of the declared
+    /// columns, and the largest event time among them (µs).
+    fn make(
+        &self,
+        generator: EventGenerator,
+        rows: usize,
+    ) -> Result<(RecordBatch, i64), ConnectorError> {
         let mut columns = Columns::new(self.kind, rows);
         let mut max_time = i64::MIN;
-        for _ in 0..rows {
-            let event = self
-                .generator
-                .next()
-                .expect("the nexmark generator never ends");
+        for event in generator.take(rows) {
             max_time = max_time.max(columns.push(&event));
         }
         let produced = columns.finish();
@@ -252,6 +298,20 @@ impl NexmarkSource {
         let batch = RecordBatch::try_new(self.schema.clone(), arrays)
             .map_err(|e| ConnectorError::arrow(NAME, e))?;
         Ok((batch, max_time))
+    }
+}
+
+/// Rows of a batch from which it is made on two threads: a thread costs
+/// tens of microseconds, a few thousand events a millisecond or more.
+const PARALLEL_ROWS: usize = 4096;
+
+static CORES: LazyLock<usize> =
+    LazyLock::new(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+
+fn generator_panicked() -> ConnectorError {
+    ConnectorError::Transient {
+        connector: NAME.into(),
+        message: "the event generator's thread panicked".into(),
     }
 }
 
@@ -432,6 +492,40 @@ mod tests {
         );
         assert_eq!(events_of_type(&config, EventType::Bid, 5), 1);
         assert_eq!(events_of_type(&config, EventType::Auction, 2), 1);
+    }
+
+    /// Batches large enough to be made on two threads hold, every field, the crate's events in the crate's order, for
+    /// each type.
+    #[tokio::test]
+    async fn batches_made_on_two_threads_are_the_crates_events_in_order() {
+        for (event, kind, total) in [
+            ("person", EventType::Person, 500_000),
+            ("auction", EventType::Auction, 200_000),
+            ("bid", EventType::Bid, 50_000),
+        ] {
+            let mut source = open(event, &[("0", "7")], &total.to_string());
+            let batches = drain(&mut source).await;
+            assert!(batches.iter().any(|b| b.num_rows() >= PARALLEL_ROWS));
+            let got = arrow::compute::concat_batches(&schema_of(kind), &batches).unwrap();
+            let config = NexmarkConfig {
+                first_rate: 10_000_000,
+                next_rate: 10_000_000,
+                base_time: 1_700_000_000_000,
+                ..NexmarkConfig::default()
+            };
+            let rows = got.num_rows();
+            assert_eq!(rows as u64, events_of_type(&config, kind, total) - 7);
+            let mut columns = Columns::new(kind, rows);
+            for event in EventGenerator::new(config)
+                .with_type_filter(kind)
+                .with_offset(7)
+                .take(rows)
+            {
+                columns.push(&event);
+            }
+            let expected = RecordBatch::try_new(schema_of(kind), columns.finish()).unwrap();
+            assert_eq!(got, expected, "{event}");
+        }
     }
 
     #[tokio::test]
