@@ -71,6 +71,9 @@ pub enum ConnectorError {
     /// Talking to the outside failed; worth retrying with backoff.
     #[error("connector \"{connector}\": {message}")]
     Transient { connector: String, message: String },
+    /// The connector's code panicked (a bug): its object fails, alone.
+    #[error("connector \"{connector}\" panicked: {message}")]
+    Panicked { connector: String, message: String },
 }
 
 impl ConnectorError {
@@ -89,9 +92,22 @@ impl ConnectorError {
             | Self::WrongKind { .. } => "22023",
             Self::ColumnMismatch { .. } => "42804",
             Self::UnknownColumn { .. } => "42703",
-            Self::BadPosition { .. } | Self::Arrow { .. } => "XX000",
+            Self::BadPosition { .. } | Self::Arrow { .. } | Self::Panicked { .. } => "XX000",
             Self::Transient { .. } => "58000",
             Self::Stopped { .. } => "57P01",
+        }
+    }
+
+    /// The error for a panic caught in `connector`'s code.
+    pub fn panicked(connector: &str, panic: &(dyn std::any::Any + Send)) -> Self {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into());
+        Self::Panicked {
+            connector: connector.to_string(),
+            message,
         }
     }
 

@@ -253,7 +253,9 @@ impl NexmarkSource {
                     .spawn_scoped(scope, move || maker.make(second(), rows - half));
                 let a = maker.make(generator.clone(), half);
                 let b = match b {
-                    Ok(handle) => handle.join().unwrap_or_else(|_| Err(generator_panicked())),
+                    Ok(handle) => handle
+                        .join()
+                        .unwrap_or_else(|panic| Err(ConnectorError::panicked(NAME, &*panic))),
                     // No thread to be had: make it here.
                     Err(_) => maker.make(second(), rows - half),
                 };
@@ -307,13 +309,6 @@ const PARALLEL_ROWS: usize = 4096;
 
 static CORES: LazyLock<usize> =
     LazyLock::new(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-
-fn generator_panicked() -> ConnectorError {
-    ConnectorError::Transient {
-        connector: NAME.into(),
-        message: "the event generator's thread panicked".into(),
-    }
-}
 
 fn micros(ms: u64) -> i64 {
     (ms as i64).saturating_mul(1000)

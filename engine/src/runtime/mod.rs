@@ -223,6 +223,7 @@ impl Runtime {
         );
         let log_reader = reader::ReaderTask {
             name: "table log".into(),
+            connector: "table log".into(),
             route: reader::Route::TableLog,
             commands: commands.downgrade(),
             stop: tokio_util::sync::CancellationToken::new(),

@@ -20,7 +20,7 @@ use weir_connectors::{
 };
 
 use super::Command;
-use super::streams::{ReaderId, SourceMessage, SourceToRead};
+use super::streams::{ReaderId, SourceMessage, SourceToRead, guarded};
 use crate::EngineError;
 
 /// Batches one reader may have queued for the loop. The loop's command
@@ -52,6 +52,8 @@ pub(crate) struct TableLogCommit {
 pub(super) struct ReaderTask {
     /// For logs.
     pub name: String,
+    /// The connector's name, for errors.
+    pub connector: String,
     pub route: Route,
     pub commands: mpsc::WeakSender<Command>,
     pub stop: CancellationToken,
@@ -128,13 +130,22 @@ pub(super) async fn read(mut task: ReaderTask, source: Result<Box<dyn Source>, C
     let mut failures = 0u32;
     loop {
         while let Ok((epoch, offsets)) = task.sealed.try_recv() {
-            if let Err(e) = source.on_sealed(epoch, &offsets).await {
-                tracing::warn!(source = %task.name, error = %e, "acknowledging a seal upstream failed");
+            match guarded(&task.connector, source.on_sealed(epoch, &offsets)).await {
+                Ok(()) => {}
+                Err(e @ ConnectorError::Panicked { .. }) => {
+                    tracing::error!(source = %task.name, error = %e, "source failed");
+                    task.report(|id| SourceMessage::Failed(id, e.to_string()))
+                        .await;
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(source = %task.name, error = %e, "acknowledging a seal upstream failed")
+                }
             }
         }
         let event = tokio::select! {
             _ = task.stop.cancelled() => return,
-            event = source.next() => event,
+            event = guarded(&task.connector, source.next()) => event,
         };
         let (batches, position) = match event {
             Ok(SourceEvent::Batch(batch)) => (vec![batch], None),
@@ -224,4 +235,52 @@ pub(super) fn open_source(
         offsets,
         until,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source whose code has a bug.
+    struct Panics;
+
+    #[async_trait::async_trait]
+    impl Source for Panics {
+        fn splits(&self) -> Vec<String> {
+            vec!["0".into()]
+        }
+
+        async fn next(&mut self) -> Result<SourceEvent, ConnectorError> {
+            panic!("a bug in the connector")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_source_fails_alone_with_the_panic_as_its_error() {
+        let (commands, mut received) = mpsc::channel(4);
+        let reader = ReaderId {
+            source: weir_common::ObjectId(7),
+            run: 1,
+        };
+        let (_seals, sealed) = mpsc::unbounded_channel();
+        let task = ReaderTask {
+            name: "public.s".into(),
+            connector: "buggy".into(),
+            route: Route::Source(reader),
+            commands: commands.downgrade(),
+            stop: CancellationToken::new(),
+            sealed,
+        };
+        read(task, Ok(Box::new(Panics))).await;
+        match received.recv().await {
+            Some(Command::Source(SourceMessage::Failed(id, error))) => {
+                assert_eq!(id, reader);
+                assert!(
+                    error.contains("\"buggy\" panicked: a bug in the connector"),
+                    "{error}"
+                );
+            }
+            _ => panic!("the source was not reported failed"),
+        }
+    }
 }

@@ -29,7 +29,7 @@ use parking_lot::RwLock;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use weir_common::{ChangeBatch, ObjectId};
-use weir_connectors::{ConnectorKind, Offsets, Sink, SinkOpen, SourceBatch};
+use weir_connectors::{ConnectorError, ConnectorKind, Offsets, Sink, SinkOpen, SourceBatch};
 
 use super::Command;
 use super::reader::{ReaderTask, Route, open_source, read, read_up_to};
@@ -184,6 +184,8 @@ struct Reader {
 
 struct SinkSlot {
     sink: Box<dyn Sink>,
+    /// The connector's name, for errors.
+    connector: String,
     /// Pre-committed and not yet committed: (epoch, descriptor, rows).
     prepared: Option<SinkSeal>,
     /// The entry the latest seal (or the one being written) holds.
@@ -314,6 +316,7 @@ impl Streams {
             };
             let task = ReaderTask {
                 name: source.name.clone(),
+                connector: source.connector.clone(),
                 route: Route::Source(reader),
                 commands: self.commands.clone(),
                 stop: stop.clone(),
@@ -346,12 +349,15 @@ impl Streams {
             Ok(c) => c,
             Err(e) => return self.sink_failed(id, &e.to_string()),
         };
-        let opened = connector.open_sink(SinkOpen {
-            name: &spec.name,
-            schema: spec.schema.clone(),
-            options: &spec.options,
-            sealed: sealed.as_ref().map(|s| (s.epoch, s.descriptor.as_str())),
-        });
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            connector.open_sink(SinkOpen {
+                name: &spec.name,
+                schema: spec.schema.clone(),
+                options: &spec.options,
+                sealed: sealed.as_ref().map(|s| (s.epoch, s.descriptor.as_str())),
+            })
+        }))
+        .unwrap_or_else(|panic| Err(ConnectorError::panicked(&spec.connector, &*panic)));
         let sink = match opened {
             Ok(sink) => sink,
             Err(e) => return self.sink_failed(id, &e.to_string()),
@@ -373,6 +379,7 @@ impl Streams {
             id,
             SinkSlot {
                 sink,
+                connector: spec.connector.clone(),
                 prepared: None,
                 sealed,
                 failed: false,
@@ -447,7 +454,7 @@ impl Streams {
         let Some(slot) = self.sinks.get_mut(&id).filter(|s| !s.failed) else {
             return;
         };
-        match slot.sink.write(epoch, out).await {
+        match guarded(&slot.connector, slot.sink.write(epoch, out)).await {
             Ok(()) => {
                 let mut status = self.status.write();
                 // Counted by weight: consolidation merges equal rows.
@@ -466,7 +473,7 @@ impl Streams {
         let Some(slot) = self.sinks.get_mut(&id).filter(|s| !s.failed) else {
             return;
         };
-        match slot.sink.pre_commit(epoch).await {
+        match guarded(&slot.connector, slot.sink.pre_commit(epoch)).await {
             Ok(descriptor) => {
                 let rows = self.status.read().sinks.get(&id).map_or(0, |s| s.rows_out);
                 slot.prepared = Some(SinkSeal {
@@ -536,7 +543,12 @@ impl Streams {
             let Some(entry) = slot.sealed.clone() else {
                 continue;
             };
-            match slot.sink.commit(entry.epoch, &entry.descriptor).await {
+            match guarded(
+                &slot.connector,
+                slot.sink.commit(entry.epoch, &entry.descriptor),
+            )
+            .await
+            {
                 Ok(()) => {
                     let mut status = self.status.write();
                     let s = status.sinks.entry(id).or_default();
@@ -591,5 +603,84 @@ impl Streams {
         self.received.remove(&id);
         self.covered.remove(&id);
         self.status.write().sources.remove(&id);
+    }
+}
+
+/// Runs a connector's call; a panic in it (a connector bug) becomes an
+/// error, so the source or sink fails alone instead of taking the epoch
+/// loop, and every other object, down with it.
+pub(super) async fn guarded<T>(
+    connector: &str,
+    call: impl std::future::Future<Output = Result<T, ConnectorError>>,
+) -> Result<T, ConnectorError> {
+    use futures::FutureExt;
+    std::panic::AssertUnwindSafe(call)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| Err(ConnectorError::panicked(connector, &*panic)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sink whose code has a bug in `write`.
+    struct Panics;
+
+    #[async_trait::async_trait]
+    impl Sink for Panics {
+        async fn write(&mut self, _: u64, _: &ChangeBatch) -> Result<(), ConnectorError> {
+            panic!("a bug in the connector")
+        }
+        async fn pre_commit(&mut self, epoch: u64) -> Result<String, ConnectorError> {
+            Ok(epoch.to_string())
+        }
+        async fn commit(&mut self, _: u64, _: &str) -> Result<(), ConnectorError> {
+            Ok(())
+        }
+        async fn abort(&mut self, _: u64) -> Result<(), ConnectorError> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_sink_fails_alone_and_the_loop_goes_on() {
+        let mut streams = Streams::detached();
+        let (buggy, fine) = (ObjectId(8), ObjectId(9));
+        for id in [buggy, fine] {
+            streams.sinks.insert(
+                id,
+                SinkSlot {
+                    sink: if id == buggy {
+                        Box::new(Panics)
+                    } else {
+                        weir_connectors::connector("blackhole", ConnectorKind::Sink)
+                            .unwrap()
+                            .open_sink(SinkOpen {
+                                name: "public.fine",
+                                schema: crate::testing::schema("k int"),
+                                options: &BTreeMap::new(),
+                                sealed: None,
+                            })
+                            .unwrap()
+                    },
+                    connector: if id == buggy { "buggy" } else { "blackhole" }.into(),
+                    prepared: None,
+                    sealed: None,
+                    failed: false,
+                },
+            );
+        }
+        let rows = crate::testing::change("k int", "1 +1");
+        streams
+            .epoch_closed(1, vec![(buggy, rows.clone()), (fine, rows.clone())])
+            .await;
+        streams.epoch_closed(2, vec![(fine, rows)]).await;
+        let status = streams.status.read();
+        assert_eq!(status.sinks[&buggy].status, "failed");
+        let error = status.sinks[&buggy].error.clone().unwrap_or_default();
+        assert!(error.contains("\"buggy\" panicked"), "{error}");
+        assert_eq!(status.sinks[&fine].rows_out, 2);
+        assert!(streams.sinks[&fine].prepared.is_some());
     }
 }
