@@ -5,6 +5,8 @@
 //! - [`ChangeBatch`]: an Arrow `RecordBatch` plus an `Int64` weight per row
 //!   (a Z-set): `+1` inserts a row, `-1` retracts it, an update is `-old/+new`.
 //! - [`Message`]: what travels on a graph edge.
+//! - [`panic_message`]: the text of a caught panic, for the errors that
+//!   replace it.
 //!
 //! This crate stays small on purpose: it is what every other crate agrees on.
 
@@ -23,4 +25,14 @@ pub enum Message {
     Barrier(Epoch),
     /// No row with an event time below this will follow.
     Watermark(i64),
+}
+
+/// The message a caught panic carried (`panic!("...")` with or without
+/// arguments), or `(no message)`.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }

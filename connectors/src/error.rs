@@ -100,14 +100,9 @@ impl ConnectorError {
 
     /// The error for a panic caught in `connector`'s code.
     pub fn panicked(connector: &str, panic: &(dyn std::any::Any + Send)) -> Self {
-        let message = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic without a message".into());
         Self::Panicked {
             connector: connector.to_string(),
-            message,
+            message: weir_common::panic_message(panic).to_string(),
         }
     }
 

@@ -1,6 +1,5 @@
 //! [`Graph`]: a DAG of operators stepped once per epoch.
 
-use std::any::Any;
 use std::panic::AssertUnwindSafe;
 
 use weir_common::{ChangeBatch, ObjectId};
@@ -233,13 +232,7 @@ impl Graph {
     }
 }
 
-pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
-}
+pub(crate) use weir_common::panic_message;
 
 #[cfg(test)]
 mod tests {

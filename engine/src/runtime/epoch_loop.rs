@@ -464,9 +464,5 @@ fn deploy(
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
+    weir_common::panic_message(&**panic).to_string()
 }
