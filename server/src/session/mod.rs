@@ -150,6 +150,10 @@ impl Session {
     /// The NOTICEs raised since the last call, if `client_min_messages`
     /// lets notices through (as PostgreSQL filters them).
     pub fn take_notices(&mut self) -> Vec<String> {
+        if self.notices.is_empty() {
+            // The usual case, on every execution: no setting to look up.
+            return Vec::new();
+        }
         let notices = std::mem::take(&mut self.notices);
         let level = self.vars.get("client_min_messages").unwrap_or_default();
         let shown = level.starts_with("debug") || matches!(level.as_str(), "log" | "notice");
