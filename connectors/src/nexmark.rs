@@ -489,8 +489,8 @@ mod tests {
         assert_eq!(events_of_type(&config, EventType::Auction, 2), 1);
     }
 
-    /// Batches large enough to be made on two threads hold, every field, the crate's events in the crate's order, for
-    /// each type.
+    /// Batches large enough to be made on two threads hold, every field,
+    /// the crate's events in the crate's order, for each type.
     #[tokio::test]
     async fn batches_made_on_two_threads_are_the_crates_events_in_order() {
         for (event, kind, total) in [
