@@ -177,6 +177,7 @@ mod tests {
             schema: change(0).schema(),
             options: &options,
             sealed,
+            generation: 1,
         };
         let mut sink = BlackholeConnector.open_sink(open(None)).unwrap();
         sink.write(1, &change(3)).await.unwrap();
@@ -222,6 +223,7 @@ mod tests {
                 schema: changes(&[]).schema(),
                 options: &options,
                 sealed: None,
+                generation: 1,
             })
             .unwrap();
         for (epoch, rows) in epochs.iter().enumerate() {

@@ -71,6 +71,11 @@ pub enum ConnectorError {
     /// Talking to the outside failed; worth retrying with backoff.
     #[error("connector \"{connector}\": {message}")]
     Transient { connector: String, message: String },
+    /// The system outside refused what the connector asked (a missing
+    /// table, a constraint, a newer writer holding the target): retrying
+    /// the same call will not help.
+    #[error("connector \"{connector}\": {message}")]
+    Rejected { connector: String, message: String },
     /// The connector's code panicked (a bug): its object fails, alone.
     #[error("connector \"{connector}\" panicked: {message}")]
     Panicked { connector: String, message: String },
@@ -93,7 +98,7 @@ impl ConnectorError {
             Self::ColumnMismatch { .. } => "42804",
             Self::UnknownColumn { .. } => "42703",
             Self::BadPosition { .. } | Self::Arrow { .. } | Self::Panicked { .. } => "XX000",
-            Self::Transient { .. } => "58000",
+            Self::Transient { .. } | Self::Rejected { .. } => "58000",
             Self::Stopped { .. } => "57P01",
         }
     }

@@ -10,7 +10,8 @@
 //!   idempotent `commit` after the seal, idempotent `abort`.
 //! - [`Connector`] and [`registry`]: every connector compiled in, each a
 //!   module behind its Cargo feature: `nexmark` and `datagen` (sources),
-//!   `blackhole` and `log`/`stdout` (sinks).
+//!   `blackhole`, `log`/`stdout` and `postgres` (sinks; [`postgres`]
+//!   writes exactly once through a stage table and a fenced progress row).
 //!
 //! The runtime in `weir-engine` opens sources at the offsets of the latest
 //! seal and sinks with the latest seal's descriptor; this crate knows
@@ -29,6 +30,8 @@ mod datagen;
 mod log_sink;
 #[cfg(feature = "nexmark")]
 mod nexmark;
+#[cfg(feature = "postgres")]
+mod postgres;
 
 use arrow::datatypes::SchemaRef;
 
@@ -70,6 +73,19 @@ pub trait Connector: Send + Sync {
         }
     }
 
+    /// Checks a CREATE SINK against the world outside (a target table
+    /// and its columns), after its options were validated. `schema` is the
+    /// sink's columns; `input_append_only` whether its input only inserts.
+    fn check_sink<'a>(
+        &'a self,
+        schema: &'a SchemaRef,
+        options: &'a std::collections::BTreeMap<String, String>,
+        input_append_only: bool,
+    ) -> futures::future::BoxFuture<'a, Result<(), ConnectorError>> {
+        let _ = (schema, options, input_append_only);
+        Box::pin(async { Ok(()) })
+    }
+
     fn open_source(&self, open: SourceOpen<'_>) -> Result<Box<dyn Source>, ConnectorError> {
         Err(self.wrong_kind(open.name, "source"))
     }
@@ -104,6 +120,8 @@ pub fn registry() -> Vec<&'static dyn Connector> {
         all.push(&log_sink::LOG);
         all.push(&log_sink::STDOUT);
     }
+    #[cfg(feature = "postgres")]
+    all.push(&postgres::PostgresConnector);
     all
 }
 

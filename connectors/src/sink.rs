@@ -53,4 +53,8 @@ pub struct SinkOpen<'a> {
     pub options: &'a BTreeMap<String, String>,
     /// The latest seal's (epoch, descriptor) for this sink, if any.
     pub sealed: Option<(u64, &'a str)>,
+    /// The state store generation of this process: larger in every
+    /// process that takes the state over, so a sink can fence writes of a
+    /// deposed one where it writes.
+    pub generation: u64,
 }

@@ -212,6 +212,7 @@ impl Runtime {
             commands.downgrade(),
             shared.streams.clone(),
             config.sealed_streams,
+            config.state.generation(),
         );
         let (table_log, inbox) = mpsc::channel(CHANNEL_CAPACITY);
         let (table_log_sealed, sealed) = mpsc::unbounded_channel();

@@ -214,6 +214,8 @@ pub struct Streams {
     /// The covered offsets of the seal being written, acknowledged
     /// upstream once it lands (not the offsets covered by then).
     sealing: Option<(u64, HashMap<ObjectId, Offsets>)>,
+    /// The state store generation this process holds (sinks fence with it).
+    generation: u64,
 }
 
 impl Streams {
@@ -221,6 +223,7 @@ impl Streams {
         commands: mpsc::WeakSender<Command>,
         status: Arc<RwLock<StreamStatus>>,
         sealed: SealedStreams,
+        generation: u64,
     ) -> Self {
         Self {
             commands,
@@ -234,6 +237,7 @@ impl Streams {
             sealed_sinks: sealed.sinks,
             runs: 0,
             sealing: None,
+            generation,
         }
     }
 
@@ -245,6 +249,7 @@ impl Streams {
             commands.downgrade(),
             Arc::default(),
             SealedStreams::default(),
+            0,
         )
     }
 
@@ -355,6 +360,7 @@ impl Streams {
                 schema: spec.schema.clone(),
                 options: &spec.options,
                 sealed: sealed.as_ref().map(|s| (s.epoch, s.descriptor.as_str())),
+                generation: self.generation,
             })
         }))
         .unwrap_or_else(|panic| Err(ConnectorError::panicked(&spec.connector, &*panic)));
@@ -661,6 +667,7 @@ mod tests {
                                 schema: crate::testing::schema("k int"),
                                 options: &BTreeMap::new(),
                                 sealed: None,
+                                generation: 1,
                             })
                             .unwrap()
                     },

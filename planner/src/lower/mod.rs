@@ -74,6 +74,8 @@ pub struct StreamPlan {
     pub schema: SchemaRef,
     /// One line per operator, for EXPLAIN CREATE PROJECTION.
     pub explain: Vec<String>,
+    /// The output only ever inserts (what an append-only sink can take).
+    pub append_only: bool,
 }
 
 /// How a projection's graph is built.
@@ -114,6 +116,7 @@ pub fn lower(
     lowering.collect_sources(&optimized, append_only)?;
     lowering.graph = Graph::new(lowering.sources.len());
     let output = lowering.node(&optimized)?;
+    let append_only = lowering.append_only(output);
     let schema: SchemaRef = Arc::new(optimized.schema().as_arrow().clone());
     // The graph's output is its last node; a bare scan still needs one.
     if !matches!(output, Input::Node(i) if i + 1 == lowering.explain.len()) {
@@ -129,6 +132,7 @@ pub fn lower(
         graph: lowering.graph,
         schema,
         explain: lowering.explain,
+        append_only,
     })
 }
 

@@ -210,6 +210,9 @@ impl Session {
         };
         let query = parse_query(&query_text)?;
         let planned = self.plan_projection(&query, &[]).await?;
+        connector
+            .check_sink(&planned.stream.schema, &options, planned.stream.append_only)
+            .await?;
         let columns = column_defs(&planned.stream)?;
         let mut reads: Vec<ObjectId> = planned.bindings.iter().map(|b| b.object).collect();
         reads.sort();

@@ -25,6 +25,8 @@
 //! - `sources`: CREATE SOURCE/SINK validation, SHOW CREATE round trips,
 //!   DROP CASCADE, restarts, and `kill -9` under a nexmark source with a
 //!   projection and a blackhole sink (exactly-once).
+//! - `pg_sink`: the `postgres` sink against a throwaway PostgreSQL: checks
+//!   at CREATE, its fencing protocol, exactness across `kill -9`.
 //! - `nexmark`: every Nexmark query maintained over nexmark sources equals
 //!   it run ad hoc over the same events.
 //! - `point_reads`: scans narrowed by primary key and prepared point
@@ -46,6 +48,7 @@ mod http;
 mod jdbc;
 mod nexmark;
 mod pg_cursors_copy;
+mod pg_sink;
 mod point_reads;
 mod projections;
 mod projections_diff;

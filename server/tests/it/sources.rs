@@ -14,7 +14,7 @@ use crate::harness::{Options, WeirServer, eventually, sqlstate, try_rows as rows
 /// Fixed so every run and every restart generates the same events.
 const BASE_TIME: &str = "1700000000000";
 
-async fn error_of(client: &Client, sql: &str) -> (String, String) {
+pub(crate) async fn error_of(client: &Client, sql: &str) -> (String, String) {
     let e = client
         .batch_execute(sql)
         .await
@@ -26,7 +26,7 @@ async fn error_of(client: &Client, sql: &str) -> (String, String) {
     (sqlstate(&e), message)
 }
 
-async fn value(client: &Client, sql: &str) -> String {
+pub(crate) async fn value(client: &Client, sql: &str) -> String {
     rows(client, sql)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
@@ -37,7 +37,7 @@ async fn value(client: &Client, sql: &str) -> String {
 /// Waits until every source something reads (the others are `idle`) is
 /// `completed`, then for an epoch covering
 /// all of it, then until every sink has committed what it received.
-async fn wait_complete(client: &Client) {
+pub(crate) async fn wait_complete(client: &Client) {
     eventually(Duration::from_secs(120), "sources completed", || async {
         let statuses = rows(
             client,
@@ -368,7 +368,7 @@ async fn show_create_round_trips_drop_cascades_and_restarts_keep_running() {
 }
 
 /// xorshift64*: enough randomness for choosing moments.
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
     fn below(&mut self, n: u64) -> u64 {
@@ -379,11 +379,11 @@ impl Rng {
     }
 }
 
-const ROUNDS: u64 = 10;
+pub(crate) const ROUNDS: u64 = 10;
 
 /// The seed of the kill moments: `WEIR_CRASH_SEED`, or a fixed one; mixed
 /// with `salt` so tests sharing a seed kill at different moments.
-fn crash_rng(salt: u64) -> Rng {
+pub(crate) fn crash_rng(salt: u64) -> Rng {
     let seed: u64 = std::env::var("WEIR_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -392,7 +392,7 @@ fn crash_rng(salt: u64) -> Rng {
 }
 
 /// A server that seals every 100 ms, so kills land between many seals.
-fn crash_server() -> WeirServer {
+pub(crate) fn crash_server() -> WeirServer {
     WeirServer::start_with(
         Options::default()
             .arg("--barrier-interval")
@@ -403,7 +403,7 @@ fn crash_server() -> WeirServer {
 
 /// [`ROUNDS`] times: waits 100 ms plus up to `spread_ms`, kills the server
 /// with SIGKILL, restarts it and waits until it is ready.
-async fn kill_at_random_moments(server: &mut WeirServer, rng: &mut Rng, spread_ms: u64) {
+pub(crate) async fn kill_at_random_moments(server: &mut WeirServer, rng: &mut Rng, spread_ms: u64) {
     for round in 0..ROUNDS {
         tokio::time::sleep(Duration::from_millis(100 + rng.below(spread_ms))).await;
         server.kill();

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The postgres sink's throughput against PostgreSQL's own COPY of the same
+# rows, in one run: a throwaway PostgreSQL 15 (default settings, fsync on),
+# Weir with its embedded defaults, a nexmark bid source of EVENTS events
+# and `CREATE SINK ... FROM bid WITH (connector = 'postgres')` into a table
+# of that database. Times from CREATE SINK until every bid is committed
+# (staged at each barrier, moved into the target after each seal), with the
+# CPU seconds of the Weir process and of the PostgreSQL server over that
+# time. The peer: the same rows copied out to a file and loaded into an
+# empty table of the same shape with COPY, PostgreSQL alone.
+#
+#   cargo build --release --bin weir
+#   bench/postgres-sink.sh
+#   EVENTS=200000 bench/postgres-sink.sh
+set -euo pipefail
+
+target=${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}/release
+weir=${WEIR:-$target/weir}
+events=${EVENTS:-1000000}
+port=${PORT:-6788}
+pg_port=$((port + 10))
+pg_bin=${PG_BIN:-/usr/lib/postgresql/15/bin}
+work=$(mktemp -d)
+chmod 777 "$work"
+cleanup() {
+    [ -n "${weir_pid:-}" ] && kill "$weir_pid" 2>/dev/null
+    [ -d "$work/pg" ] && su postgres -c "$pg_bin/pg_ctl -D $work/pg -m immediate stop" >/dev/null 2>&1
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Clock ticks of user + system time of a process and its exited children.
+cpu_ticks() { awk '{ print $14 + $15 + $16 + $17 }' "/proc/$1/stat"; }
+# ... of every process of the PostgreSQL cluster (its postmaster's tree).
+pg_ticks() {
+    local total=0 pid
+    for pid in $(pgrep -u postgres postgres); do
+        total=$((total + $(cpu_ticks "$pid" 2>/dev/null || echo 0)))
+    done
+    echo $total
+}
+hz=$(getconf CLK_TCK)
+now() { date +%s.%N; }
+
+su postgres -c "$pg_bin/initdb -N -D $work/pg -U weir -A trust" >/dev/null
+su postgres -c "$pg_bin/pg_ctl -D $work/pg -w -l $work/pg.log -o \"-p $pg_port -k $work -c listen_addresses=127.0.0.1\" start" >/dev/null
+pg() { psql -q -X -h 127.0.0.1 -p $pg_port -U weir postgres -v ON_ERROR_STOP=1 "$@"; }
+columns="auction BIGINT, bidder BIGINT, price BIGINT, channel TEXT, url TEXT, date_time TIMESTAMP, extra TEXT"
+pg -c "CREATE TABLE bids ($columns); CREATE TABLE bids_copy ($columns)"
+
+"$weir" serve --data-dir "$work/weir" --pg-addr 127.0.0.1:$port \
+    --flight-addr 127.0.0.1:$((port + 1)) --http-addr 127.0.0.1:$((port + 2)) \
+    >"$work/weir.log" 2>&1 &
+weir_pid=$!
+for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$((port + 2))/ready" >/dev/null 2>&1 && break
+    sleep 0.1
+done
+w() { psql -q -X -A -t -h 127.0.0.1 -p $port -U weir weir -v ON_ERROR_STOP=1 "$@"; }
+w -c "CREATE SOURCE bid WITH (connector = 'nexmark', event = 'bid', max_events = '$events')"
+bids=$((events * 46 / 50))
+
+weir_before=$(cpu_ticks $weir_pid)
+pg_before=$(pg_ticks)
+start=$(now)
+w -c "CREATE SINK all_bids FROM bid WITH (connector = 'postgres',
+        dsn = 'host=127.0.0.1 port=$pg_port user=weir dbname=postgres', table = 'bids')"
+while :; do
+    state=$(w -c "SELECT status || ' ' || committed_rows FROM weir_catalog.sinks WHERE name = 'all_bids'")
+    case $state in
+        "running $bids") break ;;
+        failed*) echo "the sink failed:"; w -c "SELECT error FROM weir_catalog.sinks"; exit 1 ;;
+    esac
+    sleep 0.05
+done
+end=$(now)
+weir_cpu=$(awk -v a="$weir_before" -v b="$(cpu_ticks $weir_pid)" -v hz="$hz" 'BEGIN { print (b - a) / hz }')
+pg_cpu=$(awk -v a="$pg_before" -v b="$(pg_ticks)" -v hz="$hz" 'BEGIN { print (b - a) / hz }')
+wall=$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')
+delivered=$(pg -A -t -c "SELECT count(*) FROM bids")
+[ "$delivered" = "$bids" ] || { echo "bids holds $delivered rows, expected $bids"; exit 1; }
+
+pg -c "COPY bids TO '$work/bids.copy'"
+pg_before=$(pg_ticks)
+start=$(now)
+pg -c "COPY bids_copy FROM '$work/bids.copy'"
+end=$(now)
+copy_cpu=$(awk -v a="$pg_before" -v b="$(pg_ticks)" -v hz="$hz" 'BEGIN { print (b - a) / hz }')
+copy_wall=$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')
+
+echo
+echo "$bids bids (of $events nexmark events)"
+echo "| path | wall s | rows/s | Weir CPU s | PostgreSQL CPU s | rows per CPU-second (both) |"
+echo "|---|---:|---:|---:|---:|---:|"
+awk -v n="$bids" -v w="$wall" -v wc="$weir_cpu" -v pc="$pg_cpu" \
+    'BEGIN { printf "| Weir postgres sink | %.2f | %.0f | %.2f | %.2f | %.0f |\n", w, n / w, wc, pc, n / (wc + pc) }'
+awk -v n="$bids" -v w="$copy_wall" -v pc="$copy_cpu" \
+    'BEGIN { printf "| PostgreSQL COPY FROM file | %.2f | %.0f | - | %.2f | %.0f |\n", w, n / w, pc, n / pc }'
+awk -v w="$wall" -v c="$copy_wall" 'BEGIN { printf "\nsink rows/s over COPY rows/s: %.2f\n", c / w }'

@@ -1,0 +1,414 @@
+//! The `postgres` sink: a sink object's changes written to a table of an
+//! external PostgreSQL database, exactly once across crashes and restarts.
+//!
+//! - `mod.rs` (here): the spec, the options a CREATE SINK is checked
+//!   against (and, at CREATE, the target table itself), the connection.
+//! - [`sink`]: the protocol. Each epoch's changes are staged in a table
+//!   beside the target at `pre_commit`, and moved into the target at
+//!   `commit` in one transaction with the sink's progress row; every
+//!   transaction locks that row and checks the writer's generation first,
+//!   so a deposed Weir process can write nothing.
+//! - [`copy_text`]: Arrow values as `COPY ... FROM STDIN` text.
+//!
+//! Modes: `append` inserts every row (a retraction is an error, unless
+//! `format = 'changelog'` writes each change with its op and epoch);
+//! `upsert` keeps one row per `key`, the latest.
+
+mod copy_text;
+mod sink;
+
+use std::collections::BTreeMap;
+
+use arrow::datatypes::SchemaRef;
+use futures::future::BoxFuture;
+
+use crate::spec::{Capabilities, ConnectorKind, ConnectorSpec, Delivery, OptionSpec, OptionType};
+use crate::{Connector, ConnectorError, Sink, SinkOpen};
+
+pub(crate) const NAME: &str = "postgres";
+
+static SPEC: ConnectorSpec = ConnectorSpec {
+    name: NAME,
+    kind: ConnectorKind::Sink,
+    help: "writes changes to a table of a PostgreSQL database, exactly once",
+    options: &[
+        OptionSpec::optional(
+            "dsn",
+            OptionType::Text,
+            "the database to write to, as a libpq connection string or URL, without a password (e.g. 'host=db.internal user=weir dbname=app')",
+        )
+        .required(),
+        OptionSpec::optional(
+            "password_env",
+            OptionType::Text,
+            "the name of an environment variable of the Weir server that holds the password (never stored in the catalog)",
+        ),
+        OptionSpec::optional(
+            "table",
+            OptionType::Text,
+            "the target table, as name or schema.name; it must exist",
+        )
+        .required(),
+        OptionSpec::optional(
+            "mode",
+            OptionType::OneOf(&["append", "upsert"]),
+            "append inserts every row; upsert keeps the latest row per key (default: upsert when key is given, else append)",
+        ),
+        OptionSpec::optional(
+            "key",
+            OptionType::Text,
+            "the key columns of an upsert, comma-separated",
+        ),
+        OptionSpec::optional(
+            "format",
+            OptionType::OneOf(&["rows", "changelog"]),
+            "changelog (append mode only) writes every change with columns weir_op ('insert' or 'delete') and weir_epoch, so input that retracts can be appended",
+        )
+        .with_default("rows"),
+    ],
+    capabilities: Capabilities {
+        read_modes: &[],
+        append_only: false,
+        replayable: false,
+        bounded: false,
+        // At-least-once is honoured by the same protocol.
+        delivery: &[Delivery::AtLeastOnce, Delivery::ExactlyOnce],
+    },
+};
+
+pub(crate) struct PostgresConnector;
+
+impl Connector for PostgresConnector {
+    fn spec(&self) -> &'static ConnectorSpec {
+        &SPEC
+    }
+
+    fn check_sink<'a>(
+        &'a self,
+        schema: &'a SchemaRef,
+        options: &'a BTreeMap<String, String>,
+        input_append_only: bool,
+    ) -> BoxFuture<'a, Result<(), ConnectorError>> {
+        Box::pin(async move {
+            let target = Target::parse(schema, options)?;
+            if target.mode == Mode::Append && !target.changelog && !input_append_only {
+                return Err(bad_option(
+                    "mode",
+                    "the sink's input can retract rows (it is not append-only), which an append sink cannot write: use mode = 'upsert' with a key, or format = 'changelog' to append every change with its op",
+                ));
+            }
+            let client = target.connect().await?;
+            sink::check_target(&client, &target).await?;
+            Ok(())
+        })
+    }
+
+    fn open_sink(&self, open: SinkOpen<'_>) -> Result<Box<dyn Sink>, ConnectorError> {
+        let target = Target::parse(&open.schema, open.options)?;
+        Ok(Box::new(sink::PostgresSink::new(open, target)?))
+    }
+}
+
+fn bad_option(option: &str, message: impl Into<String>) -> ConnectorError {
+    ConnectorError::BadOption {
+        connector: NAME.into(),
+        option: option.into(),
+        message: message.into(),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Append,
+    Upsert,
+}
+
+/// Everything a sink's options say about where and how it writes.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    config: tokio_postgres::Config,
+    /// The target's schema and table, unquoted.
+    schema: String,
+    table: String,
+    mode: Mode,
+    /// Indexes into the sink's columns.
+    key: Vec<usize>,
+    changelog: bool,
+    /// The sink's columns.
+    columns: SchemaRef,
+}
+
+impl Target {
+    fn parse(
+        columns: &SchemaRef,
+        options: &BTreeMap<String, String>,
+    ) -> Result<Self, ConnectorError> {
+        let dsn = options.get("dsn").map(String::as_str).unwrap_or_default();
+        let mut config: tokio_postgres::Config = dsn
+            .parse()
+            .map_err(|e| bad_option("dsn", format!("not a connection string: {e}")))?;
+        if config.get_password().is_some() {
+            return Err(bad_option(
+                "dsn",
+                "holds a password, which would be stored in the catalog in plain text: remove it and name an environment variable of the server that holds it with password_env = 'NAME'",
+            ));
+        }
+        if let Some(var) = options.get("password_env") {
+            match std::env::var(var) {
+                Ok(password) => {
+                    config.password(password);
+                }
+                Err(_) => {
+                    return Err(bad_option(
+                        "password_env",
+                        format!("the server has no environment variable {var}"),
+                    ));
+                }
+            }
+        }
+        let (schema, table) =
+            split_table(options.get("table").map(String::as_str).unwrap_or_default())?;
+        let key_names: Vec<String> = options
+            .get("key")
+            .map(|k| k.split(',').map(|c| unquote(c.trim())).collect())
+            .unwrap_or_default();
+        let mut key = Vec::new();
+        for name in &key_names {
+            let index = columns.index_of(name).map_err(|_| {
+                bad_option(
+                    "key",
+                    format!(
+                        "the sink has no column \"{name}\" (its columns: {})",
+                        column_list(columns)
+                    ),
+                )
+            })?;
+            key.push(index);
+        }
+        let mode = match options.get("mode").map(String::as_str) {
+            Some("append") => Mode::Append,
+            Some(_) => Mode::Upsert,
+            None if key.is_empty() => Mode::Append,
+            None => Mode::Upsert,
+        };
+        if mode == Mode::Upsert && key.is_empty() {
+            return Err(bad_option(
+                "key",
+                "an upsert sink needs its key columns: key = 'column, ...'",
+            ));
+        }
+        let changelog = options.get("format").is_some_and(|f| f == "changelog");
+        if changelog && mode == Mode::Upsert {
+            return Err(bad_option(
+                "format",
+                "changelog appends every change: use it with mode = 'append'",
+            ));
+        }
+        for field in columns.fields() {
+            if !copy_text::supported(field.data_type()) {
+                return Err(ConnectorError::ColumnMismatch {
+                    connector: NAME.into(),
+                    column: field.name().clone(),
+                    message: format!(
+                        "values of type {} cannot be written to PostgreSQL yet",
+                        field.data_type()
+                    ),
+                });
+            }
+        }
+        Ok(Self {
+            config,
+            schema,
+            table,
+            mode,
+            key,
+            changelog,
+            columns: columns.clone(),
+        })
+    }
+
+    async fn connect(&self) -> Result<tokio_postgres::Client, ConnectorError> {
+        let (client, connection) = self
+            .config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| pg_error("connecting", e))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!(error = %e, "postgres sink connection closed");
+            }
+        });
+        Ok(client)
+    }
+
+    /// `"schema"."table"`.
+    fn qualified(&self) -> String {
+        format!("{}.{}", quote(&self.schema), quote(&self.table))
+    }
+
+    /// A table beside the target, `"schema"."name"`.
+    fn beside(&self, name: &str) -> String {
+        format!("{}.{}", quote(&self.schema), quote(name))
+    }
+}
+
+fn column_list(columns: &SchemaRef) -> String {
+    columns
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `name` or `schema.name`, each part quoted ("...") or folded to lower
+/// case as PostgreSQL folds unquoted names; the schema defaults to public.
+fn split_table(text: &str) -> Result<(String, String), ConnectorError> {
+    let mut parts = Vec::new();
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        let (part, after) = if let Some(quoted) = rest.strip_prefix('"') {
+            let mut value = String::new();
+            let mut chars = quoted.char_indices();
+            let mut end = None;
+            while let Some((i, c)) = chars.next() {
+                if c == '"' {
+                    if quoted[i + 1..].starts_with('"') {
+                        value.push('"');
+                        chars.next();
+                    } else {
+                        end = Some(i + 1);
+                        break;
+                    }
+                } else {
+                    value.push(c);
+                }
+            }
+            let end = end.ok_or_else(|| bad_option("table", "an unterminated quoted name"))?;
+            (value, &quoted[end..])
+        } else {
+            let end = rest.find('.').unwrap_or(rest.len());
+            (rest[..end].trim().to_lowercase(), &rest[end..])
+        };
+        if part.is_empty() {
+            return Err(bad_option("table", format!("\"{text}\" has an empty name")));
+        }
+        parts.push(part);
+        rest = after.trim_start();
+        if let Some(r) = rest.strip_prefix('.') {
+            rest = r.trim_start();
+        } else if !rest.is_empty() {
+            return Err(bad_option(
+                "table",
+                format!("\"{text}\" is not name or schema.name"),
+            ));
+        }
+    }
+    match parts.len() {
+        1 => Ok(("public".into(), parts.remove(0))),
+        2 => {
+            let table = parts.remove(1);
+            Ok((parts.remove(0), table))
+        }
+        _ => Err(bad_option(
+            "table",
+            format!("\"{text}\" is not name or schema.name"),
+        )),
+    }
+}
+
+/// A column name as given in `key`: quoted kept, unquoted as written (Weir
+/// column names are already folded).
+fn unquote(name: &str) -> String {
+    match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+        Some(inner) => inner.replace("\"\"", "\""),
+        None => name.to_string(),
+    }
+}
+
+/// A PostgreSQL identifier, quoted.
+pub(crate) fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+pub(crate) fn pg_error(doing: &str, e: tokio_postgres::Error) -> ConnectorError {
+    // The server's own message (with its SQLSTATE) says the most.
+    let message = match e.as_db_error() {
+        Some(db) => format!("{doing}: {} (SQLSTATE {})", db.message(), db.code().code()),
+        None => format!("{doing}: {e}"),
+    };
+    if e.as_db_error().is_some() {
+        ConnectorError::Rejected {
+            connector: NAME.into(),
+            message,
+        }
+    } else {
+        ConnectorError::Transient {
+            connector: NAME.into(),
+            message,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_fold_or_keep_quotes() {
+        assert_eq!(
+            split_table("Alerts").unwrap(),
+            ("public".into(), "alerts".into())
+        );
+        assert_eq!(
+            split_table("app.\"Top Bids\"").unwrap(),
+            ("app".into(), "Top Bids".into())
+        );
+        assert_eq!(
+            split_table("\"a\"\"b\".c").unwrap(),
+            ("a\"b".into(), "c".into())
+        );
+        assert!(split_table("a.b.c").is_err());
+        assert!(split_table("\"open").is_err());
+        assert!(split_table("").is_err());
+    }
+
+    #[test]
+    fn a_password_in_the_dsn_is_refused_with_the_way_out() {
+        use arrow::datatypes::{DataType, Field, Schema};
+        let schema = std::sync::Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
+        let options = BTreeMap::from([
+            (
+                "dsn".to_string(),
+                "host=h user=u password=hunter2".to_string(),
+            ),
+            ("table".to_string(), "t".to_string()),
+        ]);
+        let err = Target::parse(&schema, &options).unwrap_err().to_string();
+        assert!(err.contains("password_env"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn upsert_needs_a_key_that_is_a_column() {
+        use arrow::datatypes::{DataType, Field, Schema};
+        let schema = std::sync::Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
+        let mut options = BTreeMap::from([
+            ("dsn".to_string(), "host=h".to_string()),
+            ("table".to_string(), "t".to_string()),
+            ("mode".to_string(), "upsert".to_string()),
+        ]);
+        assert!(
+            Target::parse(&schema, &options)
+                .unwrap_err()
+                .to_string()
+                .contains("key")
+        );
+        options.insert("key".into(), "b".into());
+        let err = Target::parse(&schema, &options).unwrap_err().to_string();
+        assert!(err.contains("no column \"b\""), "{err}");
+        options.insert("key".into(), "a".into());
+        let target = Target::parse(&schema, &options).unwrap();
+        assert_eq!((target.mode, target.key), (Mode::Upsert, vec![0]));
+    }
+}

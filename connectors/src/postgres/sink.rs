@@ -1,0 +1,744 @@
+//! The postgres sink's exactly-once protocol.
+//!
+//! Beside the target table `T` live two tables of Weir's, in `T`'s schema:
+//! - `weir_sink_progress`, one row per sink: the `generation` of the Weir
+//!   process writing it, the last `epoch` committed to `T`, and `rows`, how
+//!   many staged rows that epoch's descriptor counted in all;
+//! - the sink's stage, `weir_stage_<sink>`: `T`'s columns (with `T`'s types)
+//!   plus `weir_epoch` and `weir_weight`, holding changes staged but not
+//!   yet committed.
+//!
+//! Per epoch E: `write` encodes E's changes as COPY text in memory;
+//! `pre_commit(E)` copies them into the stage (durable in PostgreSQL before
+//! Weir seals E); after the seal, `commit(E)` moves every staged epoch up
+//! to E into `T`, deletes them from the stage and sets the progress row to
+//! E, all in one transaction. A commit whose epoch the progress row
+//! already holds does nothing, so committing again after a crash is safe.
+//!
+//! Fencing: every transaction first locks the progress row and checks its
+//! generation. Opening takes the row over (its generation set to ours)
+//! after re-committing the sealed epoch and deleting what was staged after
+//! it, so a deposed process's stage writes either landed before (and are
+//! deleted) or find a newer generation and fail; it can never commit.
+//!
+//! Receipts: the descriptor counts the rows staged in all, and a commit
+//! checks that the stage holds exactly the rows staged since the last
+//! commit, so a stage changed outside Weir fails the sink instead of
+//! delivering a partial epoch.
+
+use std::collections::HashSet;
+
+use arrow::row::{RowConverter, SortField};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::SinkExt;
+use serde::{Deserialize, Serialize};
+use tokio_postgres::{Client, Transaction};
+use weir_common::ChangeBatch;
+
+use super::copy_text::{ColumnText, format_options};
+use super::{Mode, NAME, Target, bad_option, pg_error, quote};
+use crate::{ConnectorError, Sink, SinkOpen};
+
+/// The progress table's name, in the target's schema.
+const PROGRESS: &str = "weir_sink_progress";
+/// COPY data is sent in pieces of at most this many bytes.
+const COPY_CHUNK: usize = 1 << 20;
+
+/// What a seal stores for this sink.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct Descriptor {
+    /// The generation that staged it.
+    generation: u64,
+    /// Rows staged by this sink in all, up to the descriptor's epoch.
+    staged_rows: u64,
+}
+
+impl Descriptor {
+    fn parse(text: &str) -> Result<Self, ConnectorError> {
+        serde_json::from_str(text).map_err(|e| ConnectorError::BadPosition {
+            connector: NAME.into(),
+            value: text.to_string(),
+            message: e.to_string(),
+        })
+    }
+}
+
+/// The sink's identity and the tables it writes, beside its target: what
+/// every transaction of the protocol needs.
+struct Tables {
+    name: String,
+    target: Target,
+    generation: u64,
+    /// `"schema"."weir_sink_progress"` and `"schema"."weir_stage_<sink>"`.
+    progress: String,
+    stage: String,
+}
+
+pub(crate) struct PostgresSink {
+    tables: Tables,
+    /// The latest seal's epoch and descriptor, until the connection is made.
+    sealed: Option<(u64, Descriptor)>,
+    client: Option<Client>,
+    /// COPY lines of changes written and not yet staged.
+    pending: Vec<u8>,
+    pending_rows: u64,
+    /// Rows staged in all (what the next descriptor says).
+    staged_rows: u64,
+    /// The latest epoch staged, and the latest committed.
+    staged_through: u64,
+    committed: u64,
+    /// Upsert: the keys inserted in epoch `keys_epoch`, to refuse a second.
+    keys: HashSet<Box<[u8]>>,
+    keys_epoch: u64,
+}
+
+impl PostgresSink {
+    pub(crate) fn new(open: SinkOpen<'_>, target: Target) -> Result<Self, ConnectorError> {
+        let sealed = open
+            .sealed
+            .map(|(epoch, text)| Descriptor::parse(text).map(|d| (epoch, d)))
+            .transpose()?;
+        let progress = target.beside(PROGRESS);
+        let stage = target.beside(&stage_name(open.name));
+        let committed = sealed.map_or(0, |(epoch, _)| epoch);
+        Ok(Self {
+            tables: Tables {
+                name: open.name.to_string(),
+                target,
+                generation: open.generation,
+                progress,
+                stage,
+            },
+            sealed,
+            client: None,
+            pending: Vec::new(),
+            pending_rows: 0,
+            staged_rows: sealed.map_or(0, |(_, d)| d.staged_rows),
+            staged_through: committed,
+            committed,
+            keys: HashSet::new(),
+            keys_epoch: 0,
+        })
+    }
+
+    /// The connection, made on first use, when the sink also takes its
+    /// progress row over ([`Tables::take_over`]).
+    async fn client(&mut self) -> Result<&mut Client, ConnectorError> {
+        if self.client.is_none() {
+            let mut client = self.tables.target.connect().await?;
+            let types = check_target(&client, &self.tables.target).await?;
+            self.tables
+                .take_over(&mut client, &types, self.sealed)
+                .await?;
+            self.sealed = None;
+            self.client = Some(client);
+        }
+        Ok(self.client.as_mut().expect("connected above"))
+    }
+
+    fn descriptor(&self) -> String {
+        serde_json::to_string(&Descriptor {
+            generation: self.tables.generation,
+            staged_rows: self.staged_rows,
+        })
+        .expect("descriptors serialize")
+    }
+
+    /// Encodes `changes` as stage lines of `epoch`.
+    fn encode(&mut self, epoch: u64, changes: &ChangeBatch) -> Result<(), ConnectorError> {
+        let rows = changes.rows();
+        let weights = changes.weights().values();
+        let options = format_options();
+        let columns = rows
+            .columns()
+            .iter()
+            .map(|a| ColumnText::new(NAME, a, &options))
+            .collect::<Result<Vec<_>, _>>()?;
+        let keys = if self.tables.target.mode == Mode::Upsert {
+            if self.keys_epoch != epoch {
+                self.keys.clear();
+                self.keys_epoch = epoch;
+            }
+            let key_columns: Vec<_> = self
+                .tables
+                .target
+                .key
+                .iter()
+                .map(|&k| rows.column(k).clone())
+                .collect();
+            for (&k, column) in self.tables.target.key.iter().zip(&key_columns) {
+                if column.null_count() > 0 {
+                    return Err(ConnectorError::Rejected {
+                        connector: NAME.into(),
+                        message: format!(
+                            "sink {} got a row whose key column {} is NULL; an upsert needs every key",
+                            self.tables.name,
+                            rows.schema().field(k).name()
+                        ),
+                    });
+                }
+            }
+            let converter = RowConverter::new(
+                key_columns
+                    .iter()
+                    .map(|c| SortField::new(c.data_type().clone()))
+                    .collect(),
+            )
+            .map_err(|e| ConnectorError::arrow(NAME, e))?;
+            Some(
+                converter
+                    .convert_columns(&key_columns)
+                    .map_err(|e| ConnectorError::arrow(NAME, e))?,
+            )
+        } else {
+            None
+        };
+        let mut scratch = String::new();
+        let mut line = |out: &mut Vec<u8>, row: usize, weight: i64| {
+            out.extend_from_slice(format!("{epoch}\t{weight}").as_bytes());
+            for column in &columns {
+                out.push(b'\t');
+                column.write(row, out, &mut scratch);
+            }
+            out.push(b'\n');
+        };
+        for (row, &weight) in weights.iter().enumerate() {
+            match self.tables.target.mode {
+                Mode::Append if !self.tables.target.changelog && weight < 0 => {
+                    return Err(ConnectorError::Rejected {
+                        connector: NAME.into(),
+                        message: format!(
+                            "append sink {} got a retraction, which it cannot write: use mode = 'upsert' with a key, or format = 'changelog'",
+                            self.tables.name
+                        ),
+                    });
+                }
+                Mode::Append => {
+                    let sign = weight.signum();
+                    for _ in 0..weight.unsigned_abs() {
+                        line(&mut self.pending, row, sign);
+                        self.pending_rows += 1;
+                    }
+                }
+                Mode::Upsert => {
+                    if weight > 0 {
+                        let key = keys.as_ref().expect("upserts encode keys").row(row);
+                        if weight > 1 || !self.keys.insert(key.as_ref().into()) {
+                            return Err(ConnectorError::Rejected {
+                                connector: NAME.into(),
+                                message: format!(
+                                    "sink {} got two rows with one key ({}) in epoch {epoch}: the key is not unique in its input",
+                                    self.tables.name,
+                                    self.tables.key_list()
+                                ),
+                            });
+                        }
+                    }
+                    if weight != 0 {
+                        line(&mut self.pending, row, weight.signum());
+                        self.pending_rows += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Tables {
+    /// Takes the sink's progress row over from whoever wrote it before:
+    /// re-commits `sealed` if the row lags it, deletes what was staged
+    /// after it and sets this process's generation, in one transaction.
+    async fn take_over(
+        &self,
+        client: &mut Client,
+        types: &[String],
+        sealed: Option<(u64, Descriptor)>,
+    ) -> Result<(), ConnectorError> {
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {} (sink text PRIMARY KEY, generation bigint NOT NULL, \
+                 epoch bigint NOT NULL, rows bigint NOT NULL, target text NOT NULL, \
+                 updated_at timestamptz NOT NULL DEFAULT now())",
+                self.progress
+            ))
+            .await
+            .map_err(|e| pg_error("creating the progress table", e))?;
+        let stage_columns: String = self
+            .target
+            .columns
+            .fields()
+            .iter()
+            .zip(types)
+            .map(|(f, ty)| format!(", {} {ty}", quote(f.name())))
+            .collect();
+        let create_stage = format!(
+            "CREATE TABLE IF NOT EXISTS {} (weir_epoch bigint NOT NULL, weir_weight bigint NOT NULL{stage_columns})",
+            self.stage
+        );
+        let target = self.target.qualified();
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| pg_error("starting a transaction", e))?;
+        tx.execute(
+            &format!(
+                "INSERT INTO {} (sink, generation, epoch, rows, target) VALUES ($1, $2, 0, 0, $3) \
+                 ON CONFLICT (sink) DO NOTHING",
+                self.progress
+            ),
+            &[&self.name, &(self.generation as i64), &target],
+        )
+        .await
+        .map_err(|e| pg_error("adding the progress row", e))?;
+        let stored = self.lock_progress(&tx).await?;
+        match sealed {
+            None => {
+                // Nothing of this sink was ever sealed, so nothing of it was
+                // committed: a row or a stage left here is an earlier sink's.
+                tx.batch_execute(&format!(
+                    "DROP TABLE IF EXISTS {}; {create_stage}",
+                    self.stage
+                ))
+                .await
+                .map_err(|e| pg_error("creating the stage table", e))?;
+                self.set_progress(&tx, 0, 0).await?;
+            }
+            Some((epoch, descriptor)) => {
+                tx.batch_execute(&create_stage)
+                    .await
+                    .map_err(|e| pg_error("creating the stage table", e))?;
+                if stored.epoch > epoch {
+                    return Err(ConnectorError::Rejected {
+                        connector: NAME.into(),
+                        message: format!(
+                            "{target} holds sink {}'s epoch {} but Weir's latest seal is epoch {epoch}: another Weir writes this target, or this one's state was reset; drop and create the sink again to start over",
+                            self.name, stored.epoch
+                        ),
+                    });
+                }
+                if stored.epoch < epoch {
+                    self.apply(&tx, stored, epoch, descriptor.staged_rows)
+                        .await?;
+                }
+                tx.execute(
+                    &format!("DELETE FROM {} WHERE weir_epoch > $1", self.stage),
+                    &[&(epoch as i64)],
+                )
+                .await
+                .map_err(|e| pg_error("dropping changes staged after the seal", e))?;
+                self.set_progress(&tx, epoch, descriptor.staged_rows)
+                    .await?;
+            }
+        }
+        tx.commit()
+            .await
+            .map_err(|e| pg_error("taking the sink over", e))
+    }
+
+    /// Locks the progress row for update and fails if a newer generation
+    /// holds it.
+    async fn lock_progress(&self, tx: &Transaction<'_>) -> Result<Progress, ConnectorError> {
+        let stored = lock(tx, &self.name, &self.progress, "UPDATE").await?;
+        self.check_generation(stored)
+    }
+
+    fn check_generation(&self, stored: Progress) -> Result<Progress, ConnectorError> {
+        if stored.generation > self.generation {
+            return Err(ConnectorError::Rejected {
+                connector: NAME.into(),
+                message: format!(
+                    "sink {} is written by a newer Weir process (generation {}, this one is {}): this process was deposed",
+                    self.name, stored.generation, self.generation
+                ),
+            });
+        }
+        Ok(stored)
+    }
+
+    async fn set_progress(
+        &self,
+        tx: &Transaction<'_>,
+        epoch: u64,
+        rows: u64,
+    ) -> Result<(), ConnectorError> {
+        tx.execute(
+            &format!(
+                "UPDATE {} SET generation = $2, epoch = $3, rows = $4, target = $5, updated_at = now() WHERE sink = $1",
+                self.progress
+            ),
+            &[
+                &self.name,
+                &(self.generation as i64),
+                &(epoch as i64),
+                &(rows as i64),
+                &self.target.qualified(),
+            ],
+        )
+        .await
+        .map_err(|e| pg_error("updating the progress row", e))?;
+        Ok(())
+    }
+
+    /// Moves the staged epochs after `from.epoch` up to `to` into the
+    /// target, checking the stage holds the `staged_rows - from.rows` rows
+    /// staged since.
+    async fn apply(
+        &self,
+        tx: &Transaction<'_>,
+        from: Progress,
+        to: u64,
+        staged_rows: u64,
+    ) -> Result<(), ConnectorError> {
+        let (after, through) = (from.epoch as i64, to as i64);
+        let range: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&after, &through];
+        let within = "weir_epoch > $1 AND weir_epoch <= $2";
+        let held: i64 = tx
+            .query_one(
+                &format!("SELECT count(*) FROM {} WHERE {within}", self.stage),
+                &range,
+            )
+            .await
+            .map_err(|e| pg_error("counting staged rows", e))?
+            .get(0);
+        let expected = staged_rows.saturating_sub(from.rows);
+        if held as u64 != expected {
+            return Err(ConnectorError::Rejected {
+                connector: NAME.into(),
+                message: format!(
+                    "the stage {} holds {held} rows of epochs {}..={to} where {expected} were staged: it was changed outside Weir, so those epochs cannot be delivered exactly",
+                    self.stage,
+                    from.epoch + 1
+                ),
+            });
+        }
+        let target = self.target.qualified();
+        let columns = self.column_list();
+        let statements: Vec<String> = match self.target.mode {
+            Mode::Append if self.target.changelog => vec![format!(
+                "INSERT INTO {target} ({columns}, weir_op, weir_epoch) \
+                 SELECT {columns}, CASE WHEN weir_weight > 0 THEN 'insert' ELSE 'delete' END, weir_epoch \
+                 FROM {} WHERE {within} ORDER BY weir_epoch",
+                self.stage
+            )],
+            Mode::Append => vec![format!(
+                "INSERT INTO {target} ({columns}) SELECT {columns} FROM {} WHERE {within}",
+                self.stage
+            )],
+            Mode::Upsert => {
+                let key = self.key_list();
+                let matches = self
+                    .target
+                    .key
+                    .iter()
+                    .map(|&k| {
+                        let c = quote(self.target.columns.field(k).name());
+                        format!("t.{c} = l.{c}")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" AND ");
+                vec![
+                    format!(
+                        "DELETE FROM {target} AS t USING (SELECT DISTINCT {key} FROM {} WHERE {within}) AS l WHERE {matches}",
+                        self.stage
+                    ),
+                    // The latest epoch's change of each key wins; within it an
+                    // insert (the new row) over the retraction of the old.
+                    format!(
+                        "INSERT INTO {target} ({columns}) SELECT {columns} FROM \
+                         (SELECT DISTINCT ON ({key}) * FROM {} WHERE {within} \
+                          ORDER BY {key}, weir_epoch DESC, weir_weight DESC) AS l \
+                         WHERE l.weir_weight > 0",
+                        self.stage
+                    ),
+                ]
+            }
+        };
+        for statement in statements {
+            tx.execute(&statement, &range)
+                .await
+                .map_err(|e| pg_error(&format!("writing to {target}"), e))?;
+        }
+        tx.execute(
+            &format!("DELETE FROM {} WHERE weir_epoch <= $1", self.stage),
+            &[&(to as i64)],
+        )
+        .await
+        .map_err(|e| pg_error("clearing the stage", e))?;
+        Ok(())
+    }
+
+    fn column_list(&self) -> String {
+        self.target
+            .columns
+            .fields()
+            .iter()
+            .map(|f| quote(f.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn key_list(&self) -> String {
+        self.target
+            .key
+            .iter()
+            .map(|&k| quote(self.target.columns.field(k).name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Copies `pending` into the stage, holding the progress row for
+    /// share so no take-over happens between the check and the copy.
+    async fn stage_pending(
+        &self,
+        client: &mut Client,
+        pending: Bytes,
+    ) -> Result<(), ConnectorError> {
+        let statement = format!(
+            "COPY {} (weir_epoch, weir_weight, {}) FROM STDIN",
+            self.stage,
+            self.column_list()
+        );
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| pg_error("starting a transaction", e))?;
+        self.check_generation(lock(&tx, &self.name, &self.progress, "SHARE").await?)?;
+        let copy = tx
+            .copy_in(&statement)
+            .await
+            .map_err(|e| pg_error("staging an epoch", e))?;
+        futures::pin_mut!(copy);
+        let mut at = 0;
+        while at < pending.len() {
+            let end = (at + COPY_CHUNK).min(pending.len());
+            copy.send(pending.slice(at..end))
+                .await
+                .map_err(|e| pg_error("staging an epoch", e))?;
+            at = end;
+        }
+        copy.finish()
+            .await
+            .map_err(|e| pg_error("staging an epoch", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| pg_error("staging an epoch", e))
+    }
+}
+
+/// The progress row as read.
+#[derive(Debug, Clone, Copy)]
+struct Progress {
+    generation: u64,
+    epoch: u64,
+    rows: u64,
+}
+
+#[async_trait]
+impl Sink for PostgresSink {
+    async fn write(&mut self, epoch: u64, changes: &ChangeBatch) -> Result<(), ConnectorError> {
+        self.encode(epoch, changes)
+    }
+
+    async fn pre_commit(&mut self, epoch: u64) -> Result<String, ConnectorError> {
+        self.client().await?;
+        if self.pending.is_empty() {
+            return Ok(self.descriptor());
+        }
+        let pending = Bytes::from(std::mem::take(&mut self.pending));
+        let rows = std::mem::take(&mut self.pending_rows);
+        let client = self.client.as_mut().expect("connected above");
+        self.tables.stage_pending(client, pending).await?;
+        self.staged_rows += rows;
+        self.staged_through = epoch;
+        Ok(self.descriptor())
+    }
+
+    async fn commit(&mut self, epoch: u64, descriptor: &str) -> Result<(), ConnectorError> {
+        if epoch <= self.committed {
+            return Ok(());
+        }
+        let descriptor = Descriptor::parse(descriptor)?;
+        self.client().await?;
+        if self.staged_through <= self.committed {
+            // Nothing staged since the last commit: the progress row may
+            // lag, and the next take-over finds nothing between.
+            self.committed = epoch;
+            return Ok(());
+        }
+        let client = self.client.as_mut().expect("connected above");
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| pg_error("starting a transaction", e))?;
+        let stored = self.tables.lock_progress(&tx).await?;
+        if stored.epoch < epoch {
+            self.tables
+                .apply(&tx, stored, epoch, descriptor.staged_rows)
+                .await?;
+            self.tables
+                .set_progress(&tx, epoch, descriptor.staged_rows)
+                .await?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| pg_error("committing an epoch", e))?;
+        self.committed = epoch;
+        Ok(())
+    }
+
+    async fn abort(&mut self, epoch: u64) -> Result<(), ConnectorError> {
+        self.pending.clear();
+        self.pending_rows = 0;
+        self.client().await?;
+        let client = self.client.as_mut().expect("connected above");
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| pg_error("starting a transaction", e))?;
+        self.tables.lock_progress(&tx).await?;
+        tx.execute(
+            &format!("DELETE FROM {} WHERE weir_epoch > $1", self.tables.stage),
+            &[&(epoch as i64)],
+        )
+        .await
+        .map_err(|e| pg_error("dropping staged changes", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| pg_error("dropping staged changes", e))
+    }
+}
+
+/// Locks sink `sink`'s row of `progress` (`FOR UPDATE` or `FOR SHARE`).
+async fn lock(
+    tx: &Transaction<'_>,
+    sink: &str,
+    progress: &str,
+    how: &str,
+) -> Result<Progress, ConnectorError> {
+    let row = tx
+        .query_opt(
+            &format!("SELECT generation, epoch, rows FROM {progress} WHERE sink = $1 FOR {how}"),
+            &[&sink],
+        )
+        .await
+        .map_err(|e| pg_error("locking the progress row", e))?
+        .ok_or_else(|| ConnectorError::Rejected {
+            connector: NAME.into(),
+            message: format!(
+                "the progress row of sink {sink} in {progress} was deleted while the sink ran"
+            ),
+        })?;
+    Ok(Progress {
+        generation: row.get::<_, i64>(0) as u64,
+        epoch: row.get::<_, i64>(1) as u64,
+        rows: row.get::<_, i64>(2) as u64,
+    })
+}
+
+/// The stage table's name for sink `name`: PostgreSQL cuts names at 63
+/// bytes, so a long one keeps a hash of the whole to stay distinct.
+fn stage_name(sink: &str) -> String {
+    let full = format!("weir_stage_{sink}");
+    if full.len() <= 63 {
+        return full;
+    }
+    let hash = crc32fast::hash(sink.as_bytes());
+    let mut cut = 63 - 9;
+    while !full.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}_{hash:08x}", &full[..cut])
+}
+
+/// Checks the target table against the sink: it exists and has every
+/// column the sink writes (and, for a changelog, `weir_op` and
+/// `weir_epoch`). Returns the target's type of each sink column, in order.
+pub(crate) async fn check_target(
+    client: &Client,
+    target: &Target,
+) -> Result<Vec<String>, ConnectorError> {
+    let qualified = target.qualified();
+    let rows = client
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) \
+             FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
+             AND NOT a.attisdropped ORDER BY a.attnum",
+            &[&qualified],
+        )
+        .await
+        .map_err(|e| pg_error("reading the target table's columns", e))?;
+    if rows.is_empty() {
+        return Err(bad_option(
+            "table",
+            format!(
+                "{qualified} does not exist in that database (or has no columns): create it first"
+            ),
+        ));
+    }
+    let columns: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let type_of = |name: &str| {
+        columns
+            .iter()
+            .find(|(c, _)| c == name)
+            .map(|(_, t)| t.clone())
+    };
+    let mut wanted: Vec<String> = target
+        .columns
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    for reserved in ["weir_epoch", "weir_weight", "weir_op"] {
+        if wanted.iter().any(|w| w == reserved) {
+            return Err(bad_option(
+                "table",
+                format!(
+                    "the sink has a column named {reserved}, a name the postgres sink reserves: rename it in the sink's query"
+                ),
+            ));
+        }
+    }
+    let count = wanted.len();
+    if target.changelog {
+        wanted.extend(["weir_op".to_string(), "weir_epoch".to_string()]);
+    }
+    let missing: Vec<&String> = wanted.iter().filter(|w| type_of(w).is_none()).collect();
+    if !missing.is_empty() {
+        return Err(bad_option(
+            "table",
+            format!(
+                "{qualified} has no column {} (it has: {})",
+                missing
+                    .iter()
+                    .map(|m| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                columns
+                    .iter()
+                    .map(|(c, _)| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    Ok(wanted[..count]
+        .iter()
+        .map(|w| type_of(w).expect("checked above"))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_sink_names_keep_distinct_stage_names() {
+        assert_eq!(stage_name("alerts"), "weir_stage_alerts");
+        let a = stage_name(&"a".repeat(80));
+        let b = stage_name(&format!("{}b", "a".repeat(79)));
+        assert!(a.len() <= 63 && b.len() <= 63);
+        assert_ne!(a, b);
+    }
+}

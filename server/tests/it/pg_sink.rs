@@ -1,0 +1,363 @@
+//! The `postgres` sink against a throwaway PostgreSQL: CREATE SINK checks
+//! (options, the target table, input that retracts), the fencing protocol
+//! driven directly (a deposed writer's stage and commit refused, a
+//! sealed-but-uncommitted epoch delivered by the next writer, a staged
+//! epoch after the seal dropped), and append, upsert and changelog sinks
+//! over a nexmark source exactly right after `kill -9` at random moments.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
+use tokio_postgres::{Client, NoTls};
+use weir_common::ChangeBatch;
+use weir_connectors::{ConnectorKind, Sink, SinkOpen};
+
+use crate::harness::{WeirServer, try_rows as rows};
+use crate::postgres::PgCluster;
+use crate::sources::{
+    ROUNDS, crash_rng, crash_server, error_of, kill_at_random_moments, value, wait_complete,
+};
+
+/// Fixed so every run and every restart generates the same events.
+const BASE_TIME: &str = "1700000000000";
+
+fn dsn(pg: &PgCluster) -> String {
+    format!("host=127.0.0.1 port={} user=weir dbname=weir", pg.port)
+}
+
+async fn connect(pg: &PgCluster) -> Client {
+    let (client, connection) = tokio_postgres::connect(&dsn(pg), NoTls)
+        .await
+        .expect("connect to the throwaway PostgreSQL");
+    tokio::spawn(connection);
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_sink_is_checked_against_its_target_at_create() {
+    let pg = PgCluster::start();
+    let upstream = connect(&pg).await;
+    upstream
+        .batch_execute(
+            "CREATE TABLE hits (auction bigint, price bigint);
+             CREATE TABLE per_auction (auction bigint PRIMARY KEY, price bigint)",
+        )
+        .await
+        .unwrap();
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE bid WITH (connector = 'nexmark', event = 'bid', max_events = '10',
+                 base_time = '{BASE_TIME}')"
+        ))
+        .await
+        .unwrap();
+    let dsn = dsn(&pg);
+    let create = |rest: &str| {
+        format!(
+            "CREATE SINK s AS SELECT auction, price FROM bid WITH (connector = 'postgres', dsn = '{dsn}', {rest})"
+        )
+    };
+
+    let (code, message) = error_of(&client, &create("table = 'nowhere'")).await;
+    assert_eq!(code, "22023", "{message}");
+    assert!(
+        message.contains("\"public\".\"nowhere\" does not exist"),
+        "{message}"
+    );
+
+    upstream
+        .batch_execute("CREATE TABLE narrow (auction bigint)")
+        .await
+        .unwrap();
+    let (_, message) = error_of(&client, &create("table = 'narrow'")).await;
+    assert!(message.contains("has no column price"), "{message}");
+
+    let (code, message) = error_of(
+        &client,
+        &format!(
+            "CREATE SINK s AS SELECT auction, price FROM bid WITH (connector = 'postgres',
+                 dsn = '{dsn} password=hunter2', table = 'hits')"
+        ),
+    )
+    .await;
+    assert_eq!(code, "22023");
+    assert!(message.contains("password_env"), "{message}");
+    assert!(!message.contains("hunter2"), "{message}");
+
+    // Counts are updated (retracted and inserted): an append sink cannot
+    // write them, an upsert by key or a changelog can.
+    let counts = |rest: &str| {
+        format!(
+            "CREATE SINK c AS SELECT auction, count(*) AS price FROM bid GROUP BY auction
+             WITH (connector = 'postgres', dsn = '{dsn}', table = 'per_auction'{rest})"
+        )
+    };
+    let (code, message) = error_of(&client, &counts("")).await;
+    assert_eq!(code, "22023");
+    assert!(message.contains("mode = 'upsert'"), "{message}");
+    let (_, message) = error_of(&client, &counts(", mode = 'upsert'")).await;
+    assert!(message.contains("key"), "{message}");
+    client
+        .batch_execute(&counts(", key = 'auction'"))
+        .await
+        .expect("an upsert by key");
+    client
+        .batch_execute(&create("table = 'hits'"))
+        .await
+        .expect("an append sink over inserts");
+    let shown = value(&client, "SHOW CREATE SINK s").await;
+    assert!(shown.contains("'postgres'"), "{shown}");
+}
+
+fn two_columns() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Int64, true),
+    ]))
+}
+
+/// Changes of (k, v, weight).
+fn changes(rows: &[(i64, i64, i64)]) -> ChangeBatch {
+    let batch = RecordBatch::try_new(
+        two_columns(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+        ],
+    )
+    .unwrap();
+    ChangeBatch::new(
+        batch,
+        Int64Array::from_iter_values(rows.iter().map(|r| r.2)),
+    )
+    .unwrap()
+}
+
+fn open(
+    options: &BTreeMap<String, String>,
+    generation: u64,
+    sealed: Option<(u64, &str)>,
+) -> Box<dyn Sink> {
+    weir_connectors::connector("postgres", ConnectorKind::Sink)
+        .unwrap()
+        .open_sink(SinkOpen {
+            name: "kv",
+            schema: two_columns(),
+            options,
+            sealed,
+            generation,
+        })
+        .unwrap()
+}
+
+/// The protocol, one process at a time as the runtime drives it, and two
+/// at once as a deposed leader and its successor would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_sink_commits_sealed_epochs_once_and_fences_a_deposed_writer() {
+    let pg = PgCluster::start();
+    let upstream = connect(&pg).await;
+    upstream
+        .batch_execute("CREATE TABLE kv (k bigint PRIMARY KEY, v bigint)")
+        .await
+        .unwrap();
+    let options = BTreeMap::from([
+        ("dsn".to_string(), dsn(&pg)),
+        ("table".to_string(), "kv".to_string()),
+        ("key".to_string(), "k".to_string()),
+    ]);
+    let table = || async { rows(&upstream, "SELECT k, v FROM kv").await.unwrap() };
+
+    // Generation 1: epochs 1 and 2 committed, 3 pre-committed (and sealed)
+    // but not committed when it "crashes".
+    let mut first = open(&options, 1, None);
+    first
+        .write(1, &changes(&[(1, 10, 1), (2, 20, 1)]))
+        .await
+        .unwrap();
+    let d1 = first.pre_commit(1).await.unwrap();
+    first.commit(1, &d1).await.unwrap();
+    assert_eq!(table().await, ["1|10", "2|20"]);
+    first
+        .write(2, &changes(&[(1, 10, -1), (1, 11, 1), (2, 20, -1)]))
+        .await
+        .unwrap();
+    let d2 = first.pre_commit(2).await.unwrap();
+    first.write(3, &changes(&[(3, 30, 1)])).await.unwrap();
+    let d3 = first.pre_commit(3).await.unwrap();
+    // Folded: one commit covers epochs 2 and 3... but only 2 is sealed.
+    first.commit(2, &d2).await.unwrap();
+    assert_eq!(table().await, ["1|11"]);
+
+    // Generation 2 starts from the seal of epoch 3: it delivers 3.
+    let mut second = open(&options, 2, Some((3, &d3)));
+    second.write(4, &changes(&[(4, 40, 1)])).await.unwrap();
+    let d4 = second.pre_commit(4).await.unwrap();
+    assert_eq!(table().await, ["1|11", "3|30"]);
+
+    // The deposed first process can neither stage nor commit.
+    first.write(4, &changes(&[(9, 99, 1)])).await.unwrap();
+    let staged = first.pre_commit(4).await.unwrap_err().to_string();
+    assert!(staged.contains("deposed"), "{staged}");
+
+    // Generation 3 starts from the seal of epoch 3 again (epoch 4's seal
+    // never landed): what generation 2 staged for 4 is dropped, not applied.
+    let mut third = open(&options, 3, Some((3, &d3)));
+    let d3_again = third.pre_commit(3).await.unwrap();
+    assert_eq!(table().await, ["1|11", "3|30"]);
+    let refused = second.commit(4, &d4).await.unwrap_err().to_string();
+    assert!(refused.contains("deposed"), "{refused}");
+    assert_eq!(table().await, ["1|11", "3|30"]);
+    third
+        .write(5, &changes(&[(3, 30, -1), (5, 50, 1)]))
+        .await
+        .unwrap();
+    let d5 = third.pre_commit(5).await.unwrap();
+    third.commit(3, &d3_again).await.unwrap();
+    third.commit(5, &d5).await.unwrap();
+    // Committing again (after a restart) changes nothing.
+    third.commit(5, &d5).await.unwrap();
+    assert_eq!(table().await, ["1|11", "5|50"]);
+    assert_eq!(
+        rows(
+            &upstream,
+            "SELECT generation, epoch FROM weir_sink_progress WHERE sink = 'kv'"
+        )
+        .await
+        .unwrap(),
+        ["3|5"]
+    );
+    assert_eq!(
+        rows(&upstream, "SELECT count(*) FROM weir_stage_kv")
+            .await
+            .unwrap(),
+        ["0"]
+    );
+
+    // Two rows for one key in one epoch: the key is not unique.
+    let duplicate = third
+        .write(6, &changes(&[(7, 1, 1), (7, 2, 1)]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(duplicate.contains("not unique"), "{duplicate}");
+}
+
+/// Append, upsert and changelog sinks over a nexmark source, the server
+/// killed with SIGKILL at random moments: each target ends up exactly as
+/// an uninterrupted read of the same events gives, no row twice or lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_sinks_are_exact_after_kill_9_at_random_moments() {
+    let pg = PgCluster::start();
+    let upstream = connect(&pg).await;
+    upstream
+        .batch_execute(
+            "CREATE TABLE pricey (auction bigint, bidder bigint, price bigint);
+             CREATE TABLE counts (k bigint PRIMARY KEY, n bigint);
+             CREATE TABLE counts_log (k bigint, n bigint, weir_op text, weir_epoch bigint);",
+        )
+        .await
+        .unwrap();
+    let mut rng = crash_rng(0x9051);
+    let mut server = crash_server();
+    let client = server.connect().await;
+    let dsn = dsn(&pg);
+    const COUNTS: &str = "SELECT auction % 10 AS k, count(*) AS n FROM bid GROUP BY 1";
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE bid WITH (connector = 'nexmark', event = 'bid', max_events = '100000',
+                 rate_limit = '25000', base_time = '{BASE_TIME}');
+             CREATE SINK pricey AS SELECT auction, bidder, price FROM bid WHERE price > 5000000
+               WITH (connector = 'postgres', dsn = '{dsn}', table = 'pricey');
+             CREATE SINK counts AS {COUNTS}
+               WITH (connector = 'postgres', dsn = '{dsn}', table = 'counts', key = 'k');
+             CREATE SINK counts_log AS {COUNTS}
+               WITH (connector = 'postgres', dsn = '{dsn}', table = 'counts_log', format = 'changelog');"
+        ))
+        .await
+        .expect("setup");
+    drop(client);
+    kill_at_random_moments(&mut server, &mut rng, 400).await;
+    let client = server.connect().await;
+    wait_complete(&client).await;
+    client
+        .batch_execute("CREATE PROJECTION every_bid AS SELECT * FROM bid; FLUSH")
+        .await
+        .unwrap();
+    assert_eq!(
+        value(&client, "SELECT count(*) FROM every_bid").await,
+        "92000"
+    );
+    let log = server.log_tail();
+
+    let expected = rows(
+        &client,
+        "SELECT auction, bidder, price FROM every_bid WHERE price > 5000000",
+    )
+    .await
+    .unwrap();
+    assert!(!expected.is_empty());
+    let delivered = rows(&upstream, "SELECT auction, bidder, price FROM pricey")
+        .await
+        .unwrap();
+    assert_eq!(
+        delivered.len(),
+        expected.len(),
+        "append sink rows after {ROUNDS} kills\n{log}"
+    );
+    assert_eq!(
+        delivered, expected,
+        "append sink after {ROUNDS} kills\n{log}"
+    );
+
+    let expected = rows(
+        &client,
+        "SELECT auction % 10, count(*) FROM every_bid GROUP BY 1",
+    )
+    .await
+    .unwrap();
+    assert_eq!(expected.len(), 10);
+    let upserted = rows(&upstream, "SELECT k, n FROM counts").await.unwrap();
+    assert_eq!(
+        upserted, expected,
+        "upsert sink after {ROUNDS} kills\n{log}"
+    );
+
+    // The changelog nets out to the same rows, each exactly once.
+    let netted = rows(
+        &upstream,
+        "SELECT k, n, sum(CASE weir_op WHEN 'insert' THEN 1 ELSE -1 END) AS net
+         FROM counts_log GROUP BY k, n HAVING sum(CASE weir_op WHEN 'insert' THEN 1 ELSE -1 END) <> 0",
+    )
+    .await
+    .unwrap();
+    let expected_net: Vec<String> = expected.iter().map(|r| format!("{r}|1")).collect();
+    assert_eq!(
+        netted, expected_net,
+        "changelog sink after {ROUNDS} kills\n{log}"
+    );
+    let updates: i64 = value_of(&upstream, "SELECT count(*) FROM counts_log").await;
+    assert!(
+        updates > 10,
+        "the counts were updated, not just inserted ({updates})"
+    );
+
+    for stage in [
+        "weir_stage_pricey",
+        "weir_stage_counts",
+        "weir_stage_counts_log",
+    ] {
+        assert_eq!(
+            value_of(&upstream, &format!("SELECT count(*) FROM {stage}")).await,
+            0,
+            "{stage} is empty once everything is committed"
+        );
+    }
+}
+
+async fn value_of(client: &Client, sql: &str) -> i64 {
+    client.query_one(sql, &[]).await.unwrap().get(0)
+}
