@@ -86,6 +86,15 @@ pub trait Connector: Send + Sync {
         Box::pin(async { Ok(()) })
     }
 
+    /// What a sink with these (validated) options writes to, said so that
+    /// two sinks name the same target with the same text (for a database
+    /// table: its server, database and table), or None when sinks never
+    /// share one. CREATE SINK refuses a target another sink owns.
+    fn sink_target(&self, options: &std::collections::BTreeMap<String, String>) -> Option<String> {
+        let _ = options;
+        None
+    }
+
     fn open_source(&self, open: SourceOpen<'_>) -> Result<Box<dyn Source>, ConnectorError> {
         Err(self.wrong_kind(open.name, "source"))
     }

@@ -103,6 +103,39 @@ impl Connector for PostgresConnector {
         })
     }
 
+    fn sink_target(&self, options: &BTreeMap<String, String>) -> Option<String> {
+        let config: tokio_postgres::Config = options.get("dsn")?.parse().ok()?;
+        let hosts: Vec<String> = config
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                tokio_postgres::config::Host::Tcp(name) => name.clone(),
+                tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+            })
+            .collect();
+        let ports = config.get_ports();
+        let database = config
+            .get_dbname()
+            .or(config.get_user())
+            .unwrap_or_default();
+        let (schema, table) = split_table(options.get("table")?).ok()?;
+        Some(format!(
+            "postgres {}:{} database {database} table {}.{}",
+            hosts.join(","),
+            if ports.is_empty() {
+                "5432".to_string()
+            } else {
+                ports
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+            quote(&schema),
+            quote(&table)
+        ))
+    }
+
     fn open_sink(&self, open: SinkOpen<'_>) -> Result<Box<dyn Sink>, ConnectorError> {
         let target = Target::parse(&open.schema, open.options)?;
         Ok(Box::new(sink::PostgresSink::new(open, target)?))

@@ -196,6 +196,18 @@ impl Session {
         let options = connector
             .spec()
             .validate(&given, weir_connectors::now_millis())?;
+        if let Some(target) = connector.sink_target(&options)
+            && let Some(owner) = catalog.sinks.values().find(|s| {
+                s.connector == connector_name
+                    && connector.sink_target(&s.options).as_ref() == Some(&target)
+            })
+        {
+            // Two sinks on one target would each take the other's place.
+            return Err(ServerError::DuplicateObject(format!(
+                "a sink writing to {target} (sink {})",
+                owner.qualified_name()
+            )));
+        }
         let from = from.map(|parts| {
             parts
                 .iter()

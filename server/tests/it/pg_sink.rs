@@ -109,6 +109,18 @@ async fn a_postgres_sink_is_checked_against_its_target_at_create() {
         .batch_execute(&create("table = 'hits'"))
         .await
         .expect("an append sink over inserts");
+    // Two sinks never share a target, however its dsn is spelled.
+    let (code, message) = error_of(
+        &client,
+        &format!(
+            "CREATE SINK s2 AS SELECT auction, price FROM bid WITH (connector = 'postgres',
+                 dsn = 'postgresql://weir@127.0.0.1:{}/weir', table = 'public.HITS')",
+            pg.port
+        ),
+    )
+    .await;
+    assert_eq!(code, "42710", "{message}");
+    assert!(message.contains("(sink s) already exists"), "{message}");
     let shown = value(&client, "SHOW CREATE SINK s").await;
     assert!(shown.contains("'postgres'"), "{shown}");
 }
