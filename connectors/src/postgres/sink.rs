@@ -1,10 +1,11 @@
 //! The postgres sink's exactly-once protocol.
 //!
 //! Beside the target table `T` live two tables of Weir's, in `T`'s schema:
-//! - `weir_sink_progress`, one row per sink: the `generation` of the Weir
-//!   process writing it, the last `epoch` committed to `T`, and `rows`, how
-//!   many staged rows that epoch's descriptor counted in all;
-//! - the sink's stage, `weir_stage_<sink>`: `T`'s columns (with `T`'s types)
+//! - `weir_sink_progress`, one row per target table (naming the sink that
+//!   writes it): the `generation` of the Weir process writing it, the last
+//!   `epoch` committed to `T`, and `rows`, how many staged rows that
+//!   epoch's descriptor counted in all;
+//! - the sink's stage, `weir_stage_<T>`: `T`'s columns (with `T`'s types)
 //!   plus `weir_epoch` and `weir_weight`, holding changes staged but not
 //!   yet committed.
 //!
@@ -70,7 +71,7 @@ struct Tables {
     name: String,
     target: Target,
     generation: u64,
-    /// `"schema"."weir_sink_progress"` and `"schema"."weir_stage_<sink>"`.
+    /// `"schema"."weir_sink_progress"` and `"schema"."weir_stage_<table>"`.
     progress: String,
     stage: String,
 }
@@ -100,7 +101,7 @@ impl PostgresSink {
             .map(|(epoch, text)| Descriptor::parse(text).map(|d| (epoch, d)))
             .transpose()?;
         let progress = target.beside(PROGRESS);
-        let stage = target.beside(&stage_name(open.name));
+        let stage = target.beside(&stage_name(&target.table));
         let committed = sealed.map_or(0, |(epoch, _)| epoch);
         Ok(Self {
             tables: Tables {
@@ -258,8 +259,8 @@ impl Tables {
     ) -> Result<(), ConnectorError> {
         client
             .batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {} (sink text PRIMARY KEY, generation bigint NOT NULL, \
-                 epoch bigint NOT NULL, rows bigint NOT NULL, target text NOT NULL, \
+                "CREATE TABLE IF NOT EXISTS {} (target text PRIMARY KEY, sink text NOT NULL, \
+                 generation bigint NOT NULL, epoch bigint NOT NULL, rows bigint NOT NULL, \
                  updated_at timestamptz NOT NULL DEFAULT now())",
                 self.progress
             ))
@@ -284,11 +285,11 @@ impl Tables {
             .map_err(|e| pg_error("starting a transaction", e))?;
         tx.execute(
             &format!(
-                "INSERT INTO {} (sink, generation, epoch, rows, target) VALUES ($1, $2, 0, 0, $3) \
-                 ON CONFLICT (sink) DO NOTHING",
+                "INSERT INTO {} (target, sink, generation, epoch, rows) VALUES ($1, $2, $3, 0, 0) \
+                 ON CONFLICT (target) DO NOTHING",
                 self.progress
             ),
-            &[&self.name, &(self.generation as i64), &target],
+            &[&target, &self.name, &(self.generation as i64)],
         )
         .await
         .map_err(|e| pg_error("adding the progress row", e))?;
@@ -336,11 +337,34 @@ impl Tables {
     /// Locks the progress row for update and fails if a newer generation
     /// holds it.
     async fn lock_progress(&self, tx: &Transaction<'_>) -> Result<Progress, ConnectorError> {
-        let stored = lock(tx, &self.name, &self.progress, "UPDATE").await?;
-        self.check_generation(stored)
+        self.lock(tx, "UPDATE").await
     }
 
-    fn check_generation(&self, stored: Progress) -> Result<Progress, ConnectorError> {
+    /// Locks the sink's progress row (`FOR UPDATE` or `FOR SHARE`) and
+    /// fails if a newer generation holds it.
+    async fn lock(&self, tx: &Transaction<'_>, how: &str) -> Result<Progress, ConnectorError> {
+        let row = tx
+            .query_opt(
+                &format!(
+                    "SELECT generation, epoch, rows FROM {} WHERE target = $1 FOR {how}",
+                    self.progress
+                ),
+                &[&self.target.qualified()],
+            )
+            .await
+            .map_err(|e| pg_error("locking the progress row", e))?
+            .ok_or_else(|| ConnectorError::Rejected {
+                connector: NAME.into(),
+                message: format!(
+                    "the progress row of sink {} in {} was deleted while the sink ran",
+                    self.name, self.progress
+                ),
+            })?;
+        let stored = Progress {
+            generation: row.get::<_, i64>(0) as u64,
+            epoch: row.get::<_, i64>(1) as u64,
+            rows: row.get::<_, i64>(2) as u64,
+        };
         if stored.generation > self.generation {
             return Err(ConnectorError::Rejected {
                 connector: NAME.into(),
@@ -361,15 +385,15 @@ impl Tables {
     ) -> Result<(), ConnectorError> {
         tx.execute(
             &format!(
-                "UPDATE {} SET generation = $2, epoch = $3, rows = $4, target = $5, updated_at = now() WHERE sink = $1",
+                "UPDATE {} SET generation = $2, epoch = $3, rows = $4, sink = $5, updated_at = now() WHERE target = $1",
                 self.progress
             ),
             &[
-                &self.name,
+                &self.target.qualified(),
                 &(self.generation as i64),
                 &(epoch as i64),
                 &(rows as i64),
-                &self.target.qualified(),
+                &self.name,
             ],
         )
         .await
@@ -515,7 +539,7 @@ impl Tables {
             .transaction()
             .await
             .map_err(|e| pg_error("starting a transaction", e))?;
-        self.check_generation(lock(&tx, &self.name, &self.progress, "SHARE").await?)?;
+        self.lock(&tx, "SHARE").await?;
         let copy = tx
             .copy_in(&statement)
             .await
@@ -625,41 +649,15 @@ impl Sink for PostgresSink {
     }
 }
 
-/// Locks sink `sink`'s row of `progress` (`FOR UPDATE` or `FOR SHARE`).
-async fn lock(
-    tx: &Transaction<'_>,
-    sink: &str,
-    progress: &str,
-    how: &str,
-) -> Result<Progress, ConnectorError> {
-    let row = tx
-        .query_opt(
-            &format!("SELECT generation, epoch, rows FROM {progress} WHERE sink = $1 FOR {how}"),
-            &[&sink],
-        )
-        .await
-        .map_err(|e| pg_error("locking the progress row", e))?
-        .ok_or_else(|| ConnectorError::Rejected {
-            connector: NAME.into(),
-            message: format!(
-                "the progress row of sink {sink} in {progress} was deleted while the sink ran"
-            ),
-        })?;
-    Ok(Progress {
-        generation: row.get::<_, i64>(0) as u64,
-        epoch: row.get::<_, i64>(1) as u64,
-        rows: row.get::<_, i64>(2) as u64,
-    })
-}
-
-/// The stage table's name for sink `name`: PostgreSQL cuts names at 63
-/// bytes, so a long one keeps a hash of the whole to stay distinct.
-fn stage_name(sink: &str) -> String {
-    let full = format!("weir_stage_{sink}");
+/// The stage table's name for target table `table` (in its schema):
+/// PostgreSQL cuts names at 63 bytes, so a long one keeps a hash of the
+/// whole to stay distinct.
+fn stage_name(table: &str) -> String {
+    let full = format!("weir_stage_{table}");
     if full.len() <= 63 {
         return full;
     }
-    let hash = crc32fast::hash(sink.as_bytes());
+    let hash = crc32fast::hash(table.as_bytes());
     let mut cut = 63 - 9;
     while !full.is_char_boundary(cut) {
         cut -= 1;
