@@ -31,10 +31,13 @@ trap cleanup EXIT
 
 # Clock ticks of user + system time of a process and its exited children.
 cpu_ticks() { awk '{ print $14 + $15 + $16 + $17 }' "/proc/$1/stat"; }
-# ... of every process of the PostgreSQL cluster (its postmaster's tree).
+# ... of this PostgreSQL cluster: its postmaster (whose children's time,
+# once they exit, is added to its own) and its live children.
 pg_ticks() {
-    local total=0 pid
-    for pid in $(pgrep -u postgres postgres); do
+    local postmaster total pid
+    postmaster=$(head -1 "$work/pg/postmaster.pid")
+    total=$(cpu_ticks "$postmaster")
+    for pid in $(pgrep -P "$postmaster"); do
         total=$((total + $(cpu_ticks "$pid" 2>/dev/null || echo 0)))
     done
     echo $total
