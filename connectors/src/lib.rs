@@ -10,7 +10,7 @@
 //!   idempotent `commit` after the seal, idempotent `abort`.
 //! - [`Connector`] and [`registry`]: every connector compiled in, each a
 //!   module behind its Cargo feature: `nexmark` and `datagen` (sources),
-//!   `blackhole`, `log`/`stdout` and `postgres` (sinks; [`postgres`]
+//!   `blackhole`, `log`/`stdout` and `postgres` (sinks; `postgres`
 //!   writes exactly once through a stage table and a fenced progress row).
 //!
 //! The runtime in `weir-engine` opens sources at the offsets of the latest

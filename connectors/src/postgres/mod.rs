@@ -180,6 +180,10 @@ impl Target {
         let mut config: tokio_postgres::Config = dsn
             .parse()
             .map_err(|e| bad_option("dsn", format!("not a connection string: {e}")))?;
+        if config.get_connect_timeout().is_none() {
+            // A CREATE SINK waits for this connection: never forever.
+            config.connect_timeout(std::time::Duration::from_secs(10));
+        }
         if config.get_password().is_some() {
             return Err(bad_option(
                 "dsn",
