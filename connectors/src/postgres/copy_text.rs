@@ -70,8 +70,9 @@ impl<'a> ColumnText<'a> {
                 };
                 // `\x` in bytea's hex format; the backslash escaped for COPY.
                 out.extend_from_slice(b"\\\\x");
-                for b in bytes {
-                    out.extend_from_slice(format!("{b:02x}").as_bytes());
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                for &b in bytes {
+                    out.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
                 }
             }
             Kind::Formatted(formatter) => {

@@ -28,6 +28,7 @@
 //! delivering a partial epoch.
 
 use std::collections::HashSet;
+use std::io::Write;
 
 use arrow::row::{RowConverter, SortField};
 use async_trait::async_trait;
@@ -197,7 +198,8 @@ impl PostgresSink {
         };
         let mut scratch = String::new();
         let mut line = |out: &mut Vec<u8>, row: usize, weight: i64| {
-            out.extend_from_slice(format!("{epoch}\t{weight}").as_bytes());
+            // Writing into a Vec cannot fail; no String per row.
+            let _ = write!(out, "{epoch}\t{weight}");
             for column in &columns {
                 out.push(b'\t');
                 column.write(row, out, &mut scratch);
