@@ -16,9 +16,7 @@ use weir_connectors::{ConnectorKind, Sink, SinkOpen};
 
 use crate::harness::{WeirServer, try_rows as rows};
 use crate::postgres::PgCluster;
-use crate::sources::{
-    ROUNDS, crash_rng, crash_server, error_of, kill_at_random_moments, value, wait_complete,
-};
+use crate::sources::{ROUNDS, crash_rng, crash_server, error_of, killed_then_every_bid, value};
 
 /// Fixed so every run and every restart generates the same events.
 const BASE_TIME: &str = "1700000000000";
@@ -292,17 +290,7 @@ async fn postgres_sinks_are_exact_after_kill_9_at_random_moments() {
         .await
         .expect("setup");
     drop(client);
-    kill_at_random_moments(&mut server, &mut rng, 400).await;
-    let client = server.connect().await;
-    wait_complete(&client).await;
-    client
-        .batch_execute("CREATE PROJECTION every_bid AS SELECT * FROM bid; FLUSH")
-        .await
-        .unwrap();
-    assert_eq!(
-        value(&client, "SELECT count(*) FROM every_bid").await,
-        "92000"
-    );
+    let client = killed_then_every_bid(&mut server, &mut rng, 400, "92000").await;
     let log = server.log_tail();
 
     let expected = rows(

@@ -37,7 +37,7 @@ pub(crate) async fn value(client: &Client, sql: &str) -> String {
 /// Waits until every source something reads (the others are `idle`) is
 /// `completed`, then for an epoch covering
 /// all of it, then until every sink has committed what it received.
-pub(crate) async fn wait_complete(client: &Client) {
+async fn wait_complete(client: &Client) {
     eventually(Duration::from_secs(120), "sources completed", || async {
         let statuses = rows(
             client,
@@ -403,7 +403,7 @@ pub(crate) fn crash_server() -> WeirServer {
 
 /// [`ROUNDS`] times: waits 100 ms plus up to `spread_ms`, kills the server
 /// with SIGKILL, restarts it and waits until it is ready.
-pub(crate) async fn kill_at_random_moments(server: &mut WeirServer, rng: &mut Rng, spread_ms: u64) {
+async fn kill_at_random_moments(server: &mut WeirServer, rng: &mut Rng, spread_ms: u64) {
     for round in 0..ROUNDS {
         tokio::time::sleep(Duration::from_millis(100 + rng.below(spread_ms))).await;
         server.kill();
@@ -414,6 +414,27 @@ pub(crate) async fn kill_at_random_moments(server: &mut WeirServer, rng: &mut Rn
             .await
             .unwrap_or_else(|e| panic!("round {round}: {e:?}\n{}", server.log_tail()));
     }
+}
+
+/// [`kill_at_random_moments`], then waits until every source and sink is
+/// done and creates `every_bid`, the uninterrupted answer to compare with:
+/// a projection created now reads source `bid` again from its first event.
+/// Checks it holds `bids` rows.
+pub(crate) async fn killed_then_every_bid(
+    server: &mut WeirServer,
+    rng: &mut Rng,
+    spread_ms: u64,
+    bids: &str,
+) -> Client {
+    kill_at_random_moments(server, rng, spread_ms).await;
+    let client = server.connect().await;
+    wait_complete(&client).await;
+    client
+        .batch_execute("CREATE PROJECTION every_bid AS SELECT * FROM bid; FLUSH")
+        .await
+        .unwrap();
+    assert_eq!(value(&client, "SELECT count(*) FROM every_bid").await, bids);
+    client
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -436,19 +457,7 @@ async fn nexmark_projection_and_sink_are_exact_after_kill_9_at_random_moments() 
         .await
         .expect("setup");
     drop(client);
-    kill_at_random_moments(&mut server, &mut rng, 900).await;
-    let client = server.connect().await;
-    wait_complete(&client).await;
-    // The uninterrupted answer: a projection created now reads the whole
-    // source again from its first event.
-    client
-        .batch_execute("CREATE PROJECTION every_bid AS SELECT * FROM bid; FLUSH")
-        .await
-        .unwrap();
-    assert_eq!(
-        value(&client, "SELECT count(*) FROM every_bid").await,
-        "368000"
-    );
+    let client = killed_then_every_bid(&mut server, &mut rng, 900, "368000").await;
     let maintained = rows(&client, "SELECT * FROM by_bucket").await.unwrap();
     let expected = rows(
         &client,
