@@ -124,19 +124,22 @@ impl PostgresSink {
         })
     }
 
-    /// The connection, made on first use, when the sink also takes its
-    /// progress row over ([`Tables::take_over`]).
-    async fn client(&mut self) -> Result<&mut Client, ConnectorError> {
-        if self.client.is_none() {
-            let mut client = self.tables.target.connect().await?;
-            let types = check_target(&client, &self.tables.target).await?;
-            self.tables
-                .take_over(&mut client, &types, self.sealed)
-                .await?;
-            self.sealed = None;
-            self.client = Some(client);
-        }
-        Ok(self.client.as_mut().expect("connected above"))
+    /// The connection (made on first use, when the sink also takes its
+    /// progress row over: [`Tables::take_over`]) and the tables it writes.
+    async fn connected(&mut self) -> Result<(&mut Client, &Tables), ConnectorError> {
+        let client = match self.client.take() {
+            Some(client) => client,
+            None => {
+                let mut client = self.tables.target.connect().await?;
+                let types = check_target(&client, &self.tables.target).await?;
+                self.tables
+                    .take_over(&mut client, &types, self.sealed)
+                    .await?;
+                self.sealed = None;
+                client
+            }
+        };
+        Ok((self.client.insert(client), &self.tables))
     }
 
     fn descriptor(&self) -> String {
@@ -225,9 +228,10 @@ impl PostgresSink {
                     }
                 }
                 Mode::Upsert => {
-                    if weight > 0 {
-                        let key = keys.as_ref().expect("upserts encode keys").row(row);
-                        if weight > 1 || !self.keys.insert(key.as_ref().into()) {
+                    if weight > 0
+                        && let Some(keys) = &keys
+                    {
+                        if weight > 1 || !self.keys.insert(keys.row(row).as_ref().into()) {
                             return Err(ConnectorError::Rejected {
                                 connector: NAME.into(),
                                 message: format!(
@@ -579,14 +583,15 @@ impl Sink for PostgresSink {
     }
 
     async fn pre_commit(&mut self, epoch: u64) -> Result<String, ConnectorError> {
-        self.client().await?;
         if self.pending.is_empty() {
+            // Nothing to stage, but a first call still takes the sink over.
+            self.connected().await?;
             return Ok(self.descriptor());
         }
         let pending = Bytes::from(std::mem::take(&mut self.pending));
         let rows = std::mem::take(&mut self.pending_rows);
-        let client = self.client.as_mut().expect("connected above");
-        self.tables.stage_pending(client, pending).await?;
+        let (client, tables) = self.connected().await?;
+        tables.stage_pending(client, pending).await?;
         self.staged_rows += rows;
         self.staged_through = epoch;
         Ok(self.descriptor())
@@ -597,28 +602,28 @@ impl Sink for PostgresSink {
             return Ok(());
         }
         let descriptor = Descriptor::parse(descriptor)?;
-        self.client().await?;
-        if self.staged_through <= self.committed {
+        let nothing_staged = self.staged_through <= self.committed;
+        let later_staged = self.staged_through > epoch;
+        let (client, tables) = self.connected().await?;
+        if nothing_staged {
             // Nothing staged since the last commit: the progress row may
             // lag, and the next take-over finds nothing between.
             self.committed = epoch;
             return Ok(());
         }
-        let client = self.client.as_mut().expect("connected above");
         let tx = client
             .transaction()
             .await
             .map_err(|e| pg_error("starting a transaction", e))?;
-        let stored = self.tables.lock_progress(&tx).await?;
+        let stored = tables.lock_progress(&tx).await?;
         if stored.epoch < epoch {
-            self.tables
+            tables
                 .apply(&tx, stored, epoch, descriptor.staged_rows)
                 .await?;
-            let later_staged = self.staged_through > epoch;
-            self.tables
+            tables
                 .clear_stage(&tx, later_staged.then_some(epoch))
                 .await?;
-            self.tables
+            tables
                 .set_progress(&tx, epoch, descriptor.staged_rows)
                 .await?;
         }
@@ -632,15 +637,14 @@ impl Sink for PostgresSink {
     async fn abort(&mut self, epoch: u64) -> Result<(), ConnectorError> {
         self.pending.clear();
         self.pending_rows = 0;
-        self.client().await?;
-        let client = self.client.as_mut().expect("connected above");
+        let (client, tables) = self.connected().await?;
         let tx = client
             .transaction()
             .await
             .map_err(|e| pg_error("starting a transaction", e))?;
-        self.tables.lock_progress(&tx).await?;
+        tables.lock_progress(&tx).await?;
         tx.execute(
-            &format!("DELETE FROM {} WHERE weir_epoch > $1", self.tables.stage),
+            &format!("DELETE FROM {} WHERE weir_epoch > $1", tables.stage),
             &[&(epoch as i64)],
         )
         .await
@@ -719,7 +723,13 @@ pub(crate) async fn check_target(
     if target.changelog {
         wanted.extend(["weir_op".to_string(), "weir_epoch".to_string()]);
     }
-    let missing: Vec<&String> = wanted.iter().filter(|w| type_of(w).is_none()).collect();
+    let types: Vec<Option<String>> = wanted.iter().map(|w| type_of(w)).collect();
+    let missing: Vec<&String> = wanted
+        .iter()
+        .zip(&types)
+        .filter(|(_, t)| t.is_none())
+        .map(|(w, _)| w)
+        .collect();
     if !missing.is_empty() {
         return Err(bad_option(
             "table",
@@ -738,10 +748,7 @@ pub(crate) async fn check_target(
             ),
         ));
     }
-    Ok(wanted[..count]
-        .iter()
-        .map(|w| type_of(w).expect("checked above"))
-        .collect())
+    Ok(types.into_iter().take(count).flatten().collect())
 }
 
 #[cfg(test)]
