@@ -14,20 +14,9 @@
 #   EVENTS=200000 bench/postgres-sink.sh
 set -euo pipefail
 
-target=${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}/release
-weir=${WEIR:-$target/weir}
 events=${EVENTS:-1000000}
 port=${PORT:-6788}
-pg_port=$((port + 10))
-pg_bin=${PG_BIN:-/usr/lib/postgresql/15/bin}
-work=$(mktemp -d)
-chmod 777 "$work"
-cleanup() {
-    [ -n "${weir_pid:-}" ] && kill "$weir_pid" 2>/dev/null
-    [ -d "$work/pg" ] && su postgres -c "$pg_bin/pg_ctl -D $work/pg -m immediate stop" >/dev/null 2>&1
-    rm -rf "$work"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/throwaway.sh"
 
 # Clock ticks of user + system time of a process and its exited children.
 cpu_ticks() { awk '{ print $14 + $15 + $16 + $17 }' "/proc/$1/stat"; }
@@ -45,20 +34,12 @@ pg_ticks() {
 hz=$(getconf CLK_TCK)
 now() { date +%s.%N; }
 
-su postgres -c "$pg_bin/initdb -N -D $work/pg -U weir -A trust" >/dev/null
-su postgres -c "$pg_bin/pg_ctl -D $work/pg -w -l $work/pg.log -o \"-p $pg_port -k $work -c listen_addresses=127.0.0.1\" start" >/dev/null
+start_postgres weir
 pg() { psql -q -X -h 127.0.0.1 -p $pg_port -U weir postgres -v ON_ERROR_STOP=1 "$@"; }
 columns="auction BIGINT, bidder BIGINT, price BIGINT, channel TEXT, url TEXT, date_time TIMESTAMP, extra TEXT"
 pg -c "CREATE TABLE bids ($columns); CREATE TABLE bids_copy ($columns)"
 
-"$weir" serve --data-dir "$work/weir" --pg-addr 127.0.0.1:$port \
-    --flight-addr 127.0.0.1:$((port + 1)) --http-addr 127.0.0.1:$((port + 2)) \
-    >"$work/weir.log" 2>&1 &
-weir_pid=$!
-for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$((port + 2))/ready" >/dev/null 2>&1 && break
-    sleep 0.1
-done
+start_weir
 w() { psql -q -X -A -t -h 127.0.0.1 -p $port -U weir weir -v ON_ERROR_STOP=1 "$@"; }
 w -c "CREATE SOURCE bid WITH (connector = 'nexmark', event = 'bid', max_events = '$events')"
 bids=$((events * 46 / 50))

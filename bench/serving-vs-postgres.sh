@@ -9,22 +9,11 @@
 #   ROWS=100000 SECONDS_PER_RUN=5 bench/serving-vs-postgres.sh
 set -euo pipefail
 
-target=${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}/release
-weir=${WEIR:-$target/weir}
 rows=${ROWS:-1000000}
 seconds=${SECONDS_PER_RUN:-10}
 clients=${CLIENTS:-1 4}
 port=${PORT:-6688}
-pg_port=$((port + 10))
-pg_bin=${PG_BIN:-/usr/lib/postgresql/15/bin}
-work=$(mktemp -d)
-chmod 777 "$work"
-cleanup() {
-    [ -n "${weir_pid:-}" ] && kill "$weir_pid" 2>/dev/null
-    [ -d "$work/pg" ] && su postgres -c "$pg_bin/pg_ctl -D $work/pg -m immediate stop" >/dev/null 2>&1
-    rm -rf "$work"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/throwaway.sh"
 
 load_sql="CREATE TABLE kv (id BIGINT PRIMARY KEY, v TEXT);
 INSERT INTO kv SELECT g, 'value-' || g FROM generate_series(0, $((rows - 1))) AS t(g);"
@@ -49,21 +38,13 @@ run_pgbench() { # system, port, user, database
 }
 
 # PostgreSQL 15: throwaway cluster, fsync off (reads only).
-su postgres -c "$pg_bin/initdb -N -D $work/pg -U postgres -A trust" >/dev/null
-su postgres -c "$pg_bin/pg_ctl -D $work/pg -w -l $work/pg.log -o \"-p $pg_port -k $work -c listen_addresses=127.0.0.1 -c fsync=off\" start" >/dev/null
+start_postgres postgres fsync=off
 psql -q -h 127.0.0.1 -p $pg_port -U postgres postgres -v ON_ERROR_STOP=1 -c "$load_sql" -c "VACUUM ANALYZE kv"
 run_pgbench postgres $pg_port postgres postgres
 su postgres -c "$pg_bin/pg_ctl -D $work/pg -m fast stop" >/dev/null
 
 # Weir with its embedded defaults.
-"$weir" serve --data-dir "$work/weir" --pg-addr 127.0.0.1:$port \
-    --flight-addr 127.0.0.1:$((port + 1)) --http-addr 127.0.0.1:$((port + 2)) \
-    >"$work/weir.log" 2>&1 &
-weir_pid=$!
-for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$((port + 2))/ready" >/dev/null 2>&1 && break
-    sleep 0.1
-done
+start_weir
 psql -q -h 127.0.0.1 -p $port -U weir weir -v ON_ERROR_STOP=1 -c "$load_sql"
 run_pgbench weir $port weir weir
 
