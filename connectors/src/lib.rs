@@ -10,8 +10,9 @@
 //!   idempotent `commit` after the seal, idempotent `abort`.
 //! - [`Connector`] and [`registry`]: every connector compiled in, each a
 //!   module behind its Cargo feature: `nexmark` and `datagen` (sources),
-//!   `blackhole`, `log`/`stdout` and `postgres` (sinks; `postgres`
-//!   writes exactly once through a stage table and a fenced progress row).
+//!   `blackhole`, `log`/`stdout`, `postgres` and `files` (sinks; `postgres`
+//!   writes exactly once through a stage table and a fenced progress row,
+//!   `files` through staged files renamed after the seal).
 //!
 //! The runtime in `weir-engine` opens sources at the offsets of the latest
 //! seal and sinks with the latest seal's descriptor; this crate knows
@@ -26,6 +27,8 @@ pub mod spec;
 mod blackhole;
 #[cfg(feature = "datagen")]
 mod datagen;
+#[cfg(feature = "files")]
+mod files;
 #[cfg(feature = "log")]
 mod log_sink;
 #[cfg(feature = "nexmark")]
@@ -122,6 +125,8 @@ pub fn registry() -> Vec<&'static dyn Connector> {
     all.push(&nexmark::NexmarkConnector);
     #[cfg(feature = "datagen")]
     all.push(&datagen::DatagenConnector);
+    #[cfg(feature = "files")]
+    all.push(&files::FilesSourceConnector);
     #[cfg(feature = "blackhole")]
     all.push(&blackhole::BlackholeConnector);
     #[cfg(feature = "log")]
@@ -131,6 +136,8 @@ pub fn registry() -> Vec<&'static dyn Connector> {
     }
     #[cfg(feature = "postgres")]
     all.push(&postgres::PostgresConnector);
+    #[cfg(feature = "files")]
+    all.push(&files::FilesConnector);
     all
 }
 
@@ -140,7 +147,13 @@ pub fn connector(
     kind: ConnectorKind,
 ) -> Result<&'static dyn Connector, ConnectorError> {
     let all = registry();
-    let found = all.iter().find(|c| c.spec().name == name).copied();
+    // A name may stand for a source and a sink (`files`): the kind asked
+    // for wins, and only a name without it is the wrong kind.
+    let found = all
+        .iter()
+        .find(|c| c.spec().name == name && c.spec().kind == kind)
+        .or_else(|| all.iter().find(|c| c.spec().name == name))
+        .copied();
     match found {
         Some(c) if c.spec().kind == kind => Ok(c),
         Some(c) => Err(ConnectorError::WrongKind {

@@ -14,6 +14,8 @@
 //!   an `object_store` with create-only partial blobs, fenced generations and
 //!   create-only seals (manifests naming each vnode's snapshot+delta chain).
 //!   [`state::model`] holds the protocol's decisions as pure functions.
+//! - `testing` (feature `testing`): a local S3 server (moto) for tests of
+//!   this crate and of the connectors that write to S3.
 //! - [`DataDirLock`]: an exclusive lock on a data directory so two processes
 //!   never write the same one.
 //!
@@ -25,6 +27,8 @@ mod error;
 mod lock;
 pub mod state;
 mod table_log;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use control_log::{ControlLog, Revision};
 pub use error::StorageError;

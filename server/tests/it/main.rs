@@ -27,6 +27,8 @@
 //!   projection and a blackhole sink (exactly-once).
 //! - `pg_sink`: the `postgres` sink against a throwaway PostgreSQL: checks
 //!   at CREATE, its fencing protocol, exactness across `kill -9`.
+//! - `files_sink`: the `files` sink: checks at CREATE, Parquet and CSV
+//!   changelog files exact across `kill -9`.
 //! - `nexmark`: every Nexmark query maintained over nexmark sources equals
 //!   it run ad hoc over the same events.
 //! - `point_reads`: scans narrowed by primary key and prepared point
@@ -43,6 +45,7 @@ mod postgres;
 mod auth;
 mod crash;
 mod crash_projections;
+mod files_sink;
 mod groupcommit;
 mod http;
 mod jdbc;

@@ -1,0 +1,565 @@
+//! The `files` source: rows from Parquet, CSV or JSON-lines files in a
+//! local directory or an object store, each file read once.
+//!
+//! Files are read in name order; every file is its own split, and its
+//! offset in the seal is the rows read so far (`"n"`) or `"done:n"` once
+//! it is read to its end (a zero-row batch carries that mark). A restart
+//! skips the files marked done, and resumes a partly read one after its
+//! `n` rows. Names that begin with `_` or `.` (in any directory under the
+//! root) are skipped, so a `files` sink's directory reads as its committed
+//! files only. Files are assumed immutable once they appear under their
+//! name: a file changed after it was read is not read again.
+//!
+//! With `watch = 'true'` (the default) the root is listed again every
+//! `poll_interval_ms` and new files are read as they appear; with
+//! `'false'` the source ends after the files present when it starts.
+//! A replay (`until`) reads exactly the files and rows the offsets name,
+//! so a projection created later backfills the rows read before it.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::error::ArrowError;
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+use weir_common::ChangeBatch;
+
+use super::{Format, Location, NAME, bad_option, normalized_url, with_s3_options};
+use crate::spec::{
+    Capabilities, ConnectorKind, ConnectorSpec, Delivery, OptionSpec, OptionType, Options,
+};
+use crate::{Connector, ConnectorError, Offsets, Source, SourceBatch, SourceEvent, SourceOpen};
+
+/// The one split name the runtime is told about; batches name their file.
+const SPLIT: &str = "files";
+/// Rows per batch handed to the runtime.
+const BATCH_ROWS: usize = 8192;
+
+static SPEC: ConnectorSpec = ConnectorSpec {
+    name: NAME,
+    kind: ConnectorKind::Source,
+    help: "reads Parquet, CSV or JSON-lines files from a directory or an object store, each file once, new files as they appear",
+    options: with_s3_options![
+        OptionSpec::optional(
+            "path",
+            OptionType::Text,
+            "the directory to read: file:///abs/dir (or /abs/dir) or s3://bucket/prefix; files in subdirectories are read too",
+        )
+        .required(),
+        OptionSpec::optional(
+            "format",
+            OptionType::OneOf(&["parquet", "csv", "json"]),
+            "the file format (json: one JSON object per line); only files ending in .parquet, .csv, or .json/.jsonl/.ndjson are read",
+        )
+        .with_default("parquet"),
+        OptionSpec::optional(
+            "watch",
+            OptionType::OneOf(&["true", "false"]),
+            "true keeps listing the directory for new files; false ends after the files present at start",
+        )
+        .with_default("true"),
+        OptionSpec::optional(
+            "poll_interval_ms",
+            OptionType::Count,
+            "how often the directory is listed for new files",
+        )
+        .with_default("1000"),
+        OptionSpec::optional(
+            "csv.header",
+            OptionType::OneOf(&["true", "false"]),
+            "true: the first line names the columns (matched by name); false: columns by position",
+        )
+        .with_default("true"),
+        OptionSpec::optional(
+            "csv.delimiter",
+            OptionType::Text,
+            "the field delimiter, one character",
+        )
+        .with_default(","),
+    ],
+    capabilities: Capabilities {
+        read_modes: &[],
+        append_only: true,
+        replayable: true,
+        bounded: false,
+        delivery: &[Delivery::ExactlyOnce],
+    },
+};
+
+pub(crate) struct FilesSourceConnector;
+
+impl Connector for FilesSourceConnector {
+    fn spec(&self) -> &'static ConnectorSpec {
+        &SPEC
+    }
+
+    fn source_columns(
+        &self,
+        declared: Option<&SchemaRef>,
+        options: &BTreeMap<String, String>,
+    ) -> Result<SchemaRef, ConnectorError> {
+        normalized_url(options.get("path").map_or("", String::as_str))?;
+        Settings::parse(options)?;
+        declared.cloned().ok_or_else(|| {
+            bad_option(
+                "columns",
+                "a files source needs its columns declared: CREATE SOURCE name (column type, ...) WITH (connector = 'files', ...)",
+            )
+        })
+    }
+
+    fn open_source(&self, open: SourceOpen<'_>) -> Result<Box<dyn Source>, ConnectorError> {
+        Ok(Box::new(FilesSource::new(&open)?))
+    }
+}
+
+/// The options that say how files are read.
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    format: Format,
+    watch: bool,
+    poll: Duration,
+    csv_header: bool,
+    csv_delimiter: u8,
+}
+
+impl Settings {
+    fn parse(options: &BTreeMap<String, String>) -> Result<Self, ConnectorError> {
+        let opts = Options::new(&SPEC, options);
+        let delimiter = opts.get("csv.delimiter").unwrap_or(",");
+        let csv_delimiter = match delimiter.as_bytes() {
+            [b] => *b,
+            _ => {
+                return Err(bad_option(
+                    "csv.delimiter",
+                    format!("\"{delimiter}\" is not one single-byte character"),
+                ));
+            }
+        };
+        Ok(Self {
+            format: Format::parse(opts.get("format")),
+            watch: opts.get("watch") != Some("false"),
+            poll: Duration::from_millis(opts.u64("poll_interval_ms")?.unwrap_or(1000).max(10)),
+            csv_header: opts.get("csv.header") != Some("false"),
+            csv_delimiter,
+        })
+    }
+
+    /// Whether a file of this name is one to read.
+    fn wants(&self, relative: &str) -> bool {
+        let hidden = relative
+            .split('/')
+            .any(|part| part.starts_with('_') || part.starts_with('.'));
+        let extensions: &[&str] = match self.format {
+            Format::Parquet => &[".parquet"],
+            Format::Csv => &[".csv"],
+            Format::Json => &[".json", ".jsonl", ".ndjson"],
+        };
+        !hidden && extensions.iter().any(|e| relative.ends_with(e))
+    }
+}
+
+/// How far one file has been read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileOffset {
+    rows: u64,
+    done: bool,
+}
+
+impl FileOffset {
+    fn parse(text: &str) -> Result<Self, ConnectorError> {
+        let (done, rows) = match text.strip_prefix("done:") {
+            Some(rows) => (true, rows),
+            None => (false, text),
+        };
+        let rows = rows.parse().map_err(|_| ConnectorError::BadPosition {
+            connector: NAME.into(),
+            value: text.to_string(),
+            message: "expected a row count, or done: and a row count".into(),
+        })?;
+        Ok(Self { rows, done })
+    }
+
+    fn text(self) -> String {
+        if self.done {
+            format!("done:{}", self.rows)
+        } else {
+            self.rows.to_string()
+        }
+    }
+}
+
+fn parse_offsets(offsets: &Offsets) -> Result<HashMap<String, FileOffset>, ConnectorError> {
+    offsets
+        .iter()
+        .filter(|(file, _)| file.as_str() != SPLIT)
+        .map(|(file, text)| Ok((file.clone(), FileOffset::parse(text)?)))
+        .collect()
+}
+
+type Batches = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send>;
+
+/// The file being read.
+struct OpenFile {
+    name: String,
+    batches: Batches,
+    /// Rows read from the file so far (skipped ones included).
+    rows: u64,
+    /// Rows still to skip (read before a restart).
+    skip: u64,
+    /// A replay's end within this file.
+    limit: Option<u64>,
+}
+
+pub(crate) struct FilesSource {
+    name: String,
+    location: Location,
+    settings: Settings,
+    schema: SchemaRef,
+    /// Every file seen and how far it was read.
+    offsets: HashMap<String, FileOffset>,
+    /// A replay reads these files up to these offsets, then ends.
+    until: Option<HashMap<String, FileOffset>>,
+    queue: VecDeque<String>,
+    current: Option<OpenFile>,
+    listed_at: Option<Instant>,
+    ended: bool,
+}
+
+impl FilesSource {
+    fn new(open: &SourceOpen<'_>) -> Result<Self, ConnectorError> {
+        let until = open.until.map(parse_offsets).transpose()?;
+        let mut queue = VecDeque::new();
+        if let Some(until) = &until {
+            let mut files: Vec<&String> = until.keys().collect();
+            files.sort();
+            queue.extend(files.into_iter().cloned());
+        }
+        Ok(Self {
+            name: open.name.to_string(),
+            location: Location::parse(open.options)?,
+            settings: Settings::parse(open.options)?,
+            schema: open.schema.clone(),
+            offsets: parse_offsets(open.offsets)?,
+            until,
+            queue,
+            current: None,
+            listed_at: None,
+            ended: false,
+        })
+    }
+
+    /// Lists the root and queues, in name order, every file to read that
+    /// is neither done nor queued.
+    async fn list(&mut self) -> Result<(), ConnectorError> {
+        self.listed_at = Some(Instant::now());
+        let prefix = format!("{}/", self.location.root);
+        let listed: Vec<object_store::ObjectMeta> = self
+            .location
+            .store
+            .list(Some(&self.location.root))
+            .try_collect()
+            .await
+            .map_err(|e| transient(&format!("listing {}", self.location.url), e))?;
+        let mut names: Vec<String> = listed
+            .iter()
+            .map(|meta| {
+                let full = meta.location.as_ref();
+                full.strip_prefix(&prefix).unwrap_or(full).to_string()
+            })
+            .filter(|name| self.settings.wants(name))
+            .filter(|name| !self.offsets.get(name).is_some_and(|o| o.done))
+            .filter(|name| {
+                !self.queue.contains(name) && self.current.as_ref().is_none_or(|c| &c.name != name)
+            })
+            .collect();
+        names.sort();
+        self.queue.extend(names);
+        Ok(())
+    }
+
+    /// Opens the next queued file, skipping the rows read before.
+    async fn open_next(&mut self) -> Result<bool, ConnectorError> {
+        let Some(name) = self.queue.pop_front() else {
+            return Ok(false);
+        };
+        let location = self.location.path(&name);
+        let bytes = match self.location.store.get(&location).await {
+            Ok(got) => got
+                .bytes()
+                .await
+                .map_err(|e| transient(&format!("reading {location}"), e))?,
+            Err(object_store::Error::NotFound { .. }) if self.until.is_none() => {
+                tracing::warn!(source = %self.name, file = %name, "a listed file was gone before it was read");
+                return Ok(true);
+            }
+            Err(e) => return Err(transient(&format!("reading {location}"), e)),
+        };
+        let batches =
+            decode(&self.settings, bytes, &self.schema).map_err(|e| rejected(&name, 0, e))?;
+        let skip = self.offsets.get(&name).map_or(0, |o| o.rows);
+        let limit = self
+            .until
+            .as_ref()
+            .and_then(|u| u.get(&name))
+            .filter(|o| !o.done)
+            .map(|o| o.rows);
+        self.current = Some(OpenFile {
+            name,
+            batches,
+            rows: 0,
+            skip: if self.until.is_some() { 0 } else { skip },
+            limit,
+        });
+        Ok(true)
+    }
+
+    /// The next batch of the open file, or the end-of-file mark; None
+    /// when it is finished (it is then closed).
+    fn read_current(&mut self) -> Result<Option<SourceEvent>, ConnectorError> {
+        let Some(file) = self.current.as_mut() else {
+            return Ok(None);
+        };
+        loop {
+            if file.limit.is_some_and(|l| file.rows >= l) {
+                self.current = None;
+                return Ok(None);
+            }
+            let Some(batch) = file.batches.next() else {
+                let offset = FileOffset {
+                    rows: file.rows,
+                    done: true,
+                };
+                let name = file.name.clone();
+                self.current = None;
+                if self.until.is_some() {
+                    return Ok(None);
+                }
+                self.offsets.insert(name.clone(), offset);
+                let empty = RecordBatch::new_empty(self.schema.clone());
+                return Ok(Some(batch_event(name, empty, offset)));
+            };
+            let mut batch = batch.map_err(|e| rejected(&file.name, file.rows, e))?;
+            let start = file.rows;
+            file.rows += batch.num_rows() as u64;
+            if file.skip >= batch.num_rows() as u64 {
+                file.skip -= batch.num_rows() as u64;
+                continue;
+            }
+            let skip = std::mem::take(&mut file.skip) as usize;
+            if let Some(limit) = file.limit {
+                let keep = (limit.saturating_sub(start) as usize).min(batch.num_rows());
+                file.rows = start + keep as u64;
+                batch = batch.slice(0, keep);
+            }
+            let batch = batch.slice(skip, batch.num_rows() - skip);
+            let batch = conform(batch, &self.schema).map_err(|e| rejected(&file.name, start, e))?;
+            let offset = FileOffset {
+                rows: file.rows,
+                done: false,
+            };
+            self.offsets.insert(file.name.clone(), offset);
+            return Ok(Some(batch_event(file.name.clone(), batch, offset)));
+        }
+    }
+}
+
+fn batch_event(file: String, rows: RecordBatch, offset: FileOffset) -> SourceEvent {
+    SourceEvent::Batch(SourceBatch {
+        split: file,
+        changes: ChangeBatch::inserts(rows),
+        offset: offset.text(),
+        max_event_time: None,
+    })
+}
+
+#[async_trait]
+impl Source for FilesSource {
+    fn splits(&self) -> Vec<String> {
+        vec![SPLIT.to_string()]
+    }
+
+    async fn next(&mut self) -> Result<SourceEvent, ConnectorError> {
+        loop {
+            if let Some(event) = self.read_current()? {
+                return Ok(event);
+            }
+            if self.open_next().await? {
+                continue;
+            }
+            // Nothing open and nothing queued.
+            let first = self.listed_at.is_none();
+            if self.until.is_none() && (first || self.settings.watch) {
+                let due = self.listed_at.map_or(Duration::ZERO, |at| {
+                    self.settings.poll.saturating_sub(at.elapsed())
+                });
+                if !due.is_zero() {
+                    tokio::time::sleep(due.min(Duration::from_secs(1))).await;
+                    return Ok(SourceEvent::Idle);
+                }
+                self.list().await?;
+                if !self.queue.is_empty() {
+                    continue;
+                }
+                if self.settings.watch {
+                    return Ok(SourceEvent::Idle);
+                }
+            }
+            if self.ended {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                return Ok(SourceEvent::Idle);
+            }
+            self.ended = true;
+            return Ok(SourceEvent::SplitEnd {
+                split: SPLIT.to_string(),
+            });
+        }
+    }
+}
+
+/// Batches of one file's rows, in the declared columns' types (CSV and
+/// JSON are parsed as those types; Parquet columns are read by name and
+/// cast in [`conform`]).
+fn decode(settings: &Settings, bytes: Bytes, schema: &SchemaRef) -> Result<Batches, ArrowError> {
+    match settings.format {
+        Format::Json => {
+            let reader = arrow::json::ReaderBuilder::new(schema.clone())
+                .with_batch_size(BATCH_ROWS)
+                .build(std::io::Cursor::new(bytes))?;
+            Ok(Box::new(reader))
+        }
+        Format::Csv => {
+            let mut builder = arrow::csv::ReaderBuilder::new(schema.clone())
+                .with_header(settings.csv_header)
+                .with_delimiter(settings.csv_delimiter)
+                .with_batch_size(BATCH_ROWS);
+            if settings.csv_header {
+                // Columns are matched by the header's names: parse every
+                // column of the file, the declared ones as declared, and
+                // keep only those.
+                let format = arrow::csv::reader::Format::default()
+                    .with_header(true)
+                    .with_delimiter(settings.csv_delimiter);
+                let (header, _) = format.infer_schema(std::io::Cursor::new(&bytes), Some(0))?;
+                let mut projection = Vec::new();
+                let fields: Vec<Field> = header
+                    .fields()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| match schema.field_with_name(f.name()) {
+                        Ok(declared) => {
+                            projection.push(i);
+                            declared.clone()
+                        }
+                        Err(_) => Field::new(f.name(), DataType::Utf8, true),
+                    })
+                    .collect();
+                if let Some(missing) = schema
+                    .fields()
+                    .iter()
+                    .find(|f| header.field_with_name(f.name()).is_err())
+                {
+                    return Err(ArrowError::CsvError(format!(
+                        "the header has no column \"{}\" (it has: {})",
+                        missing.name(),
+                        header
+                            .fields()
+                            .iter()
+                            .map(|f| f.name().as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+                builder = arrow::csv::ReaderBuilder::new(Arc::new(Schema::new(fields)))
+                    .with_header(true)
+                    .with_delimiter(settings.csv_delimiter)
+                    .with_batch_size(BATCH_ROWS)
+                    .with_projection(projection);
+            }
+            Ok(Box::new(builder.build(std::io::Cursor::new(bytes))?))
+        }
+        Format::Parquet => {
+            let parquet = |e: parquet::errors::ParquetError| ArrowError::ExternalError(Box::new(e));
+            let builder =
+                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+                    .map_err(parquet)?;
+            let file = builder.schema().clone();
+            let indices = schema
+                .fields()
+                .iter()
+                .map(|f| {
+                    file.index_of(f.name()).map_err(|_| {
+                        ArrowError::SchemaError(format!(
+                            "the file has no column \"{}\" (it has: {})",
+                            f.name(),
+                            file.fields()
+                                .iter()
+                                .map(|f| f.name().as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), indices);
+            let reader = builder
+                .with_projection(mask)
+                .with_batch_size(BATCH_ROWS)
+                .build()
+                .map_err(parquet)?;
+            Ok(Box::new(reader))
+        }
+    }
+}
+
+/// `batch` with the declared columns, in their order, cast to their types.
+fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+    if batch.schema().fields() == schema.fields() {
+        return Ok(batch);
+    }
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| {
+            let column = batch.column_by_name(field.name()).ok_or_else(|| {
+                ArrowError::SchemaError(format!("no column \"{}\"", field.name()))
+            })?;
+            if column.data_type() == field.data_type() {
+                Ok(column.clone())
+            } else {
+                arrow::compute::cast(column, field.data_type()).map_err(|e| {
+                    ArrowError::CastError(format!(
+                        "column \"{}\" ({} in the file) as {}: {e}",
+                        field.name(),
+                        column.data_type(),
+                        field.data_type()
+                    ))
+                })
+            }
+        })
+        .collect::<Result<Vec<_>, ArrowError>>()?;
+    RecordBatch::try_new(schema.clone(), columns)
+}
+
+fn transient(what: &str, e: object_store::Error) -> ConnectorError {
+    ConnectorError::Transient {
+        connector: NAME.into(),
+        message: format!("{what}: {e}"),
+    }
+}
+
+/// A file that cannot be read as declared: the source fails, naming it.
+fn rejected(file: &str, row: u64, e: ArrowError) -> ConnectorError {
+    ConnectorError::Rejected {
+        connector: NAME.into(),
+        message: format!("file {file}, after row {row}: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests;
