@@ -27,8 +27,9 @@
 //!   projection and a blackhole sink (exactly-once).
 //! - `pg_sink`: the `postgres` sink against a throwaway PostgreSQL: checks
 //!   at CREATE, its fencing protocol, exactness across `kill -9`.
-//! - `files_sink`: the `files` sink: checks at CREATE, Parquet and CSV
-//!   changelog files exact across `kill -9`.
+//! - `files`: the `files` sink and source: checks at CREATE, Parquet and
+//!   CSV changelog files exact across `kill -9`, a watched directory read
+//!   into a projection and a sink exactly across `kill -9`.
 //! - `nexmark`: every Nexmark query maintained over nexmark sources equals
 //!   it run ad hoc over the same events.
 //! - `point_reads`: scans narrowed by primary key and prepared point
@@ -45,7 +46,7 @@ mod postgres;
 mod auth;
 mod crash;
 mod crash_projections;
-mod files_sink;
+mod files;
 mod groupcommit;
 mod http;
 mod jdbc;

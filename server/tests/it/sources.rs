@@ -371,7 +371,7 @@ async fn show_create_round_trips_drop_cascades_and_restarts_keep_running() {
 pub(crate) struct Rng(u64);
 
 impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;

@@ -1,14 +1,18 @@
-//! The `files` sink through the server: CREATE SINK checks (a bad path,
-//! input that retracts without a changelog, two sinks on one directory),
-//! and Parquet and CSV-changelog sinks over a nexmark source exactly right
-//! after `kill -9` at random moments: the committed files hold every row
-//! once, nothing is left staged.
+//! The `files` connectors through the server:
+//! - the sink: CREATE SINK checks (a bad path, input that retracts without
+//!   a changelog, two sinks on one directory), and Parquet and
+//!   CSV-changelog sinks over a nexmark source exactly right after `kill -9`
+//!   at random moments: the committed files hold every row once, nothing is
+//!   left staged;
+//! - the source: a watched directory whose files keep arriving while the
+//!   server is killed, read into a projection and a sink, each row once.
 
 use std::path::Path;
+use std::time::Duration;
 
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use crate::harness::try_rows as rows;
+use crate::harness::{eventually, try_rows as rows};
 use crate::sources::{ROUNDS, crash_rng, crash_server, error_of, killed_then_every_bid, value};
 
 /// Fixed so every run and every restart generates the same events.
@@ -205,4 +209,96 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
         .map(|e| e.unwrap().path())
         .flat_map(|p| if p.is_dir() { walk(&p) } else { vec![p] })
         .collect()
+}
+
+/// Rows per input file of the source test.
+const FILE_ROWS: i64 = 5000;
+
+/// Input file `k` of the source test: ids `k * FILE_ROWS ..`, written
+/// under a hidden name and renamed, as a producer must so that no reader
+/// sees half a file.
+fn write_input(dir: &Path, k: i64) {
+    let mut text = String::from("name,id\n");
+    for id in k * FILE_ROWS..(k + 1) * FILE_ROWS {
+        text.push_str(&format!("n{id},{id}\n"));
+    }
+    let hidden = dir.join(format!(".{k:04}.csv.tmp"));
+    std::fs::write(&hidden, text).unwrap();
+    std::fs::rename(&hidden, dir.join(format!("{k:04}.csv"))).unwrap();
+}
+
+/// A watched directory gains two files before each of the kills: the
+/// projection over it counts every row once, and the files sink copying
+/// it holds every row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_directory_feeds_a_projection_and_a_sink_exactly_across_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, copy) = (dir.path().join("in"), dir.path().join("copy"));
+    std::fs::create_dir_all(&input).unwrap();
+    for k in 0..5 {
+        write_input(&input, k);
+    }
+    let mut rng = crash_rng(0xF11E5);
+    let mut server = crash_server();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE f (id BIGINT NOT NULL, name TEXT)
+               WITH (connector = 'files', path = '{}', format = 'csv', poll_interval_ms = '50');
+             CREATE PROJECTION totals AS SELECT count(*) AS n, sum(id) AS s, count(DISTINCT id) AS d FROM f;
+             CREATE SINK copy FROM f WITH (connector = 'files', path = '{}');",
+            input.display(),
+            copy.display()
+        ))
+        .await
+        .expect("setup");
+    drop(client);
+    let mut files = 5;
+    for round in 0..ROUNDS {
+        for _ in 0..2 {
+            write_input(&input, files);
+            files += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(100 + rng.below(300))).await;
+        server.kill();
+        server.restart();
+        let client = server.connect().await;
+        client
+            .batch_execute("SELECT weir_wait_ready('60s')")
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e:?}\n{}", server.log_tail()));
+    }
+    let client = server.connect().await;
+    let rows_in = files * FILE_ROWS;
+    let want = format!("{rows_in}|{}|{rows_in}", rows_in * (rows_in - 1) / 2);
+    eventually(Duration::from_secs(60), "every file read", || async {
+        let got = rows(&client, "SELECT n, s, d FROM totals").await.ok()?;
+        (got == [want.clone()]).then_some(())
+    })
+    .await;
+    client.batch_execute("FLUSH").await.unwrap();
+    eventually(Duration::from_secs(60), "the sink committed", || async {
+        let pending = rows(
+            &client,
+            "SELECT name FROM weir_catalog.sinks WHERE rows_out <> committed_rows OR status <> 'running'",
+        )
+        .await
+        .ok()?;
+        pending.is_empty().then_some(())
+    })
+    .await;
+    let mut expected: Vec<String> = (0..rows_in).map(|id| format!("{id}|n{id}")).collect();
+    expected.sort();
+    assert_eq!(
+        parquet_rows(&copy),
+        expected,
+        "the copy after {ROUNDS} kills\n{}",
+        server.log_tail()
+    );
+    let status = value(
+        &client,
+        "SELECT status FROM weir_catalog.sources WHERE name = 'f'",
+    )
+    .await;
+    assert_eq!(status, "running");
 }
