@@ -32,40 +32,19 @@ if ! "$venv/bin/python" -c "import duckdb" >/dev/null 2>&1; then
     "$venv/bin/pip" install --quiet duckdb
 fi
 
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-hz=$(getconf CLK_TCK)
-now() { date +%s.%N; }
-cpu_since() { awk -v a="$1" -v b="$(cpu_ticks $weir_pid)" -v hz="$hz" 'BEGIN { print (b - a) / hz }'; }
-wall_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { print b - a }'; }
 
 start_weir
 w() { psql -q -X -A -t -h 127.0.0.1 -p $port -U weir weir -v ON_ERROR_STOP=1 "$@"; }
 bids=$((events * 46 / 50))
 columns="auction BIGINT, bidder BIGINT, price BIGINT, channel TEXT, url TEXT, date_time TIMESTAMP, extra TEXT"
 
-# wait_committed SINK: until SINK has committed every bid (fails with the
-# sink's or a source's error).
-wait_committed() {
-    local state
-    while :; do
-        state=$(w -c "SELECT status || ' ' || committed_rows FROM weir_catalog.sinks WHERE name = '$1'")
-        case $state in
-            "running $bids") return ;;
-            failed*) echo "sink $1 failed:"; w -c "SELECT error FROM weir_catalog.sinks WHERE name = '$1'"; exit 1 ;;
-        esac
-        if w -c "SELECT error FROM weir_catalog.sources WHERE status = 'failed'" | grep -q .; then
-            echo "a source failed:"; w -c "SELECT name, error FROM weir_catalog.sources"; exit 1
-        fi
-        sleep 0.05
-    done
-}
 
 declare -A sink_wall sink_cpu read_wall read_cpu duck_wall duck_cpu
 for format in csv parquet; do
     # A source per format: one created later would replay the first one's
     # bids into the second sink as one backfill write.
     w -c "CREATE SOURCE bid_$format WITH (connector = 'nexmark', event = 'bid', max_events = '$events')"
-    before=$(cpu_ticks $weir_pid)
+    before=$(weir_ticks)
     start=$(now)
     w -c "CREATE SINK to_$format FROM bid_$format WITH (connector = 'files', path = '$work/$format', format = '$format')"
     wait_committed "to_$format"
@@ -76,7 +55,7 @@ done
 for format in csv parquet; do
     w -c "CREATE SOURCE from_$format ($columns)
             WITH (connector = 'files', path = '$work/$format', format = '$format', watch = 'false')"
-    before=$(cpu_ticks $weir_pid)
+    before=$(weir_ticks)
     start=$(now)
     w -c "CREATE SINK count_$format FROM from_$format WITH (connector = 'blackhole')"
     wait_committed "count_$format"

@@ -31,8 +31,6 @@ pg_ticks() {
     done
     echo $total
 }
-hz=$(getconf CLK_TCK)
-now() { date +%s.%N; }
 
 start_postgres weir
 pg() { psql -q -X -h 127.0.0.1 -p $pg_port -U weir postgres -v ON_ERROR_STOP=1 "$@"; }

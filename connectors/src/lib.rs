@@ -9,19 +9,28 @@
 //! - [`Sink`] ([`sink`]): write per epoch, `pre_commit` at the barrier,
 //!   idempotent `commit` after the seal, idempotent `abort`.
 //! - [`Connector`] and [`registry`]: every connector compiled in, each a
-//!   module behind its Cargo feature: `nexmark` and `datagen` (sources),
-//!   `blackhole`, `log`/`stdout`, `postgres` and `files` (sinks; `postgres`
-//!   writes exactly once through a stage table and a fenced progress row,
-//!   `files` through staged files renamed after the seal).
+//!   module behind its Cargo feature: `nexmark`, `datagen`, `files` and
+//!   `kafka` (sources), `blackhole`, `log`/`stdout`, `postgres`, `files`
+//!   and `kafka` (sinks; `postgres` writes exactly once through a stage
+//!   table and a fenced progress row, `files` through staged files renamed
+//!   after the seal, `kafka` at least once).
+//! - [`testing`] (feature `testing`): a throwaway Kafka-compatible broker
+//!   (tansu) for tests.
+//! - `changelog`: changes as the rows a sink writes out (weights repeated,
+//!   a changelog's op and epoch columns).
 //!
 //! The runtime in `weir-engine` opens sources at the offsets of the latest
 //! seal and sinks with the latest seal's descriptor; this crate knows
 //! nothing of epochs beyond the numbers it is handed, nor of SQL.
 
+#[cfg(any(feature = "files", feature = "kafka"))]
+mod changelog;
 mod error;
 pub mod sink;
 pub mod source;
 pub mod spec;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 #[cfg(feature = "blackhole")]
 mod blackhole;
@@ -29,6 +38,8 @@ mod blackhole;
 mod datagen;
 #[cfg(feature = "files")]
 mod files;
+#[cfg(feature = "kafka")]
+mod kafka;
 #[cfg(feature = "log")]
 mod log_sink;
 #[cfg(feature = "nexmark")]
@@ -127,6 +138,8 @@ pub fn registry() -> Vec<&'static dyn Connector> {
     all.push(&datagen::DatagenConnector);
     #[cfg(feature = "files")]
     all.push(&files::FilesSourceConnector);
+    #[cfg(feature = "kafka")]
+    all.push(&kafka::KafkaSourceConnector);
     #[cfg(feature = "blackhole")]
     all.push(&blackhole::BlackholeConnector);
     #[cfg(feature = "log")]
@@ -138,6 +151,8 @@ pub fn registry() -> Vec<&'static dyn Connector> {
     all.push(&postgres::PostgresConnector);
     #[cfg(feature = "files")]
     all.push(&files::FilesConnector);
+    #[cfg(feature = "kafka")]
+    all.push(&kafka::KafkaSinkConnector);
     all
 }
 

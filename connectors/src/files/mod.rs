@@ -28,6 +28,7 @@ use futures::future::BoxFuture;
 use object_store::ObjectStore;
 use object_store::path::Path;
 
+use crate::changelog::check_retractions;
 use crate::spec::{
     Capabilities, ConnectorKind, ConnectorSpec, Delivery, OptionSpec, OptionType, Options,
 };
@@ -119,12 +120,7 @@ impl Connector for FilesConnector {
     ) -> BoxFuture<'a, Result<(), ConnectorError>> {
         Box::pin(async move {
             let target = Target::parse(options)?;
-            if !target.changelog && !input_append_only {
-                return Err(bad_option(
-                    "changelog",
-                    "the sink's input can retract rows (it is not append-only), which plain files cannot express: add changelog = 'true' to write every change with its op",
-                ));
-            }
+            check_retractions(NAME, target.changelog, input_append_only)?;
             target.location.probe().await
         })
     }

@@ -32,8 +32,9 @@ use object_store::ObjectStoreExt;
 use serde::{Deserialize, Serialize};
 use weir_common::ChangeBatch;
 
-use super::encode::{encode, file_rows, file_schema};
+use super::encode::encode;
 use super::{NAME, Target};
+use crate::changelog::{output_rows, output_schema};
 use crate::{ConnectorError, Sink, SinkOpen};
 
 /// The staging directory of every files sink, under its root.
@@ -99,7 +100,7 @@ impl FilesSink {
         };
         Ok(Self {
             name: open.name.to_string(),
-            file_schema: file_schema(&open.schema, target.changelog),
+            file_schema: output_schema(&open.schema, target.changelog),
             target,
             generation: open.generation,
             token,
@@ -210,7 +211,13 @@ impl Sink for FilesSink {
         if changes.is_empty() {
             return Ok(());
         }
-        let rows = file_rows(changes, epoch, &self.file_schema, self.target.changelog)?;
+        let rows = output_rows(
+            NAME,
+            changes,
+            epoch,
+            &self.file_schema,
+            self.target.changelog,
+        )?;
         if rows.num_rows() == 0 {
             return Ok(());
         }

@@ -13,7 +13,10 @@ use std::time::Duration;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::harness::{eventually, try_rows as rows};
-use crate::sources::{ROUNDS, crash_rng, crash_server, error_of, killed_then_every_bid, value};
+use crate::sources::{
+    ROUNDS, crash_rng, crash_server, error_of, kill_at_a_random_moment, killed_then_every_bid,
+    sinks_committed, value,
+};
 
 /// Fixed so every run and every restart generates the same events.
 const BASE_TIME: &str = "1700000000000";
@@ -259,14 +262,7 @@ async fn a_watched_directory_feeds_a_projection_and_a_sink_exactly_across_kill_9
             write_input(&input, files);
             files += 1;
         }
-        tokio::time::sleep(Duration::from_millis(100 + rng.below(300))).await;
-        server.kill();
-        server.restart();
-        let client = server.connect().await;
-        client
-            .batch_execute("SELECT weir_wait_ready('60s')")
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: {e:?}\n{}", server.log_tail()));
+        kill_at_a_random_moment(&mut server, &mut rng, 300, round).await;
     }
     let client = server.connect().await;
     let rows_in = files * FILE_ROWS;
@@ -276,17 +272,7 @@ async fn a_watched_directory_feeds_a_projection_and_a_sink_exactly_across_kill_9
         (got == [want.clone()]).then_some(())
     })
     .await;
-    client.batch_execute("FLUSH").await.unwrap();
-    eventually(Duration::from_secs(60), "the sink committed", || async {
-        let pending = rows(
-            &client,
-            "SELECT name FROM weir_catalog.sinks WHERE rows_out <> committed_rows OR status <> 'running'",
-        )
-        .await
-        .ok()?;
-        pending.is_empty().then_some(())
-    })
-    .await;
+    sinks_committed(&client).await;
     let mut expected: Vec<String> = (0..rows_in).map(|id| format!("{id}|n{id}")).collect();
     expected.sort();
     assert_eq!(

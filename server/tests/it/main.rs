@@ -30,6 +30,8 @@
 //! - `files`: the `files` sink and source: checks at CREATE, Parquet and
 //!   CSV changelog files exact across `kill -9`, a watched directory read
 //!   into a projection and a sink exactly across `kill -9`.
+//! - `kafka`: a tansu topic read into a projection (exact) and copied by a
+//!   kafka sink (at least once) across `kill -9`.
 //! - `nexmark`: every Nexmark query maintained over nexmark sources equals
 //!   it run ad hoc over the same events.
 //! - `point_reads`: scans narrowed by primary key and prepared point
@@ -50,6 +52,7 @@ mod files;
 mod groupcommit;
 mod http;
 mod jdbc;
+mod kafka;
 mod nexmark;
 mod pg_cursors_copy;
 mod pg_sink;

@@ -48,6 +48,12 @@ async fn wait_complete(client: &Client) {
         statuses.iter().all(|s| s == "completed").then_some(())
     })
     .await;
+    sinks_committed(client).await;
+}
+
+/// FLUSH, then waits until every sink has committed every row it was
+/// handed and is running.
+pub(crate) async fn sinks_committed(client: &Client) {
     client.batch_execute("FLUSH").await.expect("FLUSH");
     eventually(Duration::from_secs(60), "sinks committed", || async {
         let pending = rows(
@@ -401,19 +407,29 @@ pub(crate) fn crash_server() -> WeirServer {
     )
 }
 
-/// [`ROUNDS`] times: waits 100 ms plus up to `spread_ms`, kills the server
-/// with SIGKILL, restarts it and waits until it is ready.
+/// [`ROUNDS`] times: [`kill_at_a_random_moment`].
 async fn kill_at_random_moments(server: &mut WeirServer, rng: &mut Rng, spread_ms: u64) {
     for round in 0..ROUNDS {
-        tokio::time::sleep(Duration::from_millis(100 + rng.below(spread_ms))).await;
-        server.kill();
-        server.restart();
-        let client = server.connect().await;
-        client
-            .batch_execute("SELECT weir_wait_ready('60s')")
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: {e:?}\n{}", server.log_tail()));
+        kill_at_a_random_moment(server, rng, spread_ms, round).await;
     }
+}
+
+/// Waits 100 ms plus up to `spread_ms`, kills the server with SIGKILL,
+/// restarts it and waits until it is ready.
+pub(crate) async fn kill_at_a_random_moment(
+    server: &mut WeirServer,
+    rng: &mut Rng,
+    spread_ms: u64,
+    round: usize,
+) {
+    tokio::time::sleep(Duration::from_millis(100 + rng.below(spread_ms))).await;
+    server.kill();
+    server.restart();
+    let client = server.connect().await;
+    client
+        .batch_execute("SELECT weir_wait_ready('60s')")
+        .await
+        .unwrap_or_else(|e| panic!("round {round}: {e:?}\n{}", server.log_tail()));
 }
 
 /// [`kill_at_random_moments`], then waits until every source and sink is

@@ -1,0 +1,271 @@
+//! The `kafka` connectors, over librdkafka (the `rdkafka` crate, which
+//! builds its own copy): a source reading one topic's partitions with
+//! their offsets in the seal, and a sink producing a changelog to a topic.
+//!
+//! - `mod.rs` (here): the two specs, the options both take, the
+//!   connection settings.
+//! - [`source`]: explicit assignment of every partition (no consumer-group
+//!   join), each partition a split whose offset is sealed; consumer group
+//!   offsets, when a group is named, committed only after the seal.
+//! - [`sink`]: every row a message (JSON or CSV), flushed at the barrier,
+//!   so an epoch is in the topic before Weir seals it: at least once.
+
+mod sink;
+mod source;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use arrow::datatypes::SchemaRef;
+use futures::future::BoxFuture;
+use rdkafka::ClientConfig;
+
+use crate::changelog::check_retractions;
+use crate::spec::{
+    Capabilities, ConnectorKind, ConnectorSpec, Delivery, OptionSpec, OptionType, Options,
+};
+use crate::{Connector, ConnectorError, Sink, SinkOpen, Source, SourceOpen};
+
+pub(crate) const NAME: &str = "kafka";
+
+/// How long a metadata request (CREATE's checks, a source's first
+/// assignment) may take.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `&[options..., the options both kafka connectors take]`.
+macro_rules! with_kafka_options {
+    ($($option:expr),* $(,)?) => {
+        &[
+            OptionSpec::optional(
+                "brokers",
+                OptionType::Text,
+                "the bootstrap brokers, host:port[,host:port...]",
+            )
+            .required(),
+            OptionSpec::optional("topic", OptionType::Text, "the topic").required(),
+            OptionSpec::optional(
+                "format",
+                OptionType::OneOf(&["json", "csv"]),
+                "a message's value: one JSON object, or one CSV line (columns by position)",
+            )
+            .with_default("json"),
+            $($option,)*
+        ]
+    };
+}
+
+static SOURCE_SPEC: ConnectorSpec = ConnectorSpec {
+    name: NAME,
+    kind: ConnectorKind::Source,
+    help: "reads the messages of a Kafka topic (any Kafka-compatible broker), every partition, offsets sealed",
+    options: with_kafka_options![
+        OptionSpec::optional(
+            "start_offset",
+            OptionType::OneOf(&["earliest", "latest"]),
+            "where a partition with no sealed offset starts",
+        )
+        .with_default("earliest"),
+        OptionSpec::optional(
+            "group_id",
+            OptionType::Text,
+            "a consumer group whose committed offsets follow each seal (for monitoring; Weir resumes from its seal)",
+        ),
+        OptionSpec::optional(
+            "csv.delimiter",
+            OptionType::Text,
+            "the field delimiter of csv messages, one character",
+        )
+        .with_default(","),
+    ],
+    capabilities: Capabilities {
+        read_modes: &[],
+        append_only: true,
+        replayable: false,
+        bounded: false,
+        delivery: &[Delivery::ExactlyOnce],
+    },
+};
+
+static SINK_SPEC: ConnectorSpec = ConnectorSpec {
+    name: NAME,
+    kind: ConnectorKind::Sink,
+    help: "produces every change as a message to a Kafka topic (any Kafka-compatible broker), at least once",
+    options: with_kafka_options![
+        OptionSpec::optional(
+            "key",
+            OptionType::Text,
+            "columns whose values, as a JSON object, are each message's key (comma-separated; default: no key)",
+        ),
+        OptionSpec::optional(
+            "changelog",
+            OptionType::OneOf(&["true", "false"]),
+            "true adds weir_op ('insert' or 'delete') and weir_epoch to every message, so input that retracts can be written",
+        )
+        .with_default("false"),
+    ],
+    capabilities: Capabilities {
+        read_modes: &[],
+        append_only: false,
+        replayable: false,
+        bounded: false,
+        // Exactly once would need a broker transaction that outlives the
+        // process between pre-commit and commit, which librdkafka cannot
+        // resume after a restart.
+        delivery: &[Delivery::AtLeastOnce],
+    },
+};
+
+pub(crate) struct KafkaSourceConnector;
+
+impl Connector for KafkaSourceConnector {
+    fn spec(&self) -> &'static ConnectorSpec {
+        &SOURCE_SPEC
+    }
+
+    fn source_columns(
+        &self,
+        declared: Option<&SchemaRef>,
+        options: &BTreeMap<String, String>,
+    ) -> Result<SchemaRef, ConnectorError> {
+        csv_delimiter(options)?;
+        declared.cloned().ok_or_else(|| {
+            bad_option(
+                "columns",
+                "a kafka source needs its columns declared: CREATE SOURCE name (column type, ...) WITH (connector = 'kafka', ...)",
+            )
+        })
+    }
+
+    fn open_source(&self, open: SourceOpen<'_>) -> Result<Box<dyn Source>, ConnectorError> {
+        Ok(Box::new(source::KafkaSource::new(&open)?))
+    }
+}
+
+pub(crate) struct KafkaSinkConnector;
+
+impl Connector for KafkaSinkConnector {
+    fn spec(&self) -> &'static ConnectorSpec {
+        &SINK_SPEC
+    }
+
+    fn check_sink<'a>(
+        &'a self,
+        schema: &'a SchemaRef,
+        options: &'a BTreeMap<String, String>,
+        input_append_only: bool,
+    ) -> BoxFuture<'a, Result<(), ConnectorError>> {
+        Box::pin(async move {
+            let opts = Options::new(&SINK_SPEC, options);
+            check_retractions(
+                NAME,
+                opts.get("changelog") == Some("true"),
+                input_append_only,
+            )?;
+            sink::key_columns(schema, opts.get("key"))?;
+            let (brokers, topic) = (
+                opts.get("brokers").unwrap_or_default(),
+                opts.get("topic").unwrap_or_default(),
+            );
+            partitions(client_config(brokers), topic).await.map(drop)
+        })
+    }
+
+    fn open_sink(&self, open: SinkOpen<'_>) -> Result<Box<dyn Sink>, ConnectorError> {
+        Ok(Box::new(sink::KafkaSink::new(&open)?))
+    }
+}
+
+fn bad_option(option: &str, message: impl Into<String>) -> ConnectorError {
+    ConnectorError::BadOption {
+        connector: NAME.into(),
+        option: option.into(),
+        message: message.into(),
+    }
+}
+
+fn csv_delimiter(options: &BTreeMap<String, String>) -> Result<u8, ConnectorError> {
+    let delimiter = options.get("csv.delimiter").map_or(",", String::as_str);
+    match delimiter.as_bytes() {
+        [b] => Ok(*b),
+        _ => Err(bad_option(
+            "csv.delimiter",
+            format!("\"{delimiter}\" is not one single-byte character"),
+        )),
+    }
+}
+
+/// librdkafka settings shared by consumers and producers.
+fn client_config(brokers: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("socket.timeout.ms", "10000")
+        .set("log_level", "4");
+    config
+}
+
+fn kafka_error(what: &str, e: rdkafka::error::KafkaError) -> ConnectorError {
+    ConnectorError::Transient {
+        connector: NAME.into(),
+        message: format!("{what}: {e}"),
+    }
+}
+
+/// One partition of a topic: its id and the offset of its earliest kept
+/// message (its low watermark).
+#[derive(Debug, Clone, Copy)]
+struct Partition {
+    id: i32,
+    low: i64,
+}
+
+/// The partitions of `topic`, asked of the brokers (blocking calls, so on
+/// a blocking thread); an error naming the option when the topic does not
+/// exist.
+async fn partitions(config: ClientConfig, topic: &str) -> Result<Vec<Partition>, ConnectorError> {
+    let topic = topic.to_string();
+    let brokers = config
+        .get("bootstrap.servers")
+        .unwrap_or_default()
+        .to_string();
+    let asked = tokio::task::spawn_blocking(move || {
+        use rdkafka::consumer::Consumer;
+        let consumer: rdkafka::consumer::BaseConsumer = config
+            .create()
+            .map_err(|e| kafka_error("creating a client", e))?;
+        let asking = format!("asking {brokers} about topic {topic}");
+        let metadata = consumer
+            .fetch_metadata(Some(&topic), METADATA_TIMEOUT)
+            .map_err(|e| kafka_error(&asking, e))?;
+        let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
+            return Err(missing_topic(&topic, &brokers));
+        };
+        if found.error().is_some() || found.partitions().is_empty() {
+            return Err(missing_topic(&topic, &brokers));
+        }
+        found
+            .partitions()
+            .iter()
+            .map(|p| {
+                let (low, _) = consumer
+                    .fetch_watermarks(&topic, p.id(), METADATA_TIMEOUT)
+                    .map_err(|e| kafka_error(&asking, e))?;
+                Ok(Partition { id: p.id(), low })
+            })
+            .collect()
+    })
+    .await;
+    asked.map_err(|e| ConnectorError::Transient {
+        connector: NAME.into(),
+        message: e.to_string(),
+    })?
+}
+
+fn missing_topic(topic: &str, brokers: &str) -> ConnectorError {
+    bad_option(
+        "topic",
+        format!("topic \"{topic}\" does not exist on {brokers}; create it first"),
+    )
+}

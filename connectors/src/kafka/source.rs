@@ -1,0 +1,279 @@
+//! The kafka source: every partition of one topic, assigned explicitly
+//! (no consumer-group join, so no rebalance and no wait for one), each
+//! partition a split whose offset (the next message to read) is sealed.
+//!
+//! A restart assigns each partition at its sealed offset. A partition with
+//! none starts at `start_offset`. A sealed offset that the broker no longer
+//! has (retention deleted it) fails the source, naming the partition: it
+//! is never silently skipped to the earliest message. Messages that reach one
+//! `next` call are delivered as one transaction of per-partition batches.
+//! With `group_id`, the sealed offsets are committed to that consumer
+//! group after each seal, for tools that watch consumer lag.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use weir_common::ChangeBatch;
+
+use super::{NAME, Partition, SOURCE_SPEC, client_config, csv_delimiter, kafka_error, partitions};
+use crate::spec::Options;
+use crate::{ConnectorError, Offsets, Source, SourceBatch, SourceEvent, SourceOpen};
+
+/// The one split name the runtime is told about (a topic never ends);
+/// batches name their partition.
+const SPLIT: &str = "kafka";
+/// Messages gathered into one event at most.
+const MAX_MESSAGES: usize = 8192;
+/// After the first message, how long to wait for more before delivering.
+const GATHER: Duration = Duration::from_millis(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Json,
+    Csv(u8),
+}
+
+pub(crate) struct KafkaSource {
+    name: String,
+    topic: String,
+    format: Format,
+    schema: SchemaRef,
+    consumer: StreamConsumer,
+    config: rdkafka::ClientConfig,
+    /// The next offset to read per partition (sealed, then read).
+    next: BTreeMap<i32, i64>,
+    start: Offset,
+    commit_group: bool,
+    assigned: bool,
+}
+
+impl KafkaSource {
+    pub(crate) fn new(open: &SourceOpen<'_>) -> Result<Self, ConnectorError> {
+        let opts = Options::new(&SOURCE_SPEC, open.options);
+        let format = match opts.get("format") {
+            Some("csv") => Format::Csv(csv_delimiter(open.options)?),
+            _ => Format::Json,
+        };
+        let mut next = BTreeMap::new();
+        for (split, offset) in open.offsets {
+            if split == SPLIT {
+                continue;
+            }
+            let bad = || ConnectorError::BadPosition {
+                connector: NAME.into(),
+                value: format!("{split}={offset}"),
+                message: "expected a partition number and an offset".into(),
+            };
+            next.insert(
+                split.parse::<i32>().map_err(|_| bad())?,
+                offset.parse::<i64>().map_err(|_| bad())?,
+            );
+        }
+        let mut config = client_config(opts.get("brokers").unwrap_or_default());
+        let group = opts.get("group_id");
+        config
+            .set(
+                "group.id",
+                group.map_or_else(|| format!("weir-{}", open.name), String::from),
+            )
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            // A sealed offset the broker no longer has is an error, not a
+            // silent jump to the earliest or latest message.
+            .set("auto.offset.reset", "error")
+            .set("enable.partition.eof", "false");
+        let consumer: StreamConsumer = config
+            .create()
+            .map_err(|e| kafka_error("creating a consumer", e))?;
+        Ok(Self {
+            name: open.name.to_string(),
+            topic: opts.get("topic").unwrap_or_default().to_string(),
+            format,
+            schema: open.schema.clone(),
+            consumer,
+            config,
+            next,
+            start: match opts.get("start_offset") {
+                Some("latest") => Offset::End,
+                _ => Offset::Beginning,
+            },
+            commit_group: group.is_some(),
+            assigned: false,
+        })
+    }
+
+    /// Assigns every partition of the topic at its sealed offset, after
+    /// checking that the broker still keeps it.
+    async fn assign(&mut self) -> Result<(), ConnectorError> {
+        let mut list = TopicPartitionList::new();
+        for partition in partitions(self.config.clone(), &self.topic).await? {
+            let at = match self.next.get(&partition.id) {
+                Some(&next) => {
+                    self.check_sealed(partition, next)?;
+                    Offset::Offset(next)
+                }
+                None => self.start,
+            };
+            list.add_partition_offset(&self.topic, partition.id, at)
+                .map_err(|e| kafka_error("assigning partitions", e))?;
+        }
+        self.consumer
+            .assign(&list)
+            .map_err(|e| kafka_error("assigning partitions", e))?;
+        self.assigned = true;
+        Ok(())
+    }
+
+    /// A sealed offset below the partition's earliest kept message means
+    /// retention deleted messages Weir had not read: a gap, not to be
+    /// skipped silently. (One past the end is left to the broker's
+    /// out-of-range error, [`Self::failed_read`]: not every compatible
+    /// broker reports its end exactly.)
+    pub(super) fn check_sealed(
+        &self,
+        partition: Partition,
+        next: i64,
+    ) -> Result<(), ConnectorError> {
+        if next >= partition.low {
+            return Ok(());
+        }
+        Err(ConnectorError::Rejected {
+            connector: NAME.into(),
+            message: format!(
+                "topic {} partition {}: source {} sealed offset {next}, but the earliest offset the broker keeps is {}: \
+                 retention deleted messages it had not read, and they are lost to it; \
+                 DROP and CREATE the source to start again",
+                self.topic, partition.id, self.name, partition.low
+            ),
+        })
+    }
+
+    /// One partition's payloads as rows of the declared columns.
+    fn decode(
+        &self,
+        partition: i32,
+        first: i64,
+        payloads: &[u8],
+    ) -> Result<RecordBatch, ConnectorError> {
+        let cursor = std::io::Cursor::new(payloads);
+        let batches: Result<Vec<RecordBatch>, arrow::error::ArrowError> = match self.format {
+            Format::Json => arrow::json::ReaderBuilder::new(self.schema.clone())
+                .build(cursor)
+                .and_then(|reader| reader.collect()),
+            Format::Csv(delimiter) => arrow::csv::ReaderBuilder::new(self.schema.clone())
+                .with_header(false)
+                .with_delimiter(delimiter)
+                .build(cursor)
+                .and_then(|reader| reader.collect()),
+        };
+        batches
+            .and_then(|b| arrow::compute::concat_batches(&self.schema, &b))
+            .map_err(|e| ConnectorError::Rejected {
+                connector: NAME.into(),
+                message: format!(
+                    "topic {} partition {partition}, a message from offset {first} on: {e}",
+                    self.topic
+                ),
+            })
+    }
+
+    fn failed_read(&self, e: KafkaError) -> ConnectorError {
+        let gap = matches!(
+            e.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange)
+        );
+        if gap {
+            ConnectorError::Rejected {
+                connector: NAME.into(),
+                message: format!(
+                    "topic {}: an offset Weir sealed is out of the broker's range (retention deleted \
+                     messages, or the topic was created again), so messages are lost to source {}: {e}; \
+                     DROP and CREATE the source to start again",
+                    self.topic, self.name
+                ),
+            }
+        } else {
+            kafka_error(&format!("reading topic {}", self.topic), e)
+        }
+    }
+}
+
+#[async_trait]
+impl Source for KafkaSource {
+    fn splits(&self) -> Vec<String> {
+        vec![SPLIT.to_string()]
+    }
+
+    async fn next(&mut self) -> Result<SourceEvent, ConnectorError> {
+        if !self.assigned {
+            self.assign().await?;
+        }
+        // Per partition: the payloads, newline-separated, the first
+        // offset and the next one.
+        let mut gathered: BTreeMap<i32, (Vec<u8>, i64, i64)> = BTreeMap::new();
+        let mut messages = 0;
+        let mut wait = Duration::from_secs(1);
+        while messages < MAX_MESSAGES {
+            let message = match tokio::time::timeout(wait, self.consumer.recv()).await {
+                Err(_) => break,
+                Ok(Err(e)) => return Err(self.failed_read(e)),
+                Ok(Ok(message)) => message,
+            };
+            wait = GATHER;
+            let (partition, offset) = (message.partition(), message.offset());
+            let entry = gathered
+                .entry(partition)
+                .or_insert_with(|| (Vec::new(), offset, offset));
+            entry.2 = offset + 1;
+            // A message without a value (a tombstone) holds no row.
+            if let Some(payload) = message.payload() {
+                entry.0.extend_from_slice(payload);
+                entry.0.push(b'\n');
+            }
+            messages += 1;
+        }
+        if gathered.is_empty() {
+            return Ok(SourceEvent::Idle);
+        }
+        let mut batches = Vec::with_capacity(gathered.len());
+        for (partition, (payloads, first, next)) in gathered {
+            let rows = self.decode(partition, first, &payloads)?;
+            self.next.insert(partition, next);
+            batches.push(SourceBatch {
+                split: partition.to_string(),
+                changes: ChangeBatch::inserts(rows),
+                offset: next.to_string(),
+                max_event_time: None,
+            });
+        }
+        Ok(SourceEvent::Transaction {
+            batches,
+            position: String::new(),
+        })
+    }
+
+    async fn on_sealed(&mut self, _epoch: u64, offsets: &Offsets) -> Result<(), ConnectorError> {
+        if !self.commit_group {
+            return Ok(());
+        }
+        let mut list = TopicPartitionList::new();
+        for (split, offset) in offsets {
+            if let (Ok(partition), Ok(offset)) = (split.parse::<i32>(), offset.parse::<i64>()) {
+                list.add_partition_offset(&self.topic, partition, Offset::Offset(offset))
+                    .map_err(|e| kafka_error("committing offsets", e))?;
+            }
+        }
+        if list.count() == 0 {
+            return Ok(());
+        }
+        self.consumer
+            .commit(&list, CommitMode::Async)
+            .map_err(|e| kafka_error("committing offsets", e))
+    }
+}

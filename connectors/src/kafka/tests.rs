@@ -1,0 +1,241 @@
+//! The kafka source and sink against a throwaway tansu broker.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use rdkafka::Message;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use weir_common::ChangeBatch;
+
+use super::Partition;
+use super::sink::KafkaSink;
+use super::source::KafkaSource;
+use crate::testing::{Tansu, start_tansu};
+use crate::{Offsets, Sink, SinkOpen, Source, SourceEvent, SourceOpen};
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+    ]))
+}
+
+fn options(tansu: &Tansu, topic: &str, more: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = more
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    out.insert("brokers".into(), tansu.brokers());
+    out.insert("topic".into(), topic.into());
+    out
+}
+
+/// Produces `values` to `topic`, the i-th to partition i % partitions.
+async fn produce(tansu: &Tansu, topic: &str, partitions: i32, values: &[String]) {
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", tansu.brokers())
+        .create()
+        .unwrap();
+    let sent: Vec<_> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            producer
+                .send_result(
+                    FutureRecord::<(), str>::to(topic)
+                        .payload(v.as_str())
+                        .partition(i as i32 % partitions),
+                )
+                .unwrap()
+        })
+        .collect();
+    for delivery in sent {
+        delivery.await.unwrap().unwrap();
+    }
+}
+
+fn source(options: &BTreeMap<String, String>, offsets: &Offsets) -> KafkaSource {
+    KafkaSource::new(&SourceOpen {
+        name: "k",
+        schema: schema(),
+        options,
+        offsets,
+        until: None,
+    })
+    .unwrap()
+}
+
+/// Reads until `want` rows arrived (or 30 s passed): the rows as `id|name`
+/// (sorted) and the offsets after them.
+async fn read(source: &mut KafkaSource, want: usize) -> (Vec<String>, Offsets) {
+    let mut rows = Vec::new();
+    let mut offsets = Offsets::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while rows.len() < want && std::time::Instant::now() < deadline {
+        match source.next().await.unwrap() {
+            SourceEvent::Transaction { batches, .. } => {
+                for batch in batches {
+                    offsets.insert(batch.split.clone(), batch.offset.clone());
+                    let b = batch.changes.rows();
+                    let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                    let names = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+                    for i in 0..b.num_rows() {
+                        let name = if names.is_null(i) {
+                            "NULL"
+                        } else {
+                            names.value(i)
+                        };
+                        rows.push(format!("{}|{name}", ids.value(i)));
+                    }
+                }
+            }
+            SourceEvent::Idle => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    rows.sort();
+    (rows, offsets)
+}
+
+fn json(ids: std::ops::Range<i64>) -> Vec<String> {
+    ids.map(|i| format!("{{\"id\": {i}, \"name\": \"n{i}\", \"extra\": 1}}"))
+        .collect()
+}
+
+fn expected(ids: std::ops::Range<i64>) -> Vec<String> {
+    let mut out: Vec<String> = ids.map(|i| format!("{i}|n{i}")).collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_source_reads_every_partition_and_resumes_at_sealed_offsets() {
+    let tansu = start_tansu();
+    tansu.create_topic("events", 3);
+    produce(&tansu, "events", 3, &json(0..3000)).await;
+    let opts = options(&tansu, "events", &[]);
+    let mut first = source(&opts, &Offsets::new());
+    let (rows, offsets) = read(&mut first, 3000).await;
+    assert_eq!(rows, expected(0..3000));
+    assert_eq!(offsets.len(), 3, "{offsets:?}");
+    drop(first);
+
+    // Reopened at those offsets after more arrived: only the new ones.
+    produce(&tansu, "events", 3, &json(3000..3300)).await;
+    let mut second = source(&opts, &offsets);
+    let (rows, _) = read(&mut second, 300).await;
+    assert_eq!(rows, expected(3000..3300));
+    assert!(
+        matches!(second.next().await.unwrap(), SourceEvent::Idle),
+        "nothing more"
+    );
+
+    // CSV values, columns by position.
+    tansu.create_topic("lines", 1);
+    produce(&tansu, "lines", 1, &["1,a".into(), "2,\"b, c\"".into()]).await;
+    let csv = options(&tansu, "lines", &[("format", "csv")]);
+    assert_eq!(
+        read(&mut source(&csv, &Offsets::new()), 2).await.0,
+        vec!["1|a", "2|b, c"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_source_fails_on_a_retention_gap_a_bad_message_and_a_missing_topic() {
+    let tansu = start_tansu();
+    tansu.create_topic("t", 1);
+    produce(&tansu, "t", 1, &json(0..10)).await;
+    let opts = options(&tansu, "t", &[]);
+    // Below the earliest kept offset: retention took messages never read.
+    let gap = source(&opts, &Offsets::new());
+    let kept = Partition { id: 0, low: 5 };
+    let err = gap.check_sealed(kept, 3).unwrap_err();
+    assert!(!err.is_retryable(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("earliest offset the broker keeps is 5"),
+        "{err}"
+    );
+    gap.check_sealed(kept, 5).unwrap();
+
+    produce(&tansu, "t", 1, &["{\"id\": \"not a number\"}".into()]).await;
+    let at: Offsets = [("0".to_string(), "10".to_string())].into_iter().collect();
+    let err = source(&opts, &at).next().await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("partition 0, a message from offset 10"),
+        "{err}"
+    );
+
+    let missing = options(&tansu, "nope", &[]);
+    let err = source(&missing, &Offsets::new()).next().await.unwrap_err();
+    assert!(err.to_string().contains("does not exist"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sink_has_every_message_in_the_topic_before_the_seal() {
+    let tansu = start_tansu();
+    tansu.create_topic("out", 2);
+    let opts = options(&tansu, "out", &[("key", "id"), ("changelog", "true")]);
+    let mut sink = KafkaSink::new(&SinkOpen {
+        name: "s",
+        schema: schema(),
+        options: &opts,
+        sealed: None,
+        generation: 1,
+    })
+    .unwrap();
+    let rows = RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from((0..5000).collect::<Vec<i64>>())) as ArrayRef,
+            Arc::new(StringArray::from(
+                (0..5000).map(|i| format!("n{i}")).collect::<Vec<_>>(),
+            )),
+        ],
+    )
+    .unwrap();
+    sink.write(4, &ChangeBatch::inserts(rows.clone()))
+        .await
+        .unwrap();
+    sink.write(4, &ChangeBatch::retractions(rows.slice(0, 1)))
+        .await
+        .unwrap();
+    assert_eq!(sink.pre_commit(4).await.unwrap(), "5001");
+
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", tansu.brokers())
+        .set("group.id", "check")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut list = rdkafka::TopicPartitionList::new();
+    for p in 0..2 {
+        list.add_partition_offset("out", p, rdkafka::Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&list).unwrap();
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while got.len() < 5001 && std::time::Instant::now() < deadline {
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+            let message = message.unwrap();
+            let key = String::from_utf8(message.key().unwrap().to_vec()).unwrap();
+            let value = String::from_utf8(message.payload().unwrap().to_vec()).unwrap();
+            got.push((key, value));
+        }
+    }
+    assert_eq!(got.len(), 5001);
+    assert!(got.contains(&(
+        "{\"id\":7}".to_string(),
+        "{\"id\":7,\"name\":\"n7\",\"weir_op\":\"insert\",\"weir_epoch\":4}".to_string()
+    )));
+    assert!(got.contains(&(
+        "{\"id\":0}".to_string(),
+        "{\"id\":0,\"name\":\"n0\",\"weir_op\":\"delete\",\"weir_epoch\":4}".to_string()
+    )));
+}

@@ -1,0 +1,133 @@
+//! The `kafka` connectors through the server, against a throwaway tansu
+//! broker: a topic whose messages keep arriving while the server is
+//! killed with SIGKILL at random moments, read into a projection (exact:
+//! each message once) and copied by a kafka sink to another topic (at
+//! least once: every message there, nothing else).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use rdkafka::Message;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use weir_connectors::testing::{Tansu, start_tansu};
+
+use crate::harness::{eventually, try_rows as rows};
+use crate::sources::{
+    ROUNDS, crash_rng, crash_server, error_of, kill_at_a_random_moment, sinks_committed,
+};
+
+/// Messages produced before each kill.
+const PER_ROUND: i64 = 2000;
+
+/// Produces ids `ids` as JSON messages to `topic`'s three partitions.
+async fn produce(tansu: &Tansu, topic: &str, ids: std::ops::Range<i64>) {
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", tansu.brokers())
+        .create()
+        .unwrap();
+    let mut sent = Vec::new();
+    for id in ids {
+        let value = format!("{{\"id\": {id}, \"name\": \"n{id}\"}}");
+        let record = FutureRecord::<(), str>::to(topic)
+            .payload(&value)
+            .partition((id % 3) as i32);
+        sent.push(producer.send_result(record).unwrap());
+    }
+    for delivery in sent {
+        delivery.await.unwrap().unwrap();
+    }
+}
+
+/// Every message value of `topic` (two partitions), read from the start
+/// until `at_least` arrived or nothing came for two seconds.
+fn consume_all(tansu: &Tansu, topic: &str, at_least: usize) -> Vec<String> {
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", tansu.brokers())
+        .set("group.id", "check")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut list = rdkafka::TopicPartitionList::new();
+    for p in 0..2 {
+        list.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&list).unwrap();
+    let mut out = Vec::new();
+    let mut quiet = std::time::Instant::now();
+    while quiet.elapsed() < Duration::from_secs(2) || out.len() < at_least {
+        assert!(
+            quiet.elapsed() < Duration::from_secs(60),
+            "only {} messages",
+            out.len()
+        );
+        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            let message = message.unwrap();
+            out.push(String::from_utf8(message.payload().unwrap().to_vec()).unwrap());
+            quiet = std::time::Instant::now();
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_feeds_a_projection_exactly_and_a_kafka_sink_at_least_once_across_kill_9() {
+    let tansu = start_tansu();
+    tansu.create_topic("clicks", 3);
+    tansu.create_topic("copy", 2);
+    produce(&tansu, "clicks", 0..PER_ROUND).await;
+    let brokers = tansu.brokers();
+    let mut rng = crash_rng(0x4AF4A);
+    let mut server = crash_server();
+    let client = server.connect().await;
+    let (code, missing) = error_of(
+        &client,
+        &format!(
+            "CREATE SINK s AS SELECT 1 AS one WITH (connector = 'kafka', brokers = '{brokers}', topic = 'nope')"
+        ),
+    )
+    .await;
+    assert_eq!(code, "22023", "{missing}");
+    assert!(
+        missing.contains("topic \"nope\" does not exist"),
+        "{missing}"
+    );
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE clicks (id BIGINT NOT NULL, name TEXT)
+               WITH (connector = 'kafka', brokers = '{brokers}', topic = 'clicks', group_id = 'weir-test');
+             CREATE PROJECTION totals AS SELECT count(*) AS n, sum(id) AS s, count(DISTINCT id) AS d FROM clicks;
+             CREATE SINK copy FROM clicks WITH (connector = 'kafka', brokers = '{brokers}', topic = 'copy', key = 'id');"
+        ))
+        .await
+        .expect("setup");
+    drop(client);
+    let mut produced = PER_ROUND;
+    for round in 0..ROUNDS {
+        produce(&tansu, "clicks", produced..produced + PER_ROUND).await;
+        produced += PER_ROUND;
+        kill_at_a_random_moment(&mut server, &mut rng, 300, round).await;
+    }
+    let client = server.connect().await;
+    let want = format!("{produced}|{}|{produced}", produced * (produced - 1) / 2);
+    eventually(Duration::from_secs(60), "every message read", || async {
+        let got = rows(&client, "SELECT n, s, d FROM totals").await.ok()?;
+        (got == [want.clone()]).then_some(())
+    })
+    .await;
+    sinks_committed(&client).await;
+    let copied = consume_all(&tansu, "copy", produced as usize);
+    let distinct: BTreeSet<String> = copied.iter().cloned().collect();
+    let expected: BTreeSet<String> = (0..produced)
+        .map(|id| format!("{{\"id\":{id},\"name\":\"n{id}\"}}"))
+        .collect();
+    assert_eq!(
+        distinct,
+        expected,
+        "every message copied, nothing else ({} messages, {} distinct)\n{}",
+        copied.len(),
+        distinct.len(),
+        server.log_tail()
+    );
+}
