@@ -5,7 +5,8 @@
 //! - `mod.rs` (here): the two specs, the options both take, the
 //!   connection settings.
 //! - [`source`]: explicit assignment of every partition (no consumer-group
-//!   join), each partition a split whose offset is sealed; consumer group
+//!   join), each partition a split whose offset is sealed (and where it
+//!   started, so a projection created later can replay it); consumer group
 //!   offsets, when a group is named, committed only after the seal.
 //! - [`sink`]: every row a message (JSON or CSV), flushed at the barrier,
 //!   so an epoch is in the topic before Weir seals it: at least once.
@@ -82,7 +83,8 @@ static SOURCE_SPEC: ConnectorSpec = ConnectorSpec {
     capabilities: Capabilities {
         read_modes: &[],
         append_only: true,
-        replayable: false,
+        // From where each partition first started, while retention keeps it.
+        replayable: true,
         bounded: false,
         delivery: &[Delivery::ExactlyOnce],
     },

@@ -3,7 +3,10 @@
 //! partition a split whose offset (the next message to read) is sealed.
 //!
 //! A restart assigns each partition at its sealed offset. A partition with
-//! none starts at `start_offset`. A sealed offset that the broker no longer
+//! none starts at `start_offset`; the offset of the first message read is
+//! sealed too (split `<partition>.start`), and a replay (a projection
+//! created after the source was read) reads from there up to the offsets
+//! it is given. A sealed offset that the broker no longer
 //! has (retention deleted it) fails the source, naming the partition: it
 //! is never silently skipped to the earliest message. Messages that reach one
 //! `next` call are delivered as one transaction of per-partition batches.
@@ -16,6 +19,7 @@ use std::time::Duration;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
+use futures::FutureExt;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{Message, Offset, TopicPartitionList};
@@ -28,6 +32,8 @@ use crate::{ConnectorError, Offsets, Source, SourceBatch, SourceEvent, SourceOpe
 /// The one split name the runtime is told about (a topic never ends);
 /// batches name their partition.
 const SPLIT: &str = "kafka";
+/// The suffix of the split that records where a partition started.
+const START: &str = ".start";
 /// Messages gathered into one event at most.
 const MAX_MESSAGES: usize = 8192;
 /// After the first message, how long to wait for more before delivering.
@@ -48,9 +54,15 @@ pub(crate) struct KafkaSource {
     config: rdkafka::ClientConfig,
     /// The next offset to read per partition (sealed, then read).
     next: BTreeMap<i32, i64>,
+    /// The offset each partition's first message read had: where a replay
+    /// starts (sealed as split `<partition>.start`).
+    first: BTreeMap<i32, i64>,
+    /// A replay: where each partition ends (it ends when all have).
+    until: Option<BTreeMap<i32, i64>>,
     start: Offset,
     commit_group: bool,
     assigned: bool,
+    ended: bool,
 }
 
 impl KafkaSource {
@@ -60,21 +72,24 @@ impl KafkaSource {
             Some("csv") => Format::Csv(csv_delimiter(open.options)?),
             _ => Format::Json,
         };
-        let mut next = BTreeMap::new();
-        for (split, offset) in open.offsets {
-            if split == SPLIT {
-                continue;
+        let (next, first, until) = match open.until {
+            None => {
+                let (next, first) = parse_offsets(open.offsets)?;
+                (next, first, None)
             }
-            let bad = || ConnectorError::BadPosition {
-                connector: NAME.into(),
-                value: format!("{split}={offset}"),
-                message: "expected a partition number and an offset".into(),
-            };
-            next.insert(
-                split.parse::<i32>().map_err(|_| bad())?,
-                offset.parse::<i64>().map_err(|_| bad())?,
-            );
-        }
+            // A replay reads from where each partition first started.
+            Some(until) => {
+                let (end, from) = parse_offsets(until)?;
+                if let Some(p) = end.keys().find(|p| !from.contains_key(p)) {
+                    return Err(ConnectorError::BadPosition {
+                        connector: NAME.into(),
+                        value: format!("{p}={}", end[p]),
+                        message: "a replay needs where the partition started".into(),
+                    });
+                }
+                (from.clone(), from, Some(end))
+            }
+        };
         let mut config = client_config(opts.get("brokers").unwrap_or_default());
         let group = opts.get("group_id");
         config
@@ -87,7 +102,12 @@ impl KafkaSource {
             // A sealed offset the broker no longer has is an error, not a
             // silent jump to the earliest or latest message.
             .set("auto.offset.reset", "error")
-            .set("enable.partition.eof", "false");
+            .set("enable.partition.eof", "false")
+            // librdkafka pauses fetching for this long once its prefetch
+            // queue is full (1 s by default): at a full queue the reader
+            // is busy decoding, and a second of idle broker link halves
+            // the rate.
+            .set("fetch.queue.backoff.ms", "10");
         let consumer: StreamConsumer = config
             .create()
             .map_err(|e| kafka_error("creating a consumer", e))?;
@@ -99,12 +119,15 @@ impl KafkaSource {
             consumer,
             config,
             next,
+            first,
+            until,
             start: match opts.get("start_offset") {
                 Some("latest") => Offset::End,
                 _ => Offset::Beginning,
             },
-            commit_group: group.is_some(),
+            commit_group: group.is_some() && open.until.is_none(),
             assigned: false,
+            ended: false,
         })
     }
 
@@ -113,6 +136,9 @@ impl KafkaSource {
     async fn assign(&mut self) -> Result<(), ConnectorError> {
         let mut list = TopicPartitionList::new();
         for partition in partitions(self.config.clone(), &self.topic).await? {
+            if self.until.is_some() && self.replay_done(partition.id) {
+                continue;
+            }
             let at = match self.next.get(&partition.id) {
                 Some(&next) => {
                     self.check_sealed(partition, next)?;
@@ -130,6 +156,12 @@ impl KafkaSource {
         Ok(())
     }
 
+    /// In a replay, whether `partition` reached its end.
+    fn replay_done(&self, partition: i32) -> bool {
+        let end = self.until.as_ref().and_then(|u| u.get(&partition)).copied();
+        end.is_none_or(|end| self.next.get(&partition).is_some_and(|n| *n >= end))
+    }
+
     /// A sealed offset below the partition's earliest kept message means
     /// retention deleted messages Weir had not read: a gap, not to be
     /// skipped silently. (One past the end is left to the broker's
@@ -143,14 +175,24 @@ impl KafkaSource {
         if next >= partition.low {
             return Ok(());
         }
-        Err(ConnectorError::Rejected {
-            connector: NAME.into(),
-            message: format!(
+        let message = if self.until.is_some() {
+            format!(
+                "topic {} partition {}: a projection or sink created after source {} was read must \
+                 read it again from offset {next}, but the earliest offset the broker keeps is {}: \
+                 retention deleted messages, so it cannot be built",
+                self.topic, partition.id, self.name, partition.low
+            )
+        } else {
+            format!(
                 "topic {} partition {}: source {} sealed offset {next}, but the earliest offset the broker keeps is {}: \
                  retention deleted messages it had not read, and they are lost to it; \
                  DROP and CREATE the source to start again",
                 self.topic, partition.id, self.name, partition.low
-            ),
+            )
+        };
+        Err(ConnectorError::Rejected {
+            connector: NAME.into(),
+            message,
         })
     }
 
@@ -214,19 +256,52 @@ impl Source for KafkaSource {
         if !self.assigned {
             self.assign().await?;
         }
+        if let Some(until) = &self.until
+            && until.keys().all(|p| self.replay_done(*p))
+        {
+            if self.ended {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                return Ok(SourceEvent::Idle);
+            }
+            self.ended = true;
+            return Ok(SourceEvent::SplitEnd {
+                split: SPLIT.to_string(),
+            });
+        }
         // Per partition: the payloads, newline-separated, the first
         // offset and the next one.
         let mut gathered: BTreeMap<i32, (Vec<u8>, i64, i64)> = BTreeMap::new();
         let mut messages = 0;
-        let mut wait = Duration::from_secs(1);
         while messages < MAX_MESSAGES {
-            let message = match tokio::time::timeout(wait, self.consumer.recv()).await {
-                Err(_) => break,
-                Ok(Err(e)) => return Err(self.failed_read(e)),
-                Ok(Ok(message)) => message,
+            // Messages already fetched are taken without a timer each (a
+            // timer per message was a tenth of the reader's time); only
+            // when none is ready does the reader wait, briefly once some
+            // were gathered.
+            let ready = match self.consumer.recv().now_or_never() {
+                Some(ready) => Some(ready),
+                None => {
+                    let wait = if messages == 0 {
+                        Duration::from_secs(1)
+                    } else {
+                        GATHER
+                    };
+                    tokio::time::timeout(wait, self.consumer.recv()).await.ok()
+                }
             };
-            wait = GATHER;
+            let message = match ready {
+                None => break,
+                Some(Err(e)) => return Err(self.failed_read(e)),
+                Some(Ok(message)) => message,
+            };
             let (partition, offset) = (message.partition(), message.offset());
+            let end = self
+                .until
+                .as_ref()
+                .map(|u| u.get(&partition).copied().unwrap_or(0));
+            if end.is_some_and(|end| offset >= end) {
+                // A replay past its end in this partition.
+                continue;
+            }
             let entry = gathered
                 .entry(partition)
                 .or_insert_with(|| (Vec::new(), offset, offset));
@@ -245,6 +320,16 @@ impl Source for KafkaSource {
         for (partition, (payloads, first, next)) in gathered {
             let rows = self.decode(partition, first, &payloads)?;
             self.next.insert(partition, next);
+            if !self.first.contains_key(&partition) {
+                // Sealed with the rows: where a replay of this partition starts.
+                self.first.insert(partition, first);
+                batches.push(SourceBatch {
+                    split: format!("{partition}{START}"),
+                    changes: ChangeBatch::inserts(RecordBatch::new_empty(self.schema.clone())),
+                    offset: first.to_string(),
+                    max_event_time: None,
+                });
+            }
             batches.push(SourceBatch {
                 split: partition.to_string(),
                 changes: ChangeBatch::inserts(rows),
@@ -276,4 +361,34 @@ impl Source for KafkaSource {
             .commit(&list, CommitMode::Async)
             .map_err(|e| kafka_error("committing offsets", e))
     }
+}
+
+/// Offsets as sealed: per partition the next offset (split `<p>`) and
+/// where it started (split `<p>.start`).
+type PartitionOffsets = BTreeMap<i32, i64>;
+
+fn parse_offsets(
+    offsets: &Offsets,
+) -> Result<(PartitionOffsets, PartitionOffsets), ConnectorError> {
+    let mut next = BTreeMap::new();
+    let mut first = BTreeMap::new();
+    for (split, offset) in offsets {
+        if split == SPLIT {
+            continue;
+        }
+        let bad = || ConnectorError::BadPosition {
+            connector: NAME.into(),
+            value: format!("{split}={offset}"),
+            message: "expected a partition number (or <partition>.start) and an offset".into(),
+        };
+        let (partition, into) = match split.strip_suffix(START) {
+            Some(p) => (p, &mut first),
+            None => (split.as_str(), &mut next),
+        };
+        into.insert(
+            partition.parse::<i32>().map_err(|_| bad())?,
+            offset.parse::<i64>().map_err(|_| bad())?,
+        );
+    }
+    Ok((next, first))
 }

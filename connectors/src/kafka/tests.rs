@@ -121,7 +121,9 @@ async fn the_source_reads_every_partition_and_resumes_at_sealed_offsets() {
     let mut first = source(&opts, &Offsets::new());
     let (rows, offsets) = read(&mut first, 3000).await;
     assert_eq!(rows, expected(0..3000));
-    assert_eq!(offsets.len(), 3, "{offsets:?}");
+    // Per partition: the next offset and where it started.
+    assert_eq!(offsets.len(), 6, "{offsets:?}");
+    assert_eq!(offsets.get("1.start").map(String::as_str), Some("0"));
     drop(first);
 
     // Reopened at those offsets after more arrived: only the new ones.
@@ -133,6 +135,29 @@ async fn the_source_reads_every_partition_and_resumes_at_sealed_offsets() {
         matches!(second.next().await.unwrap(), SourceEvent::Idle),
         "nothing more"
     );
+
+    // A replay up to the first reader's offsets: those 3000 rows, then
+    // the end, though more follow in the topic.
+    let mut replay = KafkaSource::new(&SourceOpen {
+        name: "k",
+        schema: schema(),
+        options: &opts,
+        offsets: &Offsets::new(),
+        until: Some(&offsets),
+    })
+    .unwrap();
+    let mut rows = Vec::new();
+    loop {
+        match replay.next().await.unwrap() {
+            SourceEvent::Transaction { batches, .. } => {
+                rows.extend(batches.iter().map(|b| b.changes.num_rows()))
+            }
+            SourceEvent::SplitEnd { .. } => break,
+            SourceEvent::Idle => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(rows.iter().sum::<usize>(), 3000);
 
     // CSV values, columns by position.
     tansu.create_topic("lines", 1);
@@ -238,4 +263,33 @@ async fn the_sink_has_every_message_in_the_topic_before_the_seal() {
         "{\"id\":0}".to_string(),
         "{\"id\":0,\"name\":\"n0\",\"weir_op\":\"delete\",\"weir_epoch\":4}".to_string()
     )));
+}
+
+/// Not a test: how fast the source drains a topic (release build:
+/// `cargo test --release -p weir-connectors --lib drain_rate -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn drain_rate() {
+    let tansu = start_tansu();
+    tansu.create_topic("many", 2);
+    let n = 300_000;
+    for from in (0..n).step_by(50_000) {
+        produce(&tansu, "many", 2, &json(from..from + 50_000)).await;
+    }
+    let opts = options(&tansu, "many", &[]);
+    let mut s = source(&opts, &Offsets::new());
+    let start = std::time::Instant::now();
+    let mut rows = 0;
+    let mut events = 0;
+    while rows < n as usize {
+        if let SourceEvent::Transaction { batches, .. } = s.next().await.unwrap() {
+            rows += batches.iter().map(|b| b.changes.num_rows()).sum::<usize>();
+            events += 1;
+        }
+    }
+    let wall = start.elapsed().as_secs_f64();
+    println!(
+        "{rows} rows in {wall:.2} s ({:.0} rows/s), {events} events",
+        rows as f64 / wall
+    );
 }

@@ -2,7 +2,8 @@
 //! broker: a topic whose messages keep arriving while the server is
 //! killed with SIGKILL at random moments, read into a projection (exact:
 //! each message once) and copied by a kafka sink to another topic (at
-//! least once: every message there, nothing else).
+//! least once: every message there, nothing else); a projection created
+//! afterwards replays the topic to the same result.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -116,6 +117,16 @@ async fn a_topic_feeds_a_projection_exactly_and_a_kafka_sink_at_least_once_acros
         (got == [want.clone()]).then_some(())
     })
     .await;
+    // A projection created now reads the topic again from where the
+    // source started, up to where its reader is, then follows it.
+    client
+        .batch_execute("CREATE PROJECTION late AS SELECT count(*) AS n, sum(id) AS s, count(DISTINCT id) AS d FROM clicks")
+        .await
+        .unwrap();
+    assert_eq!(
+        rows(&client, "SELECT n, s, d FROM late").await.unwrap(),
+        [want.clone()]
+    );
     sinks_committed(&client).await;
     let copied = consume_all(&tansu, "copy", produced as usize);
     let distinct: BTreeSet<String> = copied.iter().cloned().collect();
