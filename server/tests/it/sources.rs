@@ -80,6 +80,11 @@ async fn source_and_sink_options_are_checked_at_create() {
         "blackhole|sink",
         "log|sink",
         "stdout|sink",
+        "postgres|sink",
+        "files|source",
+        "files|sink",
+        "kafka|source",
+        "kafka|sink",
     ] {
         assert!(connectors.contains(&expected.to_string()), "{connectors:?}");
     }
@@ -420,7 +425,7 @@ pub(crate) async fn kill_at_a_random_moment(
     server: &mut WeirServer,
     rng: &mut Rng,
     spread_ms: u64,
-    round: usize,
+    round: u64,
 ) {
     tokio::time::sleep(Duration::from_millis(100 + rng.below(spread_ms))).await;
     server.kill();
