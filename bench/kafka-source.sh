@@ -35,7 +35,8 @@ kport=$((port + 20))
 "$tansu" broker --listener-url tcp://127.0.0.1:$kport --advertised-listener-url tcp://127.0.0.1:$kport \
     --storage-engine memory://tansu/ >"$work/tansu.log" 2>&1 &
 tansu_pid=$!
-trap 'kill $tansu_pid 2>/dev/null || true; cleanup' EXIT
+# Wait for tansu to exit, so a run right after this one can use its port.
+trap '{ kill $tansu_pid && wait $tansu_pid; } 2>/dev/null || true; cleanup' EXIT
 for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$kport) 2>/dev/null && break; sleep 0.1; done
 "$tansu" topic create bids --broker tcp://127.0.0.1:$kport --partitions "$partitions" >/dev/null
 

@@ -291,6 +291,7 @@ impl GeneratorSplit {
             changes: weir_common::ChangeBatch::inserts(rows),
             offset: self.offset.to_string(),
             max_event_time,
+            skipped: 0,
         })
     }
 }

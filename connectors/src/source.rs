@@ -27,6 +27,9 @@ pub struct SourceBatch {
     /// The largest event time among the rows (microseconds since the Unix
     /// epoch), when the source knows one; watermarks are derived from it.
     pub max_event_time: Option<i64>,
+    /// Input records before `offset` that `on_error = 'skip'` dropped
+    /// (counted in `weir_catalog.sources.rows_skipped`).
+    pub skipped: u64,
 }
 
 /// What [`Source::next`] returns.

@@ -29,6 +29,7 @@ pub fn fields(name: &str) -> Option<Vec<Field>> {
             utf8("connector"),
             utf8("status"),
             int8("rows_in"),
+            int8("rows_skipped"),
             utf8("offsets"),
             opt_utf8("max_event_time"),
             opt_utf8("watermark"),
@@ -91,6 +92,7 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                         .collect(),
                 ),
                 int(state.iter().map(|s| s.rows_in as i64).collect()),
+                int(state.iter().map(|s| s.rows_skipped as i64).collect()),
                 text(
                     state
                         .iter()

@@ -375,6 +375,7 @@ fn batch_event(file: String, rows: RecordBatch, offset: FileOffset) -> SourceEve
         changes: ChangeBatch::inserts(rows),
         offset: offset.text(),
         max_event_time: None,
+        skipped: 0,
     })
 }
 

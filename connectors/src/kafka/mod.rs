@@ -79,6 +79,12 @@ static SOURCE_SPEC: ConnectorSpec = ConnectorSpec {
             "the field delimiter of csv messages, one character",
         )
         .with_default(","),
+        OptionSpec::optional(
+            "on_error",
+            OptionType::OneOf(&["fail", "skip"]),
+            "a message that does not parse: fail stops the source naming it; skip drops it, logs it and counts it in weir_catalog.sources.rows_skipped",
+        )
+        .with_default("fail"),
     ],
     capabilities: Capabilities {
         read_modes: &[],

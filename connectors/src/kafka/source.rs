@@ -39,6 +39,17 @@ const MAX_MESSAGES: usize = 8192;
 /// After the first message, how long to wait for more before delivering.
 const GATHER: Duration = Duration::from_millis(10);
 
+/// One partition's messages gathered by one `next` call.
+struct Gathered {
+    /// The values, each followed by a newline.
+    payloads: Vec<u8>,
+    /// Each value's offset and where it is in `payloads`.
+    messages: Vec<(i64, std::ops::Range<usize>)>,
+    /// The first message's offset and the one after the last.
+    first: i64,
+    next: i64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Format {
     Json,
@@ -61,6 +72,9 @@ pub(crate) struct KafkaSource {
     until: Option<BTreeMap<i32, i64>>,
     start: Offset,
     commit_group: bool,
+    /// `on_error = 'skip'`: a message that does not parse is dropped and
+    /// counted, not the end of the source.
+    skip_bad: bool,
     assigned: bool,
     ended: bool,
 }
@@ -126,6 +140,7 @@ impl KafkaSource {
                 _ => Offset::Beginning,
             },
             commit_group: group.is_some() && open.until.is_none(),
+            skip_bad: opts.get("on_error") == Some("skip"),
             assigned: false,
             ended: false,
         })
@@ -196,15 +211,10 @@ impl KafkaSource {
         })
     }
 
-    /// One partition's payloads as rows of the declared columns.
-    fn decode(
-        &self,
-        partition: i32,
-        first: i64,
-        payloads: &[u8],
-    ) -> Result<RecordBatch, ConnectorError> {
+    /// Payloads (newline-separated) as rows of the declared columns.
+    fn parse(&self, payloads: &[u8]) -> Result<RecordBatch, arrow::error::ArrowError> {
         let cursor = std::io::Cursor::new(payloads);
-        let batches: Result<Vec<RecordBatch>, arrow::error::ArrowError> = match self.format {
+        let batches: Result<Vec<RecordBatch>, _> = match self.format {
             Format::Json => arrow::json::ReaderBuilder::new(self.schema.clone())
                 .build(cursor)
                 .and_then(|reader| reader.collect()),
@@ -214,15 +224,53 @@ impl KafkaSource {
                 .build(cursor)
                 .and_then(|reader| reader.collect()),
         };
-        batches
-            .and_then(|b| arrow::compute::concat_batches(&self.schema, &b))
-            .map_err(|e| ConnectorError::Rejected {
-                connector: NAME.into(),
-                message: format!(
-                    "topic {} partition {partition}, a message from offset {first} on: {e}",
-                    self.topic
-                ),
-            })
+        batches.and_then(|b| arrow::compute::concat_batches(&self.schema, &b))
+    }
+
+    /// One partition's gathered messages as rows, and how many of them
+    /// `on_error = 'skip'` dropped. The messages are parsed together; only
+    /// when that fails are they parsed one by one, to find the bad ones.
+    fn decode(
+        &self,
+        partition: i32,
+        gathered: &Gathered,
+    ) -> Result<(RecordBatch, u64), ConnectorError> {
+        let error = match self.parse(&gathered.payloads) {
+            Ok(rows) => return Ok((rows, 0)),
+            Err(e) => e,
+        };
+        let rejected = |offset: i64, e| ConnectorError::Rejected {
+            connector: NAME.into(),
+            message: format!(
+                "topic {} partition {partition}, the message at offset {offset}: {e} \
+                 (on_error = 'skip' drops such messages)",
+                self.topic
+            ),
+        };
+        if !self.skip_bad {
+            // Name the first bad message, not just the batch.
+            for (offset, range) in &gathered.messages {
+                if let Err(e) = self.parse(&gathered.payloads[range.clone()]) {
+                    return Err(rejected(*offset, e));
+                }
+            }
+            return Err(rejected(gathered.first, error));
+        }
+        let mut good = Vec::new();
+        let mut skipped = 0;
+        for (offset, range) in &gathered.messages {
+            match self.parse(&gathered.payloads[range.clone()]) {
+                Ok(rows) => good.push(rows),
+                Err(e) => {
+                    skipped += 1;
+                    tracing::warn!(source = %self.name, topic = %self.topic, partition, offset, error = %e,
+                        "skipped a message that does not parse (on_error = 'skip')");
+                }
+            }
+        }
+        let rows = arrow::compute::concat_batches(&self.schema, &good)
+            .map_err(|e| ConnectorError::arrow(NAME, e))?;
+        Ok((rows, skipped))
     }
 
     fn failed_read(&self, e: KafkaError) -> ConnectorError {
@@ -268,9 +316,7 @@ impl Source for KafkaSource {
                 split: SPLIT.to_string(),
             });
         }
-        // Per partition: the payloads, newline-separated, the first
-        // offset and the next one.
-        let mut gathered: BTreeMap<i32, (Vec<u8>, i64, i64)> = BTreeMap::new();
+        let mut gathered: BTreeMap<i32, Gathered> = BTreeMap::new();
         let mut messages = 0;
         while messages < MAX_MESSAGES {
             // Messages already fetched are taken without a timer each (a
@@ -302,14 +348,19 @@ impl Source for KafkaSource {
                 // A replay past its end in this partition.
                 continue;
             }
-            let entry = gathered
-                .entry(partition)
-                .or_insert_with(|| (Vec::new(), offset, offset));
-            entry.2 = offset + 1;
+            let entry = gathered.entry(partition).or_insert_with(|| Gathered {
+                payloads: Vec::new(),
+                messages: Vec::new(),
+                first: offset,
+                next: offset,
+            });
+            entry.next = offset + 1;
             // A message without a value (a tombstone) holds no row.
             if let Some(payload) = message.payload() {
-                entry.0.extend_from_slice(payload);
-                entry.0.push(b'\n');
+                let start = entry.payloads.len();
+                entry.payloads.extend_from_slice(payload);
+                entry.payloads.push(b'\n');
+                entry.messages.push((offset, start..entry.payloads.len()));
             }
             messages += 1;
         }
@@ -317,8 +368,9 @@ impl Source for KafkaSource {
             return Ok(SourceEvent::Idle);
         }
         let mut batches = Vec::with_capacity(gathered.len());
-        for (partition, (payloads, first, next)) in gathered {
-            let rows = self.decode(partition, first, &payloads)?;
+        for (partition, gathered) in gathered {
+            let (rows, skipped) = self.decode(partition, &gathered)?;
+            let (first, next) = (gathered.first, gathered.next);
             self.next.insert(partition, next);
             if !self.first.contains_key(&partition) {
                 // Sealed with the rows: where a replay of this partition starts.
@@ -328,6 +380,7 @@ impl Source for KafkaSource {
                     changes: ChangeBatch::inserts(RecordBatch::new_empty(self.schema.clone())),
                     offset: first.to_string(),
                     max_event_time: None,
+                    skipped: 0,
                 });
             }
             batches.push(SourceBatch {
@@ -335,6 +388,7 @@ impl Source for KafkaSource {
                 changes: ChangeBatch::inserts(rows),
                 offset: next.to_string(),
                 max_event_time: None,
+                skipped,
             });
         }
         Ok(SourceEvent::Transaction {

@@ -187,14 +187,30 @@ async fn the_source_fails_on_a_retention_gap_a_bad_message_and_a_missing_topic()
     );
     gap.check_sealed(kept, 5).unwrap();
 
-    produce(&tansu, "t", 1, &["{\"id\": \"not a number\"}".into()]).await;
+    let bad = vec![
+        "{\"id\": 100, \"name\": \"good\"}".to_string(),
+        "{\"id\": \"not a number\"}".to_string(),
+        "{\"id\": 102, \"name\": \"good\"}".to_string(),
+    ];
+    produce(&tansu, "t", 1, &bad).await;
     let at: Offsets = [("0".to_string(), "10".to_string())].into_iter().collect();
     let err = source(&opts, &at).next().await.unwrap_err();
     assert!(
         err.to_string()
-            .contains("partition 0, a message from offset 10"),
+            .contains("partition 0, the message at offset 11"),
         "{err}"
     );
+    // on_error = 'skip': the bad message is dropped and counted, the
+    // offset moves past it.
+    let skip = options(&tansu, "t", &[("on_error", "skip")]);
+    let mut skipping = source(&skip, &at);
+    let SourceEvent::Transaction { batches, .. } = skipping.next().await.unwrap() else {
+        panic!("a transaction")
+    };
+    let batch = batches.iter().find(|b| b.split == "0").unwrap();
+    assert_eq!(batch.changes.num_rows(), 2);
+    assert_eq!(batch.skipped, 1);
+    assert_eq!(batch.offset, "13");
 
     let missing = options(&tansu, "nope", &[]);
     let err = source(&missing, &Offsets::new()).next().await.unwrap_err();

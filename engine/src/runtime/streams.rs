@@ -146,6 +146,8 @@ pub struct SourceStatus {
     /// `idle` (nothing reads it), `running`, `completed`, `retrying`, `failed`.
     pub status: &'static str,
     pub rows_in: u64,
+    /// Input records `on_error = 'skip'` dropped, since this process started.
+    pub rows_skipped: u64,
     pub offsets: Offsets,
     /// The largest event time seen, µs since the Unix epoch.
     pub max_event_time: Option<i64>,
@@ -424,6 +426,7 @@ impl Streams {
             entry.error = None;
         }
         entry.rows_in += batch.changes.num_rows() as u64;
+        entry.rows_skipped += batch.skipped;
         entry
             .offsets
             .insert(batch.split.clone(), batch.offset.clone());

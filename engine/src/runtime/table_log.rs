@@ -110,6 +110,7 @@ impl Source for TableLogSource {
                 changes,
                 offset: position.clone(),
                 max_event_time: None,
+                skipped: 0,
             })
             .collect();
         Ok(SourceEvent::Transaction { batches, position })

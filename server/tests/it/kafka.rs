@@ -128,6 +128,13 @@ async fn a_topic_feeds_a_projection_exactly_and_a_kafka_sink_at_least_once_acros
         [want.clone()]
     );
     sinks_committed(&client).await;
+    let skipped = rows(
+        &client,
+        "SELECT rows_skipped FROM weir_catalog.sources WHERE name = 'clicks'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(skipped, ["0"]);
     let copied = consume_all(&tansu, "copy", produced as usize);
     let distinct: BTreeSet<String> = copied.iter().cloned().collect();
     let expected: BTreeSet<String> = (0..produced)
