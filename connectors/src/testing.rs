@@ -115,3 +115,81 @@ impl Tansu {
         assert!(status.success(), "creating topic {topic}");
     }
 }
+
+#[cfg(feature = "kafka")]
+impl Tansu {
+    /// Produces `values` to `topic`, the i-th to partition i % `partitions`,
+    /// and waits until the broker acknowledged them all.
+    pub async fn produce(&self, topic: &str, partitions: i32, values: &[String]) {
+        use rdkafka::producer::{FutureProducer, FutureRecord};
+        let producer: FutureProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", self.brokers())
+            .create()
+            .unwrap();
+        // In pieces, so librdkafka's queue never fills.
+        for (piece, values) in values.chunks(50_000).enumerate() {
+            let sent: Vec<_> = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let partition = ((piece * 50_000 + i) as i32) % partitions;
+                    producer
+                        .send_result(
+                            FutureRecord::<(), str>::to(topic)
+                                .payload(v.as_str())
+                                .partition(partition),
+                        )
+                        .unwrap()
+                })
+                .collect();
+            for delivery in sent {
+                delivery.await.unwrap().unwrap();
+            }
+        }
+    }
+
+    /// Every message (key, value) of `topic`'s `partitions` partitions,
+    /// read from the start until at least `at_least` arrived and nothing
+    /// more came for two seconds (at most a minute).
+    pub fn consume(
+        &self,
+        topic: &str,
+        partitions: i32,
+        at_least: usize,
+    ) -> Vec<(Option<String>, String)> {
+        use rdkafka::Message;
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", self.brokers())
+            .set("group.id", "check")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let mut list = rdkafka::TopicPartitionList::new();
+        for p in 0..partitions {
+            list.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&list).unwrap();
+        let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).unwrap();
+        let mut out = Vec::new();
+        let started = Instant::now();
+        let mut quiet = Instant::now();
+        while quiet.elapsed() < Duration::from_secs(2) || out.len() < at_least {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "only {} messages of {at_least} in {topic}",
+                out.len()
+            );
+            if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+                let message = message.unwrap();
+                out.push((
+                    message.key().map(text),
+                    text(message.payload().unwrap_or_default()),
+                ));
+                quiet = Instant::now();
+            }
+        }
+        out
+    }
+}

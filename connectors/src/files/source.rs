@@ -255,8 +255,9 @@ impl FilesSource {
     }
 
     /// Lists the root and queues, in name order, every file to read that
-    /// is neither done nor queued.
+    /// is not done. Called only with nothing open and nothing queued.
     async fn list(&mut self) -> Result<(), ConnectorError> {
+        debug_assert!(self.queue.is_empty() && self.current.is_none());
         self.listed_at = Some(Instant::now());
         let prefix = format!("{}/", self.location.root);
         let listed: Vec<object_store::ObjectMeta> = self
@@ -274,9 +275,6 @@ impl FilesSource {
             })
             .filter(|name| self.settings.wants(name))
             .filter(|name| !self.offsets.get(name).is_some_and(|o| o.done))
-            .filter(|name| {
-                !self.queue.contains(name) && self.current.as_ref().is_none_or(|c| &c.name != name)
-            })
             .collect();
         names.sort();
         self.queue.extend(names);

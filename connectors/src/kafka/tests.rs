@@ -6,9 +6,6 @@ use std::time::Duration;
 
 use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use rdkafka::Message;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use weir_common::ChangeBatch;
 
 use super::Partition;
@@ -32,30 +29,6 @@ fn options(tansu: &Tansu, topic: &str, more: &[(&str, &str)]) -> BTreeMap<String
     out.insert("brokers".into(), tansu.brokers());
     out.insert("topic".into(), topic.into());
     out
-}
-
-/// Produces `values` to `topic`, the i-th to partition i % partitions.
-async fn produce(tansu: &Tansu, topic: &str, partitions: i32, values: &[String]) {
-    let producer: FutureProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", tansu.brokers())
-        .create()
-        .unwrap();
-    let sent: Vec<_> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            producer
-                .send_result(
-                    FutureRecord::<(), str>::to(topic)
-                        .payload(v.as_str())
-                        .partition(i as i32 % partitions),
-                )
-                .unwrap()
-        })
-        .collect();
-    for delivery in sent {
-        delivery.await.unwrap().unwrap();
-    }
 }
 
 fn source(options: &BTreeMap<String, String>, offsets: &Offsets) -> KafkaSource {
@@ -116,7 +89,7 @@ fn expected(ids: std::ops::Range<i64>) -> Vec<String> {
 async fn the_source_reads_every_partition_and_resumes_at_sealed_offsets() {
     let tansu = start_tansu();
     tansu.create_topic("events", 3);
-    produce(&tansu, "events", 3, &json(0..3000)).await;
+    tansu.produce("events", 3, &json(0..3000)).await;
     let opts = options(&tansu, "events", &[]);
     let mut first = source(&opts, &Offsets::new());
     let (rows, offsets) = read(&mut first, 3000).await;
@@ -127,7 +100,7 @@ async fn the_source_reads_every_partition_and_resumes_at_sealed_offsets() {
     drop(first);
 
     // Reopened at those offsets after more arrived: only the new ones.
-    produce(&tansu, "events", 3, &json(3000..3300)).await;
+    tansu.produce("events", 3, &json(3000..3300)).await;
     let mut second = source(&opts, &offsets);
     let (rows, _) = read(&mut second, 300).await;
     assert_eq!(rows, expected(3000..3300));
@@ -161,7 +134,9 @@ async fn the_source_reads_every_partition_and_resumes_at_sealed_offsets() {
 
     // CSV values, columns by position.
     tansu.create_topic("lines", 1);
-    produce(&tansu, "lines", 1, &["1,a".into(), "2,\"b, c\"".into()]).await;
+    tansu
+        .produce("lines", 1, &["1,a".into(), "2,\"b, c\"".into()])
+        .await;
     let csv = options(&tansu, "lines", &[("format", "csv")]);
     assert_eq!(
         read(&mut source(&csv, &Offsets::new()), 2).await.0,
@@ -173,7 +148,7 @@ async fn the_source_reads_every_partition_and_resumes_at_sealed_offsets() {
 async fn the_source_fails_on_a_retention_gap_a_bad_message_and_a_missing_topic() {
     let tansu = start_tansu();
     tansu.create_topic("t", 1);
-    produce(&tansu, "t", 1, &json(0..10)).await;
+    tansu.produce("t", 1, &json(0..10)).await;
     let opts = options(&tansu, "t", &[]);
     // Below the earliest kept offset: retention took messages never read.
     let gap = source(&opts, &Offsets::new());
@@ -192,7 +167,7 @@ async fn the_source_fails_on_a_retention_gap_a_bad_message_and_a_missing_topic()
         "{\"id\": \"not a number\"}".to_string(),
         "{\"id\": 102, \"name\": \"good\"}".to_string(),
     ];
-    produce(&tansu, "t", 1, &bad).await;
+    tansu.produce("t", 1, &bad).await;
     let at: Offsets = [("0".to_string(), "10".to_string())].into_iter().collect();
     let err = source(&opts, &at).next().await.unwrap_err();
     assert!(
@@ -248,28 +223,11 @@ async fn the_sink_has_every_message_in_the_topic_before_the_seal() {
         .unwrap();
     assert_eq!(sink.pre_commit(4).await.unwrap(), "5001");
 
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", tansu.brokers())
-        .set("group.id", "check")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut list = rdkafka::TopicPartitionList::new();
-    for p in 0..2 {
-        list.add_partition_offset("out", p, rdkafka::Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&list).unwrap();
-    let mut got = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while got.len() < 5001 && std::time::Instant::now() < deadline {
-        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
-            let message = message.unwrap();
-            let key = String::from_utf8(message.key().unwrap().to_vec()).unwrap();
-            let value = String::from_utf8(message.payload().unwrap().to_vec()).unwrap();
-            got.push((key, value));
-        }
-    }
+    let got: Vec<(String, String)> = tansu
+        .consume("out", 2, 5001)
+        .into_iter()
+        .map(|(key, value)| (key.unwrap(), value))
+        .collect();
     assert_eq!(got.len(), 5001);
     assert!(got.contains(&(
         "{\"id\":7}".to_string(),
@@ -289,9 +247,7 @@ async fn drain_rate() {
     let tansu = start_tansu();
     tansu.create_topic("many", 2);
     let n = 300_000;
-    for from in (0..n).step_by(50_000) {
-        produce(&tansu, "many", 2, &json(from..from + 50_000)).await;
-    }
+    tansu.produce("many", 2, &json(0..n)).await;
     let opts = options(&tansu, "many", &[]);
     let mut s = source(&opts, &Offsets::new());
     let start = std::time::Instant::now();

@@ -8,9 +8,6 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use rdkafka::Message;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use weir_connectors::testing::{Tansu, start_tansu};
 
 use crate::harness::{eventually, try_rows as rows};
@@ -21,55 +18,12 @@ use crate::sources::{
 /// Messages produced before each kill.
 const PER_ROUND: i64 = 2000;
 
-/// Produces ids `ids` as JSON messages to `topic`'s three partitions.
+/// Ids `ids` as JSON messages to `topic`'s three partitions.
 async fn produce(tansu: &Tansu, topic: &str, ids: std::ops::Range<i64>) {
-    let producer: FutureProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", tansu.brokers())
-        .create()
-        .unwrap();
-    let mut sent = Vec::new();
-    for id in ids {
-        let value = format!("{{\"id\": {id}, \"name\": \"n{id}\"}}");
-        let record = FutureRecord::<(), str>::to(topic)
-            .payload(&value)
-            .partition((id % 3) as i32);
-        sent.push(producer.send_result(record).unwrap());
-    }
-    for delivery in sent {
-        delivery.await.unwrap().unwrap();
-    }
-}
-
-/// Every message value of `topic` (two partitions), read from the start
-/// until `at_least` arrived or nothing came for two seconds.
-fn consume_all(tansu: &Tansu, topic: &str, at_least: usize) -> Vec<String> {
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", tansu.brokers())
-        .set("group.id", "check")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut list = rdkafka::TopicPartitionList::new();
-    for p in 0..2 {
-        list.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&list).unwrap();
-    let mut out = Vec::new();
-    let mut quiet = std::time::Instant::now();
-    while quiet.elapsed() < Duration::from_secs(2) || out.len() < at_least {
-        assert!(
-            quiet.elapsed() < Duration::from_secs(60),
-            "only {} messages",
-            out.len()
-        );
-        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
-            let message = message.unwrap();
-            out.push(String::from_utf8(message.payload().unwrap().to_vec()).unwrap());
-            quiet = std::time::Instant::now();
-        }
-    }
-    out
+    let values: Vec<String> = ids
+        .map(|id| format!("{{\"id\": {id}, \"name\": \"n{id}\"}}"))
+        .collect();
+    tansu.produce(topic, 3, &values).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,7 +89,11 @@ async fn a_topic_feeds_a_projection_exactly_and_a_kafka_sink_at_least_once_acros
     .await
     .unwrap();
     assert_eq!(skipped, ["0"]);
-    let copied = consume_all(&tansu, "copy", produced as usize);
+    let copied: Vec<String> = tansu
+        .consume("copy", 2, produced as usize)
+        .into_iter()
+        .map(|(_, value)| value)
+        .collect();
     let distinct: BTreeSet<String> = copied.iter().cloned().collect();
     let expected: BTreeSet<String> = (0..produced)
         .map(|id| format!("{{\"id\":{id},\"name\":\"n{id}\"}}"))
