@@ -149,8 +149,26 @@ impl KafkaSource {
     /// Assigns every partition of the topic at its sealed offset, after
     /// checking that the broker still keeps it.
     async fn assign(&mut self) -> Result<(), ConnectorError> {
+        let found = partitions(self.config.clone(), &self.topic).await?;
+        // A partition the seal names that the topic lacks: the topic was
+        // created again with fewer partitions, and that partition's
+        // messages are gone.
+        if let Some(missing) = self
+            .next
+            .keys()
+            .find(|p| !found.iter().any(|f| f.id == **p))
+        {
+            return Err(ConnectorError::Rejected {
+                connector: NAME.into(),
+                message: format!(
+                    "topic {} has no partition {missing}, which source {} read before: the topic was \
+                     deleted and created again; DROP and CREATE the source to start again",
+                    self.topic, self.name
+                ),
+            });
+        }
         let mut list = TopicPartitionList::new();
-        for partition in partitions(self.config.clone(), &self.topic).await? {
+        for partition in found {
             if self.until.is_some() && self.replay_done(partition.id) {
                 continue;
             }

@@ -187,6 +187,11 @@ async fn the_source_fails_on_a_retention_gap_a_bad_message_and_a_missing_topic()
     assert_eq!(batch.skipped, 1);
     assert_eq!(batch.offset, "13");
 
+    // A partition the seal names that the topic does not have.
+    let gone: Offsets = [("3".to_string(), "0".to_string())].into_iter().collect();
+    let err = source(&opts, &gone).next().await.unwrap_err();
+    assert!(err.to_string().contains("has no partition 3"), "{err}");
+
     let missing = options(&tansu, "nope", &[]);
     let err = source(&missing, &Offsets::new()).next().await.unwrap_err();
     assert!(err.to_string().contains("does not exist"), "{err}");
