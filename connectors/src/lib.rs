@@ -77,14 +77,28 @@ pub trait Connector: Send + Sync {
         declared: Option<&SchemaRef>,
         options: &std::collections::BTreeMap<String, String>,
     ) -> Result<SchemaRef, ConnectorError> {
+        self.check_source(options)?;
+        let name = self.spec().name;
         match self.produced_columns(options)? {
-            Some(produced) => spec::fit_columns(self.spec().name, declared, &produced),
+            Some(produced) => spec::fit_columns(name, declared, &produced),
             None => declared.cloned().ok_or_else(|| ConnectorError::BadOption {
-                connector: self.spec().name.to_string(),
+                connector: name.to_string(),
                 option: "columns".into(),
-                message: "this connector needs the columns declared: CREATE SOURCE name (column type, ...) WITH (...)".into(),
+                message: format!(
+                    "a {name} source needs its columns declared: CREATE SOURCE name (column type, ...) WITH (connector = '{name}', ...)"
+                ),
             }),
         }
+    }
+
+    /// Checks what the options of a CREATE SOURCE say beyond their types
+    /// (a path's form, a delimiter's length), without reaching outside.
+    fn check_source(
+        &self,
+        options: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), ConnectorError> {
+        let _ = options;
+        Ok(())
     }
 
     /// Checks a CREATE SINK against the world outside (a target table

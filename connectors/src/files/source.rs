@@ -98,19 +98,9 @@ impl Connector for FilesSourceConnector {
         &SPEC
     }
 
-    fn source_columns(
-        &self,
-        declared: Option<&SchemaRef>,
-        options: &BTreeMap<String, String>,
-    ) -> Result<SchemaRef, ConnectorError> {
+    fn check_source(&self, options: &BTreeMap<String, String>) -> Result<(), ConnectorError> {
         normalized_url(options.get("path").map_or("", String::as_str))?;
-        Settings::parse(options)?;
-        declared.cloned().ok_or_else(|| {
-            bad_option(
-                "columns",
-                "a files source needs its columns declared: CREATE SOURCE name (column type, ...) WITH (connector = 'files', ...)",
-            )
-        })
+        Settings::parse(options).map(drop)
     }
 
     fn open_source(&self, open: SourceOpen<'_>) -> Result<Box<dyn Source>, ConnectorError> {

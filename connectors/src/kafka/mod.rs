@@ -132,18 +132,8 @@ impl Connector for KafkaSourceConnector {
         &SOURCE_SPEC
     }
 
-    fn source_columns(
-        &self,
-        declared: Option<&SchemaRef>,
-        options: &BTreeMap<String, String>,
-    ) -> Result<SchemaRef, ConnectorError> {
-        csv_delimiter(options)?;
-        declared.cloned().ok_or_else(|| {
-            bad_option(
-                "columns",
-                "a kafka source needs its columns declared: CREATE SOURCE name (column type, ...) WITH (connector = 'kafka', ...)",
-            )
-        })
+    fn check_source(&self, options: &BTreeMap<String, String>) -> Result<(), ConnectorError> {
+        csv_delimiter(options).map(drop)
     }
 
     fn open_source(&self, open: SourceOpen<'_>) -> Result<Box<dyn Source>, ConnectorError> {
