@@ -9,8 +9,8 @@
 //! - [`Sink`] ([`sink`]): write per epoch, `pre_commit` at the barrier,
 //!   idempotent `commit` after the seal, idempotent `abort`.
 //! - [`Connector`] and [`registry`]: every connector compiled in, each a
-//!   module behind its Cargo feature: `nexmark`, `datagen`, `files` and
-//!   `kafka` (sources), `blackhole`, `log`/`stdout`, `postgres`, `files`
+//!   module behind its Cargo feature: `nexmark`, `datagen`, `files`,
+//!   `kafka` and `postgres-cdc` (sources), `blackhole`, `log`/`stdout`, `postgres`, `files`
 //!   and `kafka` (sinks; `postgres` writes exactly once through a stage
 //!   table and a fenced progress row, `files` through staged files renamed
 //!   after the seal, `kafka` at least once).
@@ -91,6 +91,27 @@ pub trait Connector: Send + Sync {
         }
     }
 
+    /// The columns of a CREATE SOURCE, checked against the world outside
+    /// when the connector can look (an upstream table's columns, key and
+    /// settings). Defaults to [`Self::source_columns`].
+    fn describe_source<'a>(
+        &'a self,
+        declared: Option<&'a SchemaRef>,
+        options: &'a std::collections::BTreeMap<String, String>,
+    ) -> futures::future::BoxFuture<'a, Result<SchemaRef, ConnectorError>> {
+        Box::pin(async move { self.source_columns(declared, options) })
+    }
+
+    /// Releases what a dropped source held outside (a replication slot),
+    /// after its reader stopped. Idempotent.
+    fn release_source<'a>(
+        &'a self,
+        options: &'a std::collections::BTreeMap<String, String>,
+    ) -> futures::future::BoxFuture<'a, Result<(), ConnectorError>> {
+        let _ = options;
+        Box::pin(async { Ok(()) })
+    }
+
     /// Checks what the options of a CREATE SOURCE say beyond their types
     /// (a path's form, a delimiter's length), without reaching outside.
     fn check_source(
@@ -154,6 +175,8 @@ pub fn registry() -> Vec<&'static dyn Connector> {
     all.push(&files::FilesSourceConnector);
     #[cfg(feature = "kafka")]
     all.push(&kafka::KafkaSourceConnector);
+    #[cfg(feature = "postgres")]
+    all.push(&postgres::cdc::PostgresCdcConnector);
     #[cfg(feature = "blackhole")]
     all.push(&blackhole::BlackholeConnector);
     #[cfg(feature = "log")]

@@ -183,6 +183,13 @@ pub struct ConnectorSpec {
     pub capabilities: Capabilities,
 }
 
+/// Options every source takes, whatever its connector.
+pub const SOURCE_OPTIONS: &[OptionSpec] = &[OptionSpec::optional(
+    "read_mode",
+    OptionType::OneOf(&["full", "incremental", "cdc"]),
+    "how the source reads: full (a snapshot), incremental (rows past a cursor) or cdc (a snapshot, then every change); refused at CREATE if the connector does not offer it",
+)];
+
 /// Options every sink takes, whatever its connector.
 pub const SINK_OPTIONS: &[OptionSpec] = &[OptionSpec::optional(
     "delivery",
@@ -194,7 +201,7 @@ impl ConnectorSpec {
     /// Every option this connector accepts (its own, then the common ones).
     pub fn all_options(&self) -> impl Iterator<Item = &OptionSpec> {
         let common: &[OptionSpec] = match self.kind {
-            ConnectorKind::Source => &[],
+            ConnectorKind::Source => SOURCE_OPTIONS,
             ConnectorKind::Sink => SINK_OPTIONS,
         };
         self.options.iter().chain(common)
@@ -262,6 +269,22 @@ impl ConnectorSpec {
                     }
                 }
             }
+        }
+        if let Some(mode) = given.get("read_mode")
+            && !self.capabilities.read_modes.contains(&mode.as_str())
+        {
+            return Err(ConnectorError::BadOption {
+                connector: self.name.to_string(),
+                option: "read_mode".into(),
+                message: if self.capabilities.read_modes.is_empty() {
+                    format!("{mode}: this connector has one way of reading; leave read_mode out")
+                } else {
+                    format!(
+                        "{mode} is not offered by this connector (it offers: {})",
+                        self.capabilities.read_modes.join(", ")
+                    )
+                },
+            });
         }
         if self.kind == ConnectorKind::Sink
             && let Some(delivery) = given.get("delivery")

@@ -1,5 +1,6 @@
-//! The `postgres` sink: a sink object's changes written to a table of an
-//! external PostgreSQL database, exactly once across crashes and restarts.
+//! PostgreSQL: the `postgres` sink, a sink object's changes written to a
+//! table of an external database exactly once across crashes and restarts,
+//! and the `postgres-cdc` source ([`cdc`]), a table's snapshot and changes.
 //!
 //! - `mod.rs` (here): the spec, the options a CREATE SINK is checked
 //!   against (and, at CREATE, the target table itself), the connection.
@@ -14,6 +15,7 @@
 //! `format = 'changelog'` writes each change with its op and epoch);
 //! `upsert` keeps one row per `key`, the latest.
 
+pub(crate) mod cdc;
 mod copy_text;
 mod sink;
 
@@ -38,11 +40,7 @@ static SPEC: ConnectorSpec = ConnectorSpec {
             "the database to write to, as a libpq connection string or URL, without a password (e.g. 'host=db.internal user=weir dbname=app')",
         )
         .required(),
-        OptionSpec::optional(
-            "password_env",
-            OptionType::Text,
-            "the name of an environment variable of the Weir server that holds the password (never stored in the catalog)",
-        ),
+        PASSWORD_ENV,
         OptionSpec::optional(
             "table",
             OptionType::Text,
@@ -75,6 +73,13 @@ static SPEC: ConnectorSpec = ConnectorSpec {
         delivery: &[Delivery::AtLeastOnce, Delivery::ExactlyOnce],
     },
 };
+
+/// The option both PostgreSQL connectors take for the password.
+pub(crate) const PASSWORD_ENV: OptionSpec = OptionSpec::optional(
+    "password_env",
+    OptionType::Text,
+    "the name of an environment variable of the Weir server that holds the password (never stored in the catalog)",
+);
 
 pub(crate) struct PostgresConnector;
 
@@ -176,33 +181,7 @@ impl Target {
         columns: &SchemaRef,
         options: &BTreeMap<String, String>,
     ) -> Result<Self, ConnectorError> {
-        let dsn = options.get("dsn").map(String::as_str).unwrap_or_default();
-        let mut config: tokio_postgres::Config = dsn
-            .parse()
-            .map_err(|e| bad_option("dsn", format!("not a connection string: {e}")))?;
-        if config.get_connect_timeout().is_none() {
-            // A CREATE SINK waits for this connection: never forever.
-            config.connect_timeout(std::time::Duration::from_secs(10));
-        }
-        if config.get_password().is_some() {
-            return Err(bad_option(
-                "dsn",
-                "holds a password, which would be stored in the catalog in plain text: remove it and name an environment variable of the server that holds it with password_env = 'NAME'",
-            ));
-        }
-        if let Some(var) = options.get("password_env") {
-            match std::env::var(var) {
-                Ok(password) => {
-                    config.password(password);
-                }
-                Err(_) => {
-                    return Err(bad_option(
-                        "password_env",
-                        format!("the server has no environment variable {var}"),
-                    ));
-                }
-            }
-        }
+        let config = connection_config(NAME, options)?;
         let (schema, table) =
             split_table(options.get("table").map(String::as_str).unwrap_or_default())?;
         let key_names: Vec<String> = options
@@ -265,17 +244,9 @@ impl Target {
     }
 
     async fn connect(&self) -> Result<tokio_postgres::Client, ConnectorError> {
-        let (client, connection) = self
-            .config
-            .connect(tokio_postgres::NoTls)
+        connect(&self.config, NAME)
             .await
-            .map_err(|e| pg_error("connecting", e))?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!(error = %e, "postgres sink connection closed");
-            }
-        });
-        Ok(client)
+            .map_err(|e| pg_error("connecting", e))
     }
 
     /// `"schema"."table"`.
@@ -287,6 +258,58 @@ impl Target {
     fn beside(&self, name: &str) -> String {
         format!("{}.{}", quote(&self.schema), quote(name))
     }
+}
+
+/// The connection an external-database connector's `dsn` and
+/// `password_env` options describe, for errors named as `connector`. A
+/// password in the DSN is refused: it would be stored in the catalog.
+pub(crate) fn connection_config(
+    connector: &str,
+    options: &BTreeMap<String, String>,
+) -> Result<tokio_postgres::Config, ConnectorError> {
+    let bad = |option: &str, message: String| ConnectorError::BadOption {
+        connector: connector.into(),
+        option: option.into(),
+        message,
+    };
+    let dsn = options.get("dsn").map(String::as_str).unwrap_or_default();
+    let mut config: tokio_postgres::Config = dsn
+        .parse()
+        .map_err(|e| bad("dsn", format!("not a connection string: {e}")))?;
+    if config.get_connect_timeout().is_none() {
+        // A CREATE waits for this connection: never forever.
+        config.connect_timeout(std::time::Duration::from_secs(10));
+    }
+    if config.get_password().is_some() {
+        return Err(bad(
+            "dsn",
+            "holds a password, which would be stored in the catalog in plain text: remove it and name an environment variable of the server that holds it with password_env = 'NAME'".into(),
+        ));
+    }
+    if let Some(var) = options.get("password_env") {
+        let password = std::env::var(var).map_err(|_| {
+            bad(
+                "password_env",
+                format!("the server has no environment variable {var}"),
+            )
+        })?;
+        config.password(password);
+    }
+    Ok(config)
+}
+
+/// Connects with `config`, the connection driven by a task of its own.
+pub(crate) async fn connect(
+    config: &tokio_postgres::Config,
+    connector: &'static str,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(connector, error = %e, "postgres session closed");
+        }
+    });
+    Ok(client)
 }
 
 fn column_list(columns: &SchemaRef) -> String {

@@ -161,25 +161,50 @@ impl Session {
     /// Plans a committed projection and starts maintaining it.
     pub(crate) async fn deploy(&mut self, def: &ProjectionDef) -> Result<(), ServerError> {
         let deployment = self.plan_deployment(def).await?;
-        self.notice_sources_that_cannot_replay("projection", &def.qualified_name(), &deployment);
+        self.check_sources_that_cannot_replay("projection", &def.qualified_name(), &deployment)?;
         self.db.deploy_projection(deployment).await
     }
 
     /// Says that `object` sees only the rows its sources that cannot
-    /// replay read from now on (the ones read before are gone).
-    pub(super) fn notice_sources_that_cannot_replay(
+    /// replay read from now on (the ones read before are gone), and
+    /// refuses it over such a source that also retracts and has been
+    /// read: its updates and deletes would then retract rows the object
+    /// never saw, and its result would be wrong, not just late.
+    pub(super) fn check_sources_that_cannot_replay(
         &mut self,
         kind: &str,
         object: &str,
         deployment: &weir_engine::runtime::Deployment,
-    ) {
+    ) -> Result<(), ServerError> {
         for source in deployment.sources_read.iter().filter(|s| !s.replayable) {
+            let retracts = weir_connectors::connector(
+                &source.connector,
+                weir_connectors::ConnectorKind::Source,
+            )
+            .is_ok_and(|c| !c.spec().capabilities.append_only);
+            let read = self
+                .db
+                .runtime()
+                .stream_status()
+                .sources
+                .get(&source.id)
+                .is_some_and(|s| !s.offsets.is_empty());
+            if retracts && read {
+                return Err(ServerError::Sqlstate {
+                    code: "55000",
+                    message: format!(
+                        "{kind} {object} cannot read source {}: the source carries updates and deletes,                          has already been read and cannot replay, so the {kind} would retract rows it                          never saw; create it before the source is first read (in the same statement                          batch as the source), or read the table through a new source with its own slot",
+                        source.name
+                    ),
+                });
+            }
             self.notice(format!(
                 "{kind} {object} reads source {}, whose connector cannot replay: it starts at the \
                  source's current position and does not see the rows read before",
                 source.name
             ));
         }
+        Ok(())
     }
 
     /// Plans a committed projection into what the runtime deploys

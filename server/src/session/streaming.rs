@@ -35,7 +35,10 @@ impl Session {
                 columns,
                 watermark,
                 options,
-            } => self.create_source(if_not_exists, &name, &columns, watermark, options),
+            } => {
+                self.create_source(if_not_exists, &name, &columns, watermark, options)
+                    .await
+            }
             StreamingDdl::CreateSink {
                 if_not_exists,
                 name,
@@ -83,7 +86,7 @@ impl Session {
         }
     }
 
-    fn create_source(
+    async fn create_source(
         &mut self,
         if_not_exists: bool,
         name: &[String],
@@ -125,7 +128,9 @@ impl Session {
                     .collect::<Vec<_>>(),
             ))
         });
-        let produced = connector.source_columns(declared_schema.as_ref(), &options)?;
+        let produced = connector
+            .describe_source(declared_schema.as_ref(), &options)
+            .await?;
         let columns = if declared_columns.is_empty() {
             let what = format!("column produced by connector {connector_name}");
             produced
@@ -261,6 +266,7 @@ impl Session {
     ) -> Result<StatementResult, ServerError> {
         let catalog = self.snapshot().catalog.clone();
         let mut changes = Vec::new();
+        let mut released = Vec::new();
         for parts in names {
             let (schema, name) = self.split_parts(parts)?;
             match kind {
@@ -269,6 +275,7 @@ impl Session {
                         let what = format!("source {}", def.qualified_name());
                         drop_readers(&catalog, def.id, &what, cascade, &mut changes)?;
                         changes.push(CatalogChange::DropSource { id: def.id });
+                        released.push(def.clone());
                     }
                     None if if_exists => {}
                     None => return Err(undefined(kind, &name)),
@@ -289,6 +296,9 @@ impl Session {
             ddl: changes,
             tables: vec![],
         })?;
+        for def in released {
+            release_source(def);
+        }
         Ok(command(match kind {
             StreamingKind::Source => "DROP SOURCE",
             StreamingKind::Sink => "DROP SINK",
@@ -345,7 +355,7 @@ impl Session {
     /// Plans a committed sink and starts it.
     pub(crate) async fn deploy_sink(&mut self, def: &SinkDef) -> Result<(), ServerError> {
         let deployment = self.plan_sink_deployment(def).await?;
-        self.notice_sources_that_cannot_replay("sink", &def.qualified_name(), &deployment);
+        self.check_sources_that_cannot_replay("sink", &def.qualified_name(), &deployment)?;
         self.db.deploy_projection(deployment).await
     }
 
@@ -398,4 +408,18 @@ fn column_of(c: &DeclaredColumn) -> Result<ColumnDef, ServerError> {
         nullable: !c.not_null,
         default: None,
     })
+}
+
+/// Lets go of what a dropped source held outside (a replication slot), in
+/// the background: its reader is stopping meanwhile, and a failure is
+/// logged with what to drop by hand, never the DROP's error.
+fn release_source(def: std::sync::Arc<SourceDef>) {
+    let Ok(connector) = weir_connectors::connector(&def.connector, ConnectorKind::Source) else {
+        return;
+    };
+    tokio::spawn(async move {
+        if let Err(e) = connector.release_source(&def.options).await {
+            tracing::warn!(source = %def.qualified_name(), error = %e, "releasing a dropped source's upstream resources failed");
+        }
+    });
 }

@@ -25,6 +25,9 @@
 //! - `sources`: CREATE SOURCE/SINK validation, SHOW CREATE round trips,
 //!   DROP CASCADE, restarts, and `kill -9` under a nexmark source with a
 //!   projection and a blackhole sink (exactly-once).
+//! - `pg_cdc`: the `postgres-cdc` source against a throwaway PostgreSQL:
+//!   CREATE checks upstream, and a changing table through a projection and
+//!   a postgres sink exactly across `kill -9`.
 //! - `pg_sink`: the `postgres` sink against a throwaway PostgreSQL: checks
 //!   at CREATE, its fencing protocol, exactness across `kill -9`.
 //! - `files`: the `files` sink and source: checks at CREATE, Parquet and
@@ -54,6 +57,7 @@ mod http;
 mod jdbc;
 mod kafka;
 mod nexmark;
+mod pg_cdc;
 mod pg_cursors_copy;
 mod pg_sink;
 mod point_reads;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 use weir_common::ChangeBatch;
 use weir_connectors::{ConnectorKind, Sink, SinkOpen};
 
@@ -21,22 +21,10 @@ use crate::sources::{ROUNDS, crash_rng, crash_server, error_of, killed_then_ever
 /// Fixed so every run and every restart generates the same events.
 const BASE_TIME: &str = "1700000000000";
 
-fn dsn(pg: &PgCluster) -> String {
-    format!("host=127.0.0.1 port={} user=weir dbname=weir", pg.port)
-}
-
-async fn connect(pg: &PgCluster) -> Client {
-    let (client, connection) = tokio_postgres::connect(&dsn(pg), NoTls)
-        .await
-        .expect("connect to the throwaway PostgreSQL");
-    tokio::spawn(connection);
-    client
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_sink_is_checked_against_its_target_at_create() {
     let pg = PgCluster::start();
-    let upstream = connect(&pg).await;
+    let upstream = pg.connect().await;
     upstream
         .batch_execute(
             "CREATE TABLE hits (auction bigint, price bigint);
@@ -53,7 +41,7 @@ async fn a_postgres_sink_is_checked_against_its_target_at_create() {
         ))
         .await
         .unwrap();
-    let dsn = dsn(&pg);
+    let dsn = pg.dsn();
     let create = |rest: &str| {
         format!(
             "CREATE SINK s AS SELECT auction, price FROM bid WITH (connector = 'postgres', dsn = '{dsn}', {rest})"
@@ -169,13 +157,13 @@ fn open(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_postgres_sink_commits_sealed_epochs_once_and_fences_a_deposed_writer() {
     let pg = PgCluster::start();
-    let upstream = connect(&pg).await;
+    let upstream = pg.connect().await;
     upstream
         .batch_execute("CREATE TABLE kv (k bigint PRIMARY KEY, v bigint)")
         .await
         .unwrap();
     let options = BTreeMap::from([
-        ("dsn".to_string(), dsn(&pg)),
+        ("dsn".to_string(), pg.dsn()),
         ("table".to_string(), "kv".to_string()),
         ("key".to_string(), "k".to_string()),
     ]);
@@ -262,7 +250,7 @@ async fn the_postgres_sink_commits_sealed_epochs_once_and_fences_a_deposed_write
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_sinks_are_exact_after_kill_9_at_random_moments() {
     let pg = PgCluster::start();
-    let upstream = connect(&pg).await;
+    let upstream = pg.connect().await;
     upstream
         .batch_execute(
             "CREATE TABLE pricey (auction bigint, bidder bigint, price bigint);
@@ -274,7 +262,7 @@ async fn postgres_sinks_are_exact_after_kill_9_at_random_moments() {
     let mut rng = crash_rng(0x9051);
     let mut server = crash_server();
     let client = server.connect().await;
-    let dsn = dsn(&pg);
+    let dsn = pg.dsn();
     const COUNTS: &str = "SELECT auction % 10 AS k, count(*) AS n FROM bid GROUP BY 1";
     client
         .batch_execute(&format!(

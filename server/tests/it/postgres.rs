@@ -104,7 +104,7 @@ impl PgCluster {
             .arg(dir.path().join("postgres.log"))
             .arg("-o")
             .arg(format!(
-                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c timezone=UTC -c datestyle='iso, mdy'",
+                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c timezone=UTC -c datestyle='iso, mdy' -c wal_level=logical",
                 dir.path().display()
             ))
             .arg("start");
@@ -132,6 +132,22 @@ impl PgCluster {
             dir: Some(dir),
             port,
         }
+    }
+}
+
+impl PgCluster {
+    /// A libpq connection string for database `weir` as user `weir`.
+    pub fn dsn(&self) -> String {
+        format!("host=127.0.0.1 port={} user=weir dbname=weir", self.port)
+    }
+
+    /// A tokio-postgres session on [`Self::dsn`].
+    pub async fn connect(&self) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(&self.dsn(), tokio_postgres::NoTls)
+            .await
+            .expect("connect to the throwaway PostgreSQL");
+        tokio::spawn(connection);
+        client
     }
 }
 

@@ -1,0 +1,532 @@
+//! The `postgres-cdc` source: one table of a PostgreSQL database, read as
+//! a snapshot and then as every committed change, exactly once.
+//!
+//! - `mod.rs` (here): the spec, the upstream (connections, the table's
+//!   shape) and what CREATE SOURCE checks against the live database.
+//! - [`source`]: the protocol (snapshot segments, the stream, offsets).
+//! - [`pgoutput`]: the logical replication messages between Begin and
+//!   Commit (the `pgwire-replication` crate speaks the replication
+//!   protocol, SCRAM and TLS, and decodes the boundaries).
+//! - [`text`]: PostgreSQL types as Arrow fields, text values as columns.
+//!
+//! The upstream table must have a primary key (the snapshot is read in
+//! its order, and resumes after the last key sealed) and `REPLICA IDENTITY
+//! FULL`, so every update and delete carries the whole old row: the
+//! source emits `-old/+new` without keeping a copy of the table. Both are
+//! checked at CREATE, with the statement that fixes them.
+
+mod pgoutput;
+mod source;
+mod text;
+
+use std::collections::BTreeMap;
+
+use arrow::datatypes::{Schema, SchemaRef};
+use futures::future::BoxFuture;
+use tokio_postgres::Client;
+
+use super::{quote, split_table};
+use crate::spec::{
+    Capabilities, ConnectorKind, ConnectorSpec, Delivery, OptionSpec, OptionType, Options,
+    fit_columns,
+};
+use crate::{Connector, ConnectorError, Source, SourceOpen};
+
+pub(crate) const NAME: &str = "postgres-cdc";
+
+pub(crate) static SPEC: ConnectorSpec = ConnectorSpec {
+    name: NAME,
+    kind: ConnectorKind::Source,
+    help: "a PostgreSQL table: a snapshot, then every committed change (logical replication, pgoutput)",
+    options: &[
+        OptionSpec::optional(
+            "dsn",
+            OptionType::Text,
+            "the database, as a libpq connection string or URL, without a password (e.g. 'host=db.internal user=weir dbname=app'); the user needs the REPLICATION attribute",
+        )
+        .required(),
+        super::PASSWORD_ENV,
+        OptionSpec::optional(
+            "table",
+            OptionType::Text,
+            "the table, as name or schema.name; it needs a primary key and REPLICA IDENTITY FULL",
+        )
+        .required(),
+        OptionSpec::optional(
+            "slot",
+            OptionType::Text,
+            "the logical replication slot this source creates and owns (it must not exist yet; DROP SOURCE drops it)",
+        )
+        .required(),
+        OptionSpec::optional(
+            "publication",
+            OptionType::Text,
+            "the publication to stream (created FOR TABLE table if absent; default: the slot's name)",
+        ),
+        OptionSpec::optional(
+            "snapshot",
+            OptionType::OneOf(&["initial", "never"]),
+            "initial reads the table's rows first, then its changes; never reads only the changes committed after the source starts",
+        )
+        .with_default("initial"),
+        OptionSpec::optional(
+            "snapshot_batch_rows",
+            OptionType::Count,
+            "rows read per snapshot query (each batch's last key is sealed, so a restart resumes after it)",
+        )
+        .with_default("10000"),
+    ],
+    capabilities: Capabilities {
+        read_modes: &["cdc"],
+        append_only: false,
+        replayable: false,
+        bounded: false,
+        delivery: &[Delivery::ExactlyOnce],
+    },
+};
+
+pub(crate) struct PostgresCdcConnector;
+
+impl Connector for PostgresCdcConnector {
+    fn spec(&self) -> &'static ConnectorSpec {
+        &SPEC
+    }
+
+    fn check_source(&self, options: &BTreeMap<String, String>) -> Result<(), ConnectorError> {
+        Upstream::parse(options).map(drop)
+    }
+
+    fn describe_source<'a>(
+        &'a self,
+        declared: Option<&'a SchemaRef>,
+        options: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, Result<SchemaRef, ConnectorError>> {
+        Box::pin(async move {
+            let upstream = Upstream::parse(options)?;
+            let client = upstream.connect().await?;
+            upstream.check_server(&client).await?;
+            let shape = upstream.shape(&client).await?;
+            let produced = shape.produced(declared)?;
+            let columns = fit_columns(NAME, declared, &produced)?;
+            upstream.check_slot_is_free(&client).await?;
+            upstream.check_publication(&client).await?;
+            Ok(columns)
+        })
+    }
+
+    fn release_source<'a>(
+        &'a self,
+        options: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, Result<(), ConnectorError>> {
+        Box::pin(async move {
+            let upstream = Upstream::parse(options)?;
+            let client = upstream.connect().await?;
+            upstream.drop_slot(&client).await
+        })
+    }
+
+    fn open_source(&self, open: SourceOpen<'_>) -> Result<Box<dyn Source>, ConnectorError> {
+        if open.until.is_some() {
+            return Err(ConnectorError::Rejected {
+                connector: NAME.into(),
+                message: "a postgres-cdc source cannot replay".into(),
+            });
+        }
+        let upstream = Upstream::parse(open.options)?;
+        Ok(Box::new(source::CdcSource::new(&open, upstream)?))
+    }
+}
+
+fn bad_option(option: &str, message: impl Into<String>) -> ConnectorError {
+    ConnectorError::BadOption {
+        connector: NAME.into(),
+        option: option.into(),
+        message: message.into(),
+    }
+}
+
+fn rejected(message: impl Into<String>) -> ConnectorError {
+    ConnectorError::Rejected {
+        connector: NAME.into(),
+        message: message.into(),
+    }
+}
+
+/// The source's own error for a failed call: the server's message (with
+/// its SQLSTATE) when it answered, else a transient failure to retry.
+fn pg_error(doing: &str, e: tokio_postgres::Error) -> ConnectorError {
+    match e.as_db_error() {
+        Some(db) => rejected(format!(
+            "{doing}: {} (SQLSTATE {})",
+            db.message(),
+            db.code().code()
+        )),
+        None => ConnectorError::Transient {
+            connector: NAME.into(),
+            message: format!("{doing}: {e}"),
+        },
+    }
+}
+
+/// Session settings that make both sessions' text values parse the same.
+const SESSION_OPTIONS: &str = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c extra_float_digits=3 -c client_encoding=UTF8 -c standard_conforming_strings=on";
+
+/// Everything the options say about the upstream.
+#[derive(Debug, Clone)]
+pub(crate) struct Upstream {
+    config: tokio_postgres::Config,
+    pub(crate) schema: String,
+    pub(crate) table: String,
+    pub(crate) slot: String,
+    pub(crate) publication: String,
+    pub(crate) snapshot: bool,
+    pub(crate) batch_rows: u64,
+}
+
+impl Upstream {
+    pub(crate) fn parse(options: &BTreeMap<String, String>) -> Result<Self, ConnectorError> {
+        let opts = Options::new(&SPEC, options);
+        let mut config = super::connection_config(NAME, options)?;
+        config.options(SESSION_OPTIONS);
+        if config.get_hosts().len() != 1 {
+            return Err(bad_option("dsn", "name exactly one host"));
+        }
+        let (schema, table) = split_table(opts.get("table").unwrap_or_default())
+            .map_err(|_| bad_option("table", "not name or schema.name"))?;
+        let slot = opts.get("slot").unwrap_or_default().to_string();
+        if slot.is_empty()
+            || slot.len() > 63
+            || !slot
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(bad_option(
+                "slot",
+                format!(
+                    "\"{slot}\" is not a slot name (lower-case letters, digits and underscores, at most 63)"
+                ),
+            ));
+        }
+        let publication = opts.get("publication").unwrap_or(&slot).to_string();
+        Ok(Self {
+            config,
+            schema,
+            table,
+            slot,
+            publication,
+            snapshot: opts.get("snapshot") != Some("never"),
+            batch_rows: opts.u64("snapshot_batch_rows")?.unwrap_or(10_000).max(1),
+        })
+    }
+
+    /// `"schema"."table"`.
+    pub(crate) fn qualified(&self) -> String {
+        format!("{}.{}", quote(&self.schema), quote(&self.table))
+    }
+
+    /// A session for queries (not replication).
+    pub(crate) async fn connect(&self) -> Result<Client, ConnectorError> {
+        super::connect(&self.config, NAME)
+            .await
+            .map_err(|e| pg_error("connecting", e))
+    }
+
+    /// The replication session's settings, streaming from `start` with
+    /// `acked` reported as flushed until the seals say more.
+    pub(crate) fn replication(
+        &self,
+        start: u64,
+        acked: u64,
+    ) -> pgwire_replication::ReplicationConfig {
+        use pgwire_replication::{Lsn, ReplicationConfig};
+        let host = match &self.config.get_hosts()[0] {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        };
+        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        let user = self.config.get_user().unwrap_or_default().to_string();
+        let database = self.config.get_dbname().unwrap_or(&user).to_string();
+        let password = self
+            .config
+            .get_password()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .unwrap_or_default();
+        ReplicationConfig::new(
+            host,
+            user,
+            password,
+            database,
+            self.slot.clone(),
+            self.publication.clone(),
+        )
+        .with_port(port)
+        .with_start_lsn(Lsn::from_u64(start))
+        .with_ack_lsn(Lsn::from_u64(acked))
+        .with_options(SESSION_OPTIONS)
+        .with_application_name(format!("weir {}", self.slot))
+        .with_status_interval(std::time::Duration::from_secs(1))
+        .with_wakeup_interval(std::time::Duration::from_secs(1))
+    }
+
+    /// The server can stream: logical WAL and a user allowed to replicate.
+    async fn check_server(&self, client: &Client) -> Result<(), ConnectorError> {
+        let row = client
+            .query_one(
+                "SELECT current_setting('wal_level'),
+                        (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user)",
+                &[],
+            )
+            .await
+            .map_err(|e| pg_error("reading the server's settings", e))?;
+        let wal_level: String = row.get(0);
+        if wal_level != "logical" {
+            return Err(rejected(format!(
+                "the server's wal_level is {wal_level}; logical replication needs wal_level = logical (ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)"
+            )));
+        }
+        if !row.get::<_, Option<bool>>(1).unwrap_or(false) {
+            return Err(rejected(
+                "the user may not replicate: ALTER ROLE <user> REPLICATION (or connect as one that may)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The table as it is now: its columns, key and replica identity.
+    pub(crate) async fn shape(&self, client: &Client) -> Result<Shape, ConnectorError> {
+        let qualified = self.qualified();
+        let Some(row) = client
+            .query_opt(
+                "SELECT c.oid, c.relreplident::text, c.relkind::text FROM pg_class c
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = $1 AND c.relname = $2",
+                &[&self.schema, &self.table],
+            )
+            .await
+            .map_err(|e| pg_error("looking up the table", e))?
+        else {
+            return Err(rejected(format!("table {qualified} does not exist")));
+        };
+        let oid: u32 = row.get(0);
+        let identity: String = row.get(1);
+        if row.get::<_, String>(2) != "r" {
+            return Err(rejected(format!("{qualified} is not a plain table")));
+        }
+        let columns = client
+            .query(
+                "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attnotnull,
+                        format_type(a.atttypid, a.atttypmod),
+                        coalesce(a.attnum = ANY(i.indkey), false)
+                 FROM pg_attribute a
+                 LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
+                 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+                 ORDER BY a.attnum",
+                &[&oid],
+            )
+            .await
+            .map_err(|e| pg_error("reading the table's columns", e))?
+            .into_iter()
+            .map(|r| UpstreamColumn {
+                name: r.get(0),
+                type_oid: r.get(1),
+                type_modifier: r.get(2),
+                not_null: r.get(3),
+                type_name: r.get(4),
+            })
+            .collect::<Vec<_>>();
+        let key: Vec<String> = client
+            .query(
+                "SELECT a.attname::text FROM pg_index i
+                 JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, n) ON true
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                 WHERE i.indrelid = $1 AND i.indisprimary ORDER BY k.n",
+                &[&oid],
+            )
+            .await
+            .map_err(|e| pg_error("reading the table's primary key", e))?
+            .into_iter()
+            .map(|r| r.get(0))
+            .collect();
+        if key.is_empty() {
+            return Err(rejected(format!(
+                "table {qualified} has no primary key; a CDC source reads its snapshot in key order and resumes after the last key read: ALTER TABLE {qualified} ADD PRIMARY KEY (...)"
+            )));
+        }
+        if identity != "f" {
+            return Err(rejected(format!(
+                "table {qualified} does not log whole old rows, so an update or delete would not say what it replaced: ALTER TABLE {qualified} REPLICA IDENTITY FULL"
+            )));
+        }
+        let shape = Shape { oid, columns, key };
+        for name in &shape.key {
+            let c = shape.column(name).expect("a key column is a column");
+            if text::field_of(name, c.type_oid, c.type_modifier, false).is_none() {
+                return Err(rejected(format!(
+                    "key column \"{name}\" of {qualified} is of type {}, which Weir cannot read yet",
+                    c.type_name
+                )));
+            }
+        }
+        Ok(shape)
+    }
+
+    async fn check_slot_is_free(&self, client: &Client) -> Result<(), ConnectorError> {
+        let taken = client
+            .query_opt(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+                &[&self.slot],
+            )
+            .await
+            .map_err(|e| pg_error("looking up the slot", e))?;
+        if taken.is_some() {
+            return Err(bad_option(
+                "slot",
+                format!(
+                    "replication slot {} already exists upstream; a source creates and owns its slot: name another, or drop that one (SELECT pg_drop_replication_slot('{}')) if nothing uses it",
+                    self.slot, self.slot
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn publication_exists(&self, client: &Client) -> Result<bool, ConnectorError> {
+        Ok(client
+            .query_opt(
+                "SELECT 1 FROM pg_publication WHERE pubname = $1",
+                &[&self.publication],
+            )
+            .await
+            .map_err(|e| pg_error("looking up the publication", e))?
+            .is_some())
+    }
+
+    /// The publication, if it exists, covers the table.
+    async fn check_publication(&self, client: &Client) -> Result<(), ConnectorError> {
+        if !self.publication_exists(client).await? {
+            return Ok(());
+        }
+        let covers = client
+            .query_opt(
+                "SELECT 1 FROM pg_publication_tables
+                 WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
+                &[&self.publication, &self.schema, &self.table],
+            )
+            .await
+            .map_err(|e| pg_error("reading the publication's tables", e))?
+            .is_some();
+        if !covers {
+            return Err(bad_option(
+                "publication",
+                format!(
+                    "publication {} exists and does not include {}: ALTER PUBLICATION {} ADD TABLE {}",
+                    self.publication,
+                    self.qualified(),
+                    quote(&self.publication),
+                    self.qualified()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Creates the publication if it does not exist.
+    pub(crate) async fn ensure_publication(&self, client: &Client) -> Result<(), ConnectorError> {
+        if !self.publication_exists(client).await? {
+            let sql = format!(
+                "CREATE PUBLICATION {} FOR TABLE {}",
+                quote(&self.publication),
+                self.qualified()
+            );
+            match client.batch_execute(&sql).await {
+                Ok(()) => {}
+                // Another session created it meanwhile.
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
+                Err(e) => return Err(pg_error("creating the publication", e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the slot, ending the session that holds it if there is one.
+    pub(crate) async fn drop_slot(&self, client: &Client) -> Result<(), ConnectorError> {
+        for _ in 0..50 {
+            let row = client
+                .query_opt(
+                    "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&self.slot],
+                )
+                .await
+                .map_err(|e| pg_error("looking up the slot", e))?;
+            let Some(row) = row else { return Ok(()) };
+            if let Some(pid) = row.get::<_, Option<i32>>(0) {
+                let _ = client
+                    .execute("SELECT pg_terminate_backend($1)", &[&pid])
+                    .await;
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+            match client
+                .execute("SELECT pg_drop_replication_slot($1)", &[&self.slot])
+                .await
+            {
+                Ok(_) => return Ok(()),
+                // Taken again, or dropped by someone else: look again.
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            }
+        }
+        Err(rejected(format!(
+            "replication slot {} stayed in use; drop it by hand with SELECT pg_drop_replication_slot('{}')",
+            self.slot, self.slot
+        )))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct UpstreamColumn {
+    pub name: String,
+    pub type_oid: u32,
+    pub type_modifier: i32,
+    pub not_null: bool,
+    /// As `format_type` writes it (`numeric(12,2)`), for casts and errors.
+    pub type_name: String,
+}
+
+/// The upstream table's columns and primary key.
+#[derive(Debug, Clone)]
+pub(crate) struct Shape {
+    pub oid: u32,
+    pub columns: Vec<UpstreamColumn>,
+    pub key: Vec<String>,
+}
+
+impl Shape {
+    pub(crate) fn column(&self, name: &str) -> Option<&UpstreamColumn> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+
+    /// The columns the source produces: every column when none are
+    /// declared (a type Weir cannot read is then an error naming it),
+    /// else the ones Weir can read (declared columns are checked
+    /// against them).
+    fn produced(&self, declared: Option<&SchemaRef>) -> Result<SchemaRef, ConnectorError> {
+        let mut fields = Vec::new();
+        for c in &self.columns {
+            match text::field_of(&c.name, c.type_oid, c.type_modifier, !c.not_null) {
+                Some(f) => fields.push(f),
+                None if declared.is_some() => {}
+                None => {
+                    return Err(ConnectorError::ColumnMismatch {
+                        connector: NAME.into(),
+                        column: c.name.clone(),
+                        message: format!(
+                            "its type {} cannot be read yet; declare the source's columns without it",
+                            c.type_name
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(std::sync::Arc::new(Schema::new(fields)))
+    }
+}

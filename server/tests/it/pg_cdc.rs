@@ -1,0 +1,254 @@
+//! The `postgres-cdc` source against a throwaway PostgreSQL 15
+//! (`wal_level = logical`): what CREATE SOURCE checks upstream, and a
+//! table changed by inserts, updates (the key too) and deletes throughout,
+//! read into a projection that a `postgres` sink writes back, while Weir
+//! is killed with SIGKILL at random moments, the first ones during the
+//! snapshot. At the end the projection and the sink's table both equal
+//! the same query run upstream: every change applied exactly once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio_postgres::NoTls;
+
+use crate::harness::{WeirServer, eventually, try_rows as rows};
+use crate::postgres::PgCluster;
+use crate::sources::{
+    ROUNDS, Rng, crash_rng, crash_server, error_of, kill_at_a_random_moment, sinks_committed, value,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_cdc_source_is_checked_against_the_upstream_at_create() {
+    let pg = PgCluster::start();
+    let upstream = pg.connect().await;
+    upstream
+        .batch_execute(
+            "CREATE TABLE no_key (a bigint);
+             CREATE TABLE plain (id bigint PRIMARY KEY, v text);
+             CREATE TABLE full_rows (id bigint PRIMARY KEY, v text, span interval);
+             ALTER TABLE full_rows REPLICA IDENTITY FULL;",
+        )
+        .await
+        .unwrap();
+    // Alone: a slot cannot be created in a transaction that wrote.
+    upstream
+        .batch_execute("SELECT pg_create_logical_replication_slot('taken', 'pgoutput')")
+        .await
+        .unwrap();
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    let dsn = pg.dsn();
+    let create = |name: &str, rest: &str| {
+        format!(
+            "CREATE SOURCE {name} WITH (connector = 'postgres-cdc', dsn = '{dsn}', slot = 'weir_{name}', {rest})"
+        )
+    };
+    let (code, message) = error_of(&client, &create("a", "table = 'missing'")).await;
+    assert_eq!(code, "58000", "{message}");
+    assert!(message.contains("does not exist"), "{message}");
+    let (_, message) = error_of(&client, &create("b", "table = 'no_key'")).await;
+    assert!(message.contains("ADD PRIMARY KEY"), "{message}");
+    let (_, message) = error_of(&client, &create("c", "table = 'plain'")).await;
+    assert!(message.contains("REPLICA IDENTITY FULL"), "{message}");
+    let (code, message) = error_of(&client, &create("d", "table = 'full_rows'")).await;
+    assert_eq!(code, "42804", "{message}");
+    assert!(
+        message.contains("\"span\"") && message.contains("interval"),
+        "{message}"
+    );
+    let (code, message) = error_of(
+        &client,
+        &format!(
+            "CREATE SOURCE e WITH (connector = 'postgres-cdc', dsn = '{dsn} password=hunter2', table = 'full_rows', slot = 'weir_e')"
+        ),
+    )
+    .await;
+    assert_eq!(code, "22023", "{message}");
+    assert!(!message.contains("hunter2"), "{message}");
+    let (code, message) = error_of(
+        &client,
+        &format!(
+            "CREATE SOURCE f (id BIGINT) WITH (connector = 'postgres-cdc', dsn = '{dsn}', table = 'full_rows', slot = 'taken')"
+        ),
+    )
+    .await;
+    assert_eq!(code, "22023", "{message}");
+    assert!(message.contains("already exists"), "{message}");
+    let (code, message) = error_of(
+        &client,
+        &create("g", "table = 'full_rows', read_mode = 'full'"),
+    )
+    .await;
+    assert_eq!(code, "22023", "{message}");
+    assert!(message.contains("it offers: cdc"), "{message}");
+    // Declared columns may leave out what Weir cannot read.
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE h (id BIGINT, v TEXT) WITH (connector = 'postgres-cdc', dsn = '{dsn}', table = 'full_rows', slot = 'weir_h', read_mode = 'cdc')"
+        ))
+        .await
+        .expect("declared columns without the interval");
+}
+
+/// Rows in the upstream table at the start.
+const INITIAL: i64 = 20_000;
+const CUSTOMERS: i64 = 50;
+
+/// Changes `orders` until `stop`: small transactions of inserts, updates
+/// (of the amount, the customer, and now and then the key) and deletes.
+async fn write_changes(pg_dsn: String, stop: Arc<AtomicBool>, mut rng: Rng) -> u64 {
+    let (client, connection) = tokio_postgres::connect(&pg_dsn, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let mut next_id = INITIAL;
+    let mut transactions = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let mut sql = String::from("BEGIN;");
+        for _ in 0..1 + rng.below(3) {
+            let id = rng.below(next_id as u64);
+            match rng.below(10) {
+                0..=3 => {
+                    sql.push_str(&format!(
+                        "INSERT INTO orders VALUES ({next_id}, {}, {}.{:02}, 'new');",
+                        rng.below(CUSTOMERS as u64),
+                        rng.below(1000),
+                        rng.below(100)
+                    ));
+                    next_id += 1;
+                }
+                4..=6 => sql.push_str(&format!(
+                    "UPDATE orders SET amount = amount + 1.25, customer = {} WHERE id = {id};",
+                    rng.below(CUSTOMERS as u64)
+                )),
+                7 => {
+                    sql.push_str(&format!(
+                        "UPDATE orders SET id = {next_id} WHERE id = {id};"
+                    ));
+                    next_id += 1;
+                }
+                _ => sql.push_str(&format!("DELETE FROM orders WHERE id = {id};")),
+            }
+        }
+        sql.push_str("COMMIT;");
+        client
+            .batch_execute(&sql)
+            .await
+            .expect("an upstream change");
+        transactions += 1;
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    transactions
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changing_table_reaches_a_projection_and_a_postgres_sink_exactly_across_kill_9() {
+    let pg = PgCluster::start();
+    let upstream = pg.connect().await;
+    upstream
+        .batch_execute(&format!(
+            "CREATE TABLE orders (id bigint PRIMARY KEY, customer bigint NOT NULL,
+                                  amount numeric(12,2) NOT NULL, note text);
+             ALTER TABLE orders REPLICA IDENTITY FULL;
+             INSERT INTO orders SELECT i, i % {CUSTOMERS}, (i % 997) + 0.5, 'n' || i
+               FROM generate_series(0, {INITIAL} - 1) i;
+             CREATE TABLE per_customer_out (customer bigint PRIMARY KEY, n bigint, total numeric);"
+        ))
+        .await
+        .unwrap();
+    let dsn = pg.dsn();
+    let mut rng = crash_rng(0xCDC);
+    let mut server = crash_server();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE orders_cdc WITH (connector = 'postgres-cdc', dsn = '{dsn}', table = 'orders',
+                 slot = 'weir_orders', snapshot_batch_rows = '500');
+             CREATE PROJECTION per_customer AS
+               SELECT customer, count(*) AS n, sum(amount) AS total FROM orders_cdc GROUP BY customer;
+             CREATE SINK out FROM per_customer
+               WITH (connector = 'postgres', dsn = '{dsn}', table = 'per_customer_out', key = 'customer');"
+        ))
+        .await
+        .expect("setup");
+    drop(client);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = tokio::spawn(write_changes(
+        dsn.clone(),
+        stop.clone(),
+        crash_rng(0xC0FFEE),
+    ));
+    let mut midway = None;
+    for round in 0..ROUNDS {
+        // Early kills land in the snapshot; later ones in the stream.
+        kill_at_a_random_moment(&mut server, &mut rng, 100 + 60 * round, round).await;
+        if round == ROUNDS / 2 {
+            midway = Some(value(&upstream, "SELECT pg_current_wal_lsn()::text").await);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let transactions = writer.await.unwrap();
+    assert!(
+        transactions > 100,
+        "only {transactions} upstream transactions"
+    );
+
+    let want = rows(
+        &upstream,
+        "SELECT customer, count(*), sum(amount) FROM orders GROUP BY customer",
+    )
+    .await
+    .unwrap();
+    let client = server.connect().await;
+    eventually(Duration::from_secs(120), "every change read", || async {
+        let got = rows(&client, "SELECT customer, n, total FROM per_customer")
+            .await
+            .ok()?;
+        (got == want).then_some(())
+    })
+    .await;
+    sinks_committed(&client).await;
+    if std::env::var("WEIR_CDC_LOG").is_ok() {
+        for line in server.log().lines().filter(|l| {
+            l.contains("cdc")
+                || l.contains("snapshot")
+                || l.contains("orders_cdc")
+                || l.contains("harness")
+        }) {
+            eprintln!("{line}");
+        }
+    }
+    let written = rows(&upstream, "SELECT customer, n, total FROM per_customer_out")
+        .await
+        .unwrap();
+    assert_eq!(written, want, "{}", server.log_tail());
+
+    // The slot was confirmed past the middle of the run: the seals move
+    // it, so upstream WAL is not kept for ever.
+    let midway = midway.unwrap();
+    eventually(Duration::from_secs(30), "the slot confirmed", || async {
+        let confirmed = value(
+            &upstream,
+            &format!(
+                "SELECT confirmed_flush_lsn >= '{midway}'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'weir_orders'"
+            ),
+        )
+        .await;
+        (confirmed == "t").then_some(())
+    })
+    .await;
+
+    // DROP SOURCE lets the slot go.
+    client
+        .batch_execute("DROP SINK out; DROP PROJECTION per_customer; DROP SOURCE orders_cdc")
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), "the slot dropped", || async {
+        let left = value(
+            &upstream,
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'weir_orders'",
+        )
+        .await;
+        (left == "0").then_some(())
+    })
+    .await;
+}
