@@ -134,6 +134,12 @@ impl OptionSpec {
         self.required = true;
         self
     }
+
+    /// A secret: given only as `option = SECRET name`, never shown.
+    pub const fn secret(mut self) -> Self {
+        self.secret = true;
+        self
+    }
 }
 
 /// Delivery guarantees ARCHITECTURE.md §6 names.

@@ -7,7 +7,17 @@
 //! DROP SOURCE | SINK [IF EXISTS] name [, ...] [CASCADE | RESTRICT]
 //! SHOW SOURCES | SINKS | CONNECTORS
 //! SHOW CREATE SOURCE | SINK name
+//! CREATE SECRET [IF NOT EXISTS] name AS 'value'
+//! ALTER SECRET name AS 'value'
+//! CREATE CONNECTION [IF NOT EXISTS] name TO kind (option = 'value', password = SECRET name, ...)
+//! ALTER CONNECTION name SET (option = 'value', ...)
+//! DROP SECRET | CONNECTION [IF EXISTS] name [, ...] [CASCADE | RESTRICT]
+//! SHOW SECRETS | CONNECTIONS
 //! ```
+//!
+//! In any option list, `option = SECRET name` names a secret instead of
+//! giving a value; such options travel apart (`secrets`), so no value of a
+//! secret is ever part of a source's, sink's or connection's options.
 //!
 //! [`parse_streaming`] reads one statement's tokens into a [`StreamingDdl`].
 //! The session receives every statement as a sqlparser `Statement`, so a
@@ -44,6 +54,22 @@ impl StreamingKind {
     }
 }
 
+/// Objects with a plain (schema-less) name that sources and sinks refer to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NamedKind {
+    Secret,
+    Connection,
+}
+
+impl NamedKind {
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Self::Secret => "SECRET",
+            Self::Connection => "CONNECTION",
+        }
+    }
+}
+
 /// A declared column: its name (normalized as PostgreSQL does) and type
 /// as written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +91,9 @@ pub enum StreamingDdl {
         watermark: Option<(String, String)>,
         /// The WITH options in order, keys lowercased, values as text.
         options: Vec<(String, String)>,
+        /// `option = SECRET name`: (option, secret name).
+        #[serde(default)]
+        secrets: Vec<(String, String)>,
     },
     CreateSink {
         if_not_exists: bool,
@@ -74,6 +103,41 @@ pub enum StreamingDdl {
         /// `AS query`: the query as sqlparser prints it.
         query: Option<String>,
         options: Vec<(String, String)>,
+        #[serde(default)]
+        secrets: Vec<(String, String)>,
+    },
+    CreateSecret {
+        if_not_exists: bool,
+        name: String,
+        value: String,
+    },
+    AlterSecret {
+        name: String,
+        value: String,
+    },
+    CreateConnection {
+        if_not_exists: bool,
+        name: String,
+        /// What it connects to: `postgres`, `kafka`, `s3`.
+        kind: String,
+        options: Vec<(String, String)>,
+        secrets: Vec<(String, String)>,
+    },
+    /// `ALTER CONNECTION name SET (...)`: the options given replace those
+    /// of the same name.
+    AlterConnection {
+        name: String,
+        options: Vec<(String, String)>,
+        secrets: Vec<(String, String)>,
+    },
+    DropNamed {
+        what: NamedKind,
+        if_exists: bool,
+        names: Vec<String>,
+        cascade: bool,
+    },
+    ShowNamed {
+        what: NamedKind,
     },
     Drop {
         kind: StreamingKind,
@@ -82,7 +146,9 @@ pub enum StreamingDdl {
         cascade: bool,
     },
     /// `SHOW SOURCES` / `SHOW SINKS` (`kind`), or `SHOW CONNECTORS` (`None`).
-    Show { kind: Option<StreamingKind> },
+    Show {
+        kind: Option<StreamingKind>,
+    },
     ShowCreate {
         kind: StreamingKind,
         name: Vec<String>,
@@ -105,7 +171,12 @@ pub fn is_streaming(tokens: &[TokenWithSpan]) -> bool {
     matches!(
         (w(0), w(1), w(2)),
         ("CREATE" | "DROP", "SOURCE" | "SINK", _)
-            | ("SHOW", "SOURCES" | "SINKS" | "CONNECTORS", _)
+            | ("CREATE" | "DROP" | "ALTER", "SECRET" | "CONNECTION", _)
+            | (
+                "SHOW",
+                "SOURCES" | "SINKS" | "CONNECTORS" | "SECRETS" | "CONNECTIONS",
+                _
+            )
             | ("SHOW", "CREATE", "SOURCE" | "SINK")
     )
 }
@@ -129,7 +200,9 @@ pub fn parse_streaming(mut tokens: Vec<TokenWithSpan>) -> Result<StreamingDdl, P
         None => None,
     };
     let mut p = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(tokens);
-    let ddl = if p.parse_keyword(Keyword::CREATE) {
+    let ddl = if let Some(ddl) = named_ddl(&mut p)? {
+        ddl
+    } else if p.parse_keyword(Keyword::CREATE) {
         let kind = kind_word(&mut p)?;
         let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
         let name = name_parts(&p.parse_object_name(false)?);
@@ -163,12 +236,21 @@ pub fn parse_streaming(mut tokens: Vec<TokenWithSpan>) -> Result<StreamingDdl, P
             }
         } else {
             let word = word(&mut p).unwrap_or_default();
-            let kind = match word.as_str() {
-                "SOURCES" => Some(StreamingKind::Source),
-                "SINKS" => Some(StreamingKind::Sink),
-                _ => None,
-            };
-            StreamingDdl::Show { kind }
+            match word.as_str() {
+                "SOURCES" => StreamingDdl::Show {
+                    kind: Some(StreamingKind::Source),
+                },
+                "SINKS" => StreamingDdl::Show {
+                    kind: Some(StreamingKind::Sink),
+                },
+                "SECRETS" => StreamingDdl::ShowNamed {
+                    what: NamedKind::Secret,
+                },
+                "CONNECTIONS" => StreamingDdl::ShowNamed {
+                    what: NamedKind::Connection,
+                },
+                _ => StreamingDdl::Show { kind: None },
+            }
         }
     } else {
         return p.expected("CREATE, DROP or SHOW", p.peek_token());
@@ -266,13 +348,14 @@ fn create_source(
         }
         p.expect_token(&Token::RParen)?;
     }
-    let options = with_options(p)?;
+    let (options, secrets) = with_options(p)?;
     Ok(StreamingDdl::CreateSource {
         if_not_exists,
         name,
         columns,
         watermark,
         options,
+        secrets,
     })
 }
 
@@ -314,7 +397,7 @@ fn create_sink(
     p: &mut Parser,
     if_not_exists: bool,
     name: Vec<String>,
-    options: Option<Vec<(String, String)>>,
+    options: Option<ParsedOptions>,
 ) -> Result<StreamingDdl, ParserError> {
     let (from, query) = if p.parse_keyword(Keyword::FROM) {
         (Some(name_parts(&p.parse_object_name(false)?)), None)
@@ -323,7 +406,7 @@ fn create_sink(
     } else {
         return p.expected("FROM relation or AS query", p.peek_token());
     };
-    let options = match options {
+    let (options, secrets) = match options {
         Some(options) => options,
         None => with_options(p)?,
     };
@@ -333,39 +416,149 @@ fn create_sink(
         from,
         query,
         options,
+        secrets,
     })
 }
 
+/// Options as parsed: values, and the options that name a secret.
+pub type ParsedOptions = (Vec<(String, String)>, Vec<(String, String)>);
+
 /// `WITH (key = value, ...)`; keys may be dotted (`fields.id.kind`).
-fn with_options(p: &mut Parser) -> Result<Vec<(String, String)>, ParserError> {
+fn with_options(p: &mut Parser) -> Result<ParsedOptions, ParserError> {
     p.expect_keyword_is(Keyword::WITH)?;
+    option_list(p)
+}
+
+/// `(key = value | key = SECRET name, ...)`.
+fn option_list(p: &mut Parser) -> Result<ParsedOptions, ParserError> {
     p.expect_token(&Token::LParen)?;
     let mut options = Vec::new();
+    let mut secrets: Vec<(String, String)> = Vec::new();
     loop {
         let key = name_parts(&p.parse_object_name(false)?).join(".");
         p.expect_token(&Token::Eq)?;
-        let value = match p.next_token().token {
-            Token::SingleQuotedString(s) => s,
-            Token::Number(n, _) => n,
-            Token::Word(w) => w.value,
-            Token::Minus => match p.next_token().token {
-                Token::Number(n, _) => format!("-{n}"),
-                _ => return parser_error(&format!("option {key} needs a value")),
-            },
-            other => {
-                return parser_error(&format!("option {key} needs a quoted value, not {other}"));
-            }
-        };
-        if options.iter().any(|(k, _)| *k == key) {
+        if options.iter().chain(&secrets).any(|(k, _)| *k == key) {
             return parser_error(&format!("option {key} is given twice"));
         }
-        options.push((key, value));
+        let is_secret = matches!(&p.peek_token().token,
+            Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("secret"))
+            && matches!(&p.peek_nth_token(1).token, Token::Word(_));
+        if is_secret {
+            p.next_token();
+            secrets.push((key, normalize(&p.parse_identifier()?)));
+        } else {
+            let value = match p.next_token().token {
+                Token::SingleQuotedString(s) => s,
+                Token::Number(n, _) => n,
+                Token::Word(w) => w.value,
+                Token::Minus => match p.next_token().token {
+                    Token::Number(n, _) => format!("-{n}"),
+                    _ => return parser_error(&format!("option {key} needs a value")),
+                },
+                other => {
+                    return parser_error(&format!(
+                        "option {key} needs a quoted value, not {other}"
+                    ));
+                }
+            };
+            options.push((key, value));
+        }
         if !p.consume_token(&Token::Comma) {
             break;
         }
     }
     p.expect_token(&Token::RParen)?;
-    Ok(options)
+    Ok((options, secrets))
+}
+
+/// `CREATE | ALTER | DROP SECRET | CONNECTION ...` and nothing consumed
+/// when the statement is another one.
+fn named_ddl(p: &mut Parser) -> Result<Option<StreamingDdl>, ParserError> {
+    let is = |p: &Parser, n: usize, w: &str| {
+        matches!(&p.peek_nth_token(n).token,
+            Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w))
+    };
+    let what = if is(p, 1, "secret") {
+        NamedKind::Secret
+    } else if is(p, 1, "connection") {
+        NamedKind::Connection
+    } else {
+        return Ok(None);
+    };
+    let verb = word(p).unwrap_or_default();
+    p.next_token();
+    let ddl = match (verb.as_str(), what) {
+        ("CREATE", _) => {
+            let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+            let name = normalize(&p.parse_identifier()?);
+            match what {
+                NamedKind::Secret => {
+                    p.expect_keyword_is(Keyword::AS)?;
+                    StreamingDdl::CreateSecret {
+                        if_not_exists,
+                        name,
+                        value: secret_value(p)?,
+                    }
+                }
+                NamedKind::Connection => {
+                    p.expect_keyword_is(Keyword::TO)?;
+                    let kind = normalize(&p.parse_identifier()?);
+                    let (options, secrets) = option_list(p)?;
+                    StreamingDdl::CreateConnection {
+                        if_not_exists,
+                        name,
+                        kind,
+                        options,
+                        secrets,
+                    }
+                }
+            }
+        }
+        ("ALTER", NamedKind::Secret) => {
+            let name = normalize(&p.parse_identifier()?);
+            p.expect_keyword_is(Keyword::AS)?;
+            StreamingDdl::AlterSecret {
+                name,
+                value: secret_value(p)?,
+            }
+        }
+        ("ALTER", NamedKind::Connection) => {
+            let name = normalize(&p.parse_identifier()?);
+            p.expect_keyword_is(Keyword::SET)?;
+            let (options, secrets) = option_list(p)?;
+            StreamingDdl::AlterConnection {
+                name,
+                options,
+                secrets,
+            }
+        }
+        ("DROP", _) => {
+            let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+            let mut names = vec![normalize(&p.parse_identifier()?)];
+            while p.consume_token(&Token::Comma) {
+                names.push(normalize(&p.parse_identifier()?));
+            }
+            let cascade = p.parse_keyword(Keyword::CASCADE);
+            if !cascade {
+                let _ = p.parse_keyword(Keyword::RESTRICT);
+            }
+            StreamingDdl::DropNamed {
+                what,
+                if_exists,
+                names,
+                cascade,
+            }
+        }
+        _ => return p.expected("CREATE, ALTER or DROP", p.peek_token()),
+    };
+    Ok(Some(ddl))
+}
+
+fn secret_value(p: &mut Parser) -> Result<String, ParserError> {
+    match p.next_token().token {
+        Token::SingleQuotedString(s) => Ok(s),
+        _ => parser_error("a secret's value is a quoted string: AS 'value'"),
+    }
 }
 
 fn parser_error<T>(message: &str) -> Result<T, ParserError> {
@@ -440,6 +633,7 @@ mod tests {
             columns,
             watermark,
             options,
+            ..
         } = source
         else {
             panic!("not a source")
@@ -490,5 +684,78 @@ mod tests {
         assert!(parse("CREATE SINK x WITH (connector = 'blackhole')").is_err());
         assert!(parse("CREATE SOURCE x (a int DEFAULT 1) WITH (connector = 'datagen')").is_err());
         assert!(parse("CREATE SOURCE x WITH (connector = 'a', connector = 'b')").is_err());
+    }
+
+    #[test]
+    fn reads_secrets_connections_and_secret_options() {
+        assert_eq!(
+            parse("CREATE SECRET IF NOT EXISTS Pg_Pass AS 'hunter2'").unwrap(),
+            StreamingDdl::CreateSecret {
+                if_not_exists: true,
+                name: "pg_pass".into(),
+                value: "hunter2".into(),
+            }
+        );
+        assert_eq!(
+            parse("ALTER SECRET pg_pass AS 'new'").unwrap(),
+            StreamingDdl::AlterSecret {
+                name: "pg_pass".into(),
+                value: "new".into(),
+            }
+        );
+        assert!(parse("CREATE SECRET s AS 12").is_err());
+        assert_eq!(
+            parse(
+                "CREATE CONNECTION shop TO postgres (dsn = 'host=db', password = SECRET pg_pass)"
+            )
+            .unwrap(),
+            StreamingDdl::CreateConnection {
+                if_not_exists: false,
+                name: "shop".into(),
+                kind: "postgres".into(),
+                options: vec![("dsn".into(), "host=db".into())],
+                secrets: vec![("password".into(), "pg_pass".into())],
+            }
+        );
+        assert!(matches!(
+            parse("ALTER CONNECTION shop SET (dsn = 'host=db2')").unwrap(),
+            StreamingDdl::AlterConnection { ref options, .. } if options.len() == 1
+        ));
+        assert_eq!(
+            parse("DROP SECRET IF EXISTS a, b CASCADE").unwrap(),
+            StreamingDdl::DropNamed {
+                what: NamedKind::Secret,
+                if_exists: true,
+                names: vec!["a".into(), "b".into()],
+                cascade: true,
+            }
+        );
+        assert_eq!(
+            parse("SHOW CONNECTIONS").unwrap(),
+            StreamingDdl::ShowNamed {
+                what: NamedKind::Connection
+            }
+        );
+        let source = parse(
+            "CREATE SOURCE o WITH (connector = 'postgres-cdc', connection = shop, password = SECRET pg_pass)",
+        )
+        .unwrap();
+        assert!(
+            matches!(&source, StreamingDdl::CreateSource { options, secrets, .. }
+                if options[1] == ("connection".into(), "shop".into())
+                    && secrets == &[("password".to_string(), "pg_pass".to_string())]),
+            "{source:?}"
+        );
+        // A quoted 'secret' is a value like any other.
+        assert!(matches!(
+            parse("CREATE SOURCE o WITH (connector = 'x', word = 'secret')").unwrap(),
+            StreamingDdl::CreateSource { ref secrets, .. } if secrets.is_empty()
+        ));
+        let sink = parse(
+            "CREATE SINK s AS SELECT 1 AS a WITH (connector = 'postgres', password = SECRET p)",
+        )
+        .unwrap();
+        assert!(matches!(&sink, StreamingDdl::CreateSink { secrets, .. } if secrets.len() == 1));
+        assert_eq!(from_statement(&to_statement(&sink)), Some(sink));
     }
 }

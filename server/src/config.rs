@@ -53,6 +53,11 @@ pub struct ServeConfig {
     /// PEM private key for --tls-cert.
     #[arg(long, env = "WEIR_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// The key (64 hex digits) that encrypts secrets (CREATE SECRET) in the
+    /// catalog. Default: `WEIR_SECRET_KEY`, else `secret.key` in the data
+    /// directory, generated on first start.
+    #[arg(long, env = "WEIR_SECRET_KEY_FILE")]
+    pub secret_key_file: Option<PathBuf>,
     /// Where projection state is checkpointed: `file:///abs/dir`,
     /// `s3://bucket/prefix` (credentials and endpoint from the AWS_*
     /// environment) or `memory://` (lost at exit). Default: `state/` in the

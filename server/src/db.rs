@@ -194,6 +194,8 @@ pub struct Database {
     ready: AtomicBool,
     /// What the recovery after open needs; taken by [`crate::recovery::recover`].
     recovery: Mutex<Option<crate::recovery::seal::Recovery>>,
+    /// Seals and opens the values of secrets.
+    secret_key: Arc<crate::secrets::SecretKey>,
     _lock: DataDirLock,
 }
 
@@ -215,6 +217,10 @@ impl Database {
             ));
         }
         let lock = DataDirLock::acquire(&config.data_dir)?;
+        let secret_key = Arc::new(crate::secrets::SecretKey::load(
+            config.secret_key_file.as_deref(),
+            &config.data_dir,
+        )?);
         let store: Arc<dyn ObjectStore> = Arc::new(
             LocalFileSystem::new_with_prefix(&config.data_dir)
                 .map_err(weir_storage::StorageError::from)?,
@@ -352,6 +358,7 @@ impl Database {
             next_pid: AtomicI32::new(1000),
             ready: AtomicBool::new(ready),
             recovery: Mutex::new(Some(recovery)),
+            secret_key,
             _lock: lock,
         }))
     }
@@ -416,6 +423,10 @@ impl Database {
     /// The streaming runtime that keeps projections and sinks current.
     pub fn runtime(&self) -> &Runtime {
         &self.runtime
+    }
+
+    pub fn secret_key(&self) -> &Arc<crate::secrets::SecretKey> {
+        &self.secret_key
     }
 
     /// The sequence number of the latest published commit with table

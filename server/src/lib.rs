@@ -14,6 +14,8 @@
 //!   the engine's runtime ([`weir_engine::runtime`]: epochs, sources,
 //!   sinks, checkpoints and seals) restore them from the latest sealed
 //!   epoch and replay the table log after it (or rebuild them).
+//! - [`secrets`]: the key that seals secrets at rest, and the options a
+//!   connector is handed (connection options merged, secrets opened).
 //! - [`table_snapshot`]: snapshots of every table, after which the table
 //!   log before them is truncated.
 //! - [`system`]: the `weir_catalog` system tables.
@@ -40,6 +42,7 @@ pub mod pgwire;
 pub mod planning;
 pub mod query_runtime;
 pub mod recovery;
+pub mod secrets;
 pub mod server;
 pub mod session;
 pub mod system;

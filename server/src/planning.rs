@@ -45,6 +45,8 @@ pub struct PlanContext {
     catalog: Arc<Catalog>,
     default_schema: String,
     lower: weir_planner::LowerOptions,
+    /// Opens the secrets sources and sinks name, for their connectors.
+    secret_key: Arc<crate::secrets::SecretKey>,
 }
 
 impl PlanContext {
@@ -52,13 +54,16 @@ impl PlanContext {
         state: SessionState,
         catalog: Arc<Catalog>,
         default_schema: String,
-        workers: usize,
+        db: &Database,
     ) -> Self {
         Self {
             state,
             catalog,
             default_schema,
-            lower: weir_planner::LowerOptions { workers },
+            lower: weir_planner::LowerOptions {
+                workers: db.config().workers(),
+            },
+            secret_key: db.secret_key().clone(),
         }
     }
 
@@ -93,12 +98,7 @@ impl PlanContext {
             setting("TimeZone", "UTC"),
             setting("DateStyle", "ISO, MDY"),
         );
-        Ok(Self::new(
-            state,
-            catalog,
-            default_schema,
-            db.config().workers(),
-        ))
+        Ok(Self::new(state, catalog, default_schema, db))
     }
 
     /// Binds and lowers a projection query; `column_names` rename its
@@ -145,7 +145,7 @@ impl PlanContext {
                     id: def.id,
                     name: def.qualified_name(),
                     connector: def.connector.clone(),
-                    options: def.options.clone(),
+                    options: self.connector_options(&def.connector, &def.options, &def.secrets)?,
                     schema: def.arrow_schema(),
                     replayable: weir_connectors::connector(
                         &def.connector,
@@ -160,6 +160,17 @@ impl PlanContext {
             bindings,
             sources_read,
         })
+    }
+
+    /// What a source's or sink's connector is handed (its connection's
+    /// options merged in, its secrets opened).
+    fn connector_options(
+        &self,
+        connector: &str,
+        options: &BTreeMap<String, String>,
+        secrets: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>, ServerError> {
+        crate::secrets::resolve(&self.catalog, &self.secret_key, connector, options, secrets)
     }
 
     /// A committed projection, planned into what the runtime deploys
@@ -179,7 +190,7 @@ impl PlanContext {
         let sink = SinkToOpen {
             name: def.qualified_name(),
             connector: def.connector.clone(),
-            options: def.options.clone(),
+            options: self.connector_options(&def.connector, &def.options, &def.secrets)?,
             schema: def.arrow_schema(),
         };
         deployment_of(def.id, planned, def.arrow_schema(), Some(sink))

@@ -62,6 +62,12 @@ macro_rules! with_s3_options {
                 "the access key id (default: AWS_ACCESS_KEY_ID)",
             ),
             OptionSpec::optional(
+                "s3.secret_access_key",
+                OptionType::Text,
+                "the secret access key, as s3.secret_access_key = SECRET name",
+            )
+            .secret(),
+            OptionSpec::optional(
                 "s3.secret_access_key_env",
                 OptionType::Text,
                 "the name of an environment variable of the Weir server that holds the secret access key (default: AWS_SECRET_ACCESS_KEY; never stored in the catalog)",
@@ -218,7 +224,9 @@ impl Location {
                 s3.push((key, value.clone()));
             }
         }
-        if let Some(var) = options.get("s3.secret_access_key_env") {
+        if let Some(secret) = options.get("s3.secret_access_key") {
+            s3.push(("aws_secret_access_key", secret.clone()));
+        } else if let Some(var) = options.get("s3.secret_access_key_env") {
             let secret = std::env::var(var).map_err(|_| {
                 bad_option(
                     "s3.secret_access_key_env",

@@ -40,6 +40,7 @@ static SPEC: ConnectorSpec = ConnectorSpec {
             "the database to write to, as a libpq connection string or URL, without a password (e.g. 'host=db.internal user=weir dbname=app')",
         )
         .required(),
+        PASSWORD,
         PASSWORD_ENV,
         OptionSpec::optional(
             "table",
@@ -80,6 +81,14 @@ pub(crate) const PASSWORD_ENV: OptionSpec = OptionSpec::optional(
     OptionType::Text,
     "the name of an environment variable of the Weir server that holds the password (never stored in the catalog)",
 );
+
+/// The password as a secret: `password = SECRET name`.
+pub(crate) const PASSWORD: OptionSpec = OptionSpec::optional(
+    "password",
+    OptionType::Text,
+    "the password, as password = SECRET name (CREATE SECRET name AS '...')",
+)
+.secret();
 
 pub(crate) struct PostgresConnector;
 
@@ -283,10 +292,12 @@ pub(crate) fn connection_config(
     if config.get_password().is_some() {
         return Err(bad(
             "dsn",
-            "holds a password, which would be stored in the catalog in plain text: remove it and name an environment variable of the server that holds it with password_env = 'NAME'".into(),
+            "holds a password, which would be stored in the catalog in plain text: remove it and give password = SECRET name (after CREATE SECRET name AS '...'), or password_env = 'NAME' for an environment variable of the server".into(),
         ));
     }
-    if let Some(var) = options.get("password_env") {
+    if let Some(password) = options.get("password") {
+        config.password(password.clone());
+    } else if let Some(var) = options.get("password_env") {
         let password = std::env::var(var).map_err(|_| {
             bad(
                 "password_env",

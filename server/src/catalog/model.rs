@@ -212,18 +212,42 @@ pub struct ScramSecret {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum CatalogChange {
-    CreateSchema { name: String },
-    DropSchema { name: String },
+    CreateSchema {
+        name: String,
+    },
+    DropSchema {
+        name: String,
+    },
     CreateTable(TableDef),
-    DropTable { id: ObjectId },
+    DropTable {
+        id: ObjectId,
+    },
     CreateUser(UserDef),
-    DropUser { name: String },
+    DropUser {
+        name: String,
+    },
     CreateProjection(ProjectionDef),
-    DropProjection { id: ObjectId },
+    DropProjection {
+        id: ObjectId,
+    },
     CreateSource(super::streaming::SourceDef),
-    DropSource { id: ObjectId },
+    DropSource {
+        id: ObjectId,
+    },
     CreateSink(super::streaming::SinkDef),
-    DropSink { id: ObjectId },
+    DropSink {
+        id: ObjectId,
+    },
+    /// Creates the secret, or replaces its value (ALTER SECRET).
+    PutSecret(super::streaming::SecretDef),
+    DropSecret {
+        name: String,
+    },
+    /// Creates the connection, or replaces it (ALTER CONNECTION).
+    PutConnection(super::streaming::ConnectionDef),
+    DropConnection {
+        name: String,
+    },
 }
 
 /// The control-log entry of one committed transaction.
@@ -245,6 +269,8 @@ pub struct Catalog {
     pub users: BTreeMap<String, UserDef>,
     pub sources: BTreeMap<ObjectId, Arc<super::streaming::SourceDef>>,
     pub sinks: BTreeMap<ObjectId, Arc<super::streaming::SinkDef>>,
+    pub secrets: BTreeMap<String, Arc<super::streaming::SecretDef>>,
+    pub connections: BTreeMap<String, Arc<super::streaming::ConnectionDef>>,
     next_id: u64,
 }
 
@@ -256,6 +282,47 @@ impl Catalog {
             next_id: 1,
             ..Default::default()
         }
+    }
+
+    /// The connections, sources and sinks that name secret `name`, as
+    /// `connection x` / `source s` / `sink s`.
+    pub fn secret_users(&self, name: &str) -> Vec<String> {
+        let names = |secrets: &BTreeMap<String, String>| secrets.values().any(|s| s == name);
+        self.connections
+            .values()
+            .filter(|c| names(&c.secrets))
+            .map(|c| format!("connection {}", c.name))
+            .chain(
+                self.sources
+                    .values()
+                    .filter(|s| names(&s.secrets))
+                    .map(|s| format!("source {}", s.qualified_name())),
+            )
+            .chain(
+                self.sinks
+                    .values()
+                    .filter(|s| names(&s.secrets))
+                    .map(|s| format!("sink {}", s.qualified_name())),
+            )
+            .collect()
+    }
+
+    /// The sources and sinks that name connection `name`.
+    pub fn connection_users(&self, name: &str) -> Vec<String> {
+        let uses = |options: &BTreeMap<String, String>| {
+            options.get("connection").is_some_and(|c| c == name)
+        };
+        self.sources
+            .values()
+            .filter(|s| uses(&s.options))
+            .map(|s| format!("source {}", s.qualified_name()))
+            .chain(
+                self.sinks
+                    .values()
+                    .filter(|s| uses(&s.options))
+                    .map(|s| format!("sink {}", s.qualified_name())),
+            )
+            .collect()
     }
 
     pub fn allocate_id(&mut self) -> ObjectId {
@@ -411,6 +478,41 @@ impl Catalog {
                 if self.tables.remove(id).is_none() {
                     return Err(ServerError::UndefinedTable(format!("object {id}")));
                 }
+            }
+            CatalogChange::PutSecret(def) => {
+                self.secrets.insert(def.name.clone(), Arc::new(def.clone()));
+            }
+            CatalogChange::DropSecret { name } => {
+                if let Some(user) = self.secret_users(name).first() {
+                    return Err(ServerError::DependentObjects {
+                        object: format!("secret {name}"),
+                        dependents: user.clone(),
+                    });
+                }
+                self.secrets.remove(name);
+            }
+            CatalogChange::PutConnection(def) => {
+                if let Some(missing) = def
+                    .secrets
+                    .values()
+                    .find(|s| !self.secrets.contains_key(*s))
+                {
+                    return Err(ServerError::Sqlstate {
+                        code: "42704",
+                        message: format!("secret \"{missing}\" does not exist"),
+                    });
+                }
+                self.connections
+                    .insert(def.name.clone(), Arc::new(def.clone()));
+            }
+            CatalogChange::DropConnection { name } => {
+                if let Some(user) = self.connection_users(name).first() {
+                    return Err(ServerError::DependentObjects {
+                        object: format!("connection {name}"),
+                        dependents: user.clone(),
+                    });
+                }
+                self.connections.remove(name);
             }
             CatalogChange::CreateUser(user) => {
                 if self.users.contains_key(&user.name) {

@@ -1,5 +1,6 @@
-//! Catalog entries of streaming objects: sources (rows from a connector)
-//! and sinks (a query's changes pushed to a connector).
+//! Catalog entries of streaming objects: sources (rows from a connector),
+//! sinks (a query's changes pushed to a connector), and the secrets and
+//! connections they name.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,8 +27,12 @@ pub struct SourceDef {
     pub columns: Vec<ColumnDef>,
     pub watermark: Option<WatermarkDef>,
     pub connector: String,
-    /// Validated options, with the defaults fixed at CREATE filled in.
+    /// Validated options, with the defaults fixed at CREATE filled in
+    /// (and `connection` when it names one, whose options are not copied).
     pub options: BTreeMap<String, String>,
+    /// `option = SECRET name`: option -> secret name.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, String>,
 }
 
 impl SourceDef {
@@ -64,7 +69,7 @@ impl SourceDef {
             "CREATE SOURCE {} ({}) WITH ({})",
             quoted_name(&self.schema, &self.name),
             parts.join(", "),
-            with_options(&self.connector, &self.options)
+            with_options(Some(&self.connector), &self.options, &self.secrets)
         )
     }
 }
@@ -84,6 +89,8 @@ pub struct SinkDef {
     pub reads: Vec<ObjectId>,
     pub connector: String,
     pub options: BTreeMap<String, String>,
+    #[serde(default)]
+    pub secrets: BTreeMap<String, String>,
     /// Session settings the query is planned under (as for projections).
     pub settings: BTreeMap<String, String>,
 }
@@ -105,7 +112,7 @@ impl SinkDef {
         format!(
             "CREATE SINK {} {body} WITH ({})",
             quoted_name(&self.schema, &self.name),
-            with_options(&self.connector, &self.options)
+            with_options(Some(&self.connector), &self.options, &self.secrets)
         )
     }
 }
@@ -135,14 +142,62 @@ fn quoted_name(schema: &str, name: &str) -> String {
     }
 }
 
-/// `connector = '...', key = 'value', ...` with keys in a stable order.
-fn with_options(connector: &str, options: &BTreeMap<String, String>) -> String {
+/// A secret: a value the catalog holds only sealed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SecretDef {
+    pub name: String,
+    pub value: crate::secrets::SealedValue,
+}
+
+/// A connection: options (and secrets) shared by the sources and sinks
+/// that name it with `connection = name`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConnectionDef {
+    pub name: String,
+    /// What it connects to: `postgres`, `kafka`, `s3`.
+    pub kind: String,
+    pub options: BTreeMap<String, String>,
+    pub secrets: BTreeMap<String, String>,
+}
+
+impl ConnectionDef {
+    pub fn create_statement(&self) -> String {
+        format!(
+            "CREATE CONNECTION {} TO {} ({})",
+            quote_ident(&self.name),
+            quote_ident(&self.kind),
+            with_options(None, &self.options, &self.secrets)
+        )
+    }
+}
+
+/// `connector = '...', key = 'value', key = SECRET name, ...` with keys in
+/// a stable order; a `connection` is written as the name it is.
+fn with_options(
+    connector: Option<&str>,
+    options: &BTreeMap<String, String>,
+    secrets: &BTreeMap<String, String>,
+) -> String {
     let quote = |v: &str| format!("'{}'", v.replace('\'', "''"));
-    std::iter::once(format!("connector = {}", quote(connector)))
-        .chain(options.iter().map(|(k, v)| {
-            let key = k.split('.').map(quote_ident).collect::<Vec<_>>().join(".");
-            format!("{key} = {}", quote(v))
-        }))
+    let key = |k: &str| k.split('.').map(quote_ident).collect::<Vec<_>>().join(".");
+    let mut all: BTreeMap<&str, String> = options
+        .iter()
+        .map(|(k, v)| {
+            let value = if k == "connection" {
+                quote_ident(v)
+            } else {
+                quote(v)
+            };
+            (k.as_str(), value)
+        })
+        .collect();
+    for (k, name) in secrets {
+        all.insert(k.as_str(), format!("SECRET {}", quote_ident(name)));
+    }
+    connector
+        .map(|c| format!("connector = {}", quote(c)))
+        .into_iter()
+        .chain(all.into_iter().map(|(k, v)| format!("{} = {v}", key(k))))
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -10,7 +10,8 @@
 //!
 //! Submodules: [`api`] (what front ends see), `query` (SELECT/EXPLAIN and
 //! planning helpers), `dml` (INSERT/UPDATE/DELETE/TRUNCATE/COPY/ingest),
-//! `ddl` (CREATE/DROP), `show` (SHOW/DESCRIBE), `vars` (SET/SHOW variables),
+//! `ddl` (CREATE/DROP), `streaming` (sources and sinks), `secrets`
+//! (secrets and connections), `show` (SHOW/DESCRIBE), `vars` (SET/SHOW variables),
 //! `prepared` (extended protocol), `functions` (PostgreSQL functions).
 
 pub mod api;
@@ -25,6 +26,7 @@ mod point_query;
 pub(crate) mod prepared;
 mod projection;
 mod query;
+mod secrets;
 mod show;
 mod streaming;
 mod vars;

@@ -38,7 +38,7 @@ impl Session {
             self.ctx.state(),
             self.snapshot().catalog.clone(),
             self.vars.default_schema(),
-            self.db.config().workers(),
+            &self.db,
         )
     }
 

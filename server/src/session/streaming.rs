@@ -35,9 +35,16 @@ impl Session {
                 columns,
                 watermark,
                 options,
+                secrets,
             } => {
-                self.create_source(if_not_exists, &name, &columns, watermark, options)
-                    .await
+                self.create_source(
+                    if_not_exists,
+                    &name,
+                    &columns,
+                    watermark,
+                    (options, secrets),
+                )
+                .await
             }
             StreamingDdl::CreateSink {
                 if_not_exists,
@@ -45,10 +52,36 @@ impl Session {
                 from,
                 query,
                 options,
+                secrets,
             } => {
-                self.create_sink(if_not_exists, &name, from, query, options)
+                self.create_sink(if_not_exists, &name, from, query, (options, secrets))
                     .await
             }
+            StreamingDdl::CreateSecret {
+                if_not_exists,
+                name,
+                value,
+            } => self.put_secret(Some(if_not_exists), name, value),
+            StreamingDdl::AlterSecret { name, value } => self.put_secret(None, name, value),
+            StreamingDdl::CreateConnection {
+                if_not_exists,
+                name,
+                kind,
+                options,
+                secrets,
+            } => self.create_connection(if_not_exists, name, kind, options, secrets),
+            StreamingDdl::AlterConnection {
+                name,
+                options,
+                secrets,
+            } => self.alter_connection(name, options, secrets),
+            StreamingDdl::DropNamed {
+                what,
+                if_exists,
+                names,
+                cascade,
+            } => self.drop_named(what, if_exists, names, cascade),
+            StreamingDdl::ShowNamed { what } => self.show_named(what),
             StreamingDdl::Drop {
                 kind,
                 if_exists,
@@ -92,7 +125,7 @@ impl Session {
         name: &[String],
         declared: &[DeclaredColumn],
         watermark: Option<(String, String)>,
-        options: Vec<(String, String)>,
+        (options, secrets): ParsedOptions,
     ) -> Result<StatementResult, ServerError> {
         let (schema, name) = self.split_parts(name)?;
         let catalog = self.snapshot().catalog.clone();
@@ -107,9 +140,11 @@ impl Session {
         }
         let (connector_name, given) = split_connector(options, "CREATE SOURCE")?;
         let connector = weir_connectors::connector(&connector_name, ConnectorKind::Source)?;
-        let options = connector
-            .spec()
-            .validate(&given, weir_connectors::now_millis())?;
+        let super::secrets::ConnectorOptions {
+            stored,
+            secrets,
+            resolved: options,
+        } = self.connector_options(connector, &connector_name, given, &secrets)?;
         let declared_columns = declared
             .iter()
             .map(column_of)
@@ -168,7 +203,8 @@ impl Session {
             columns,
             watermark,
             connector: connector_name,
-            options,
+            options: stored,
+            secrets,
         };
         self.write(TxnWrites {
             ddl: vec![CatalogChange::CreateSource(def)],
@@ -183,7 +219,7 @@ impl Session {
         name: &[String],
         from: Option<Vec<String>>,
         query: Option<String>,
-        options: Vec<(String, String)>,
+        (options, secrets): ParsedOptions,
     ) -> Result<StatementResult, ServerError> {
         let (schema, name) = self.split_parts(name)?;
         let catalog = self.snapshot().catalog.clone();
@@ -198,13 +234,20 @@ impl Session {
         }
         let (connector_name, given) = split_connector(options, "CREATE SINK")?;
         let connector = weir_connectors::connector(&connector_name, ConnectorKind::Sink)?;
-        let options = connector
-            .spec()
-            .validate(&given, weir_connectors::now_millis())?;
+        let super::secrets::ConnectorOptions {
+            stored,
+            secrets,
+            resolved: options,
+        } = self.connector_options(connector, &connector_name, given, &secrets)?;
+        let key = self.db.secret_key().clone();
         if let Some(target) = connector.sink_target(&options)
             && let Some(owner) = catalog.sinks.values().find(|s| {
                 s.connector == connector_name
-                    && connector.sink_target(&s.options).as_ref() == Some(&target)
+                    && crate::secrets::resolve(&catalog, &key, &s.connector, &s.options, &s.secrets)
+                        .ok()
+                        .and_then(|o| connector.sink_target(&o))
+                        .as_ref()
+                        == Some(&target)
             })
         {
             // Two sinks on one target would each take the other's place.
@@ -247,7 +290,8 @@ impl Session {
             columns,
             reads,
             connector: connector_name,
-            options,
+            options: stored,
+            secrets,
             settings,
         };
         self.write(TxnWrites {
@@ -275,7 +319,18 @@ impl Session {
                         let what = format!("source {}", def.qualified_name());
                         drop_readers(&catalog, def.id, &what, cascade, &mut changes)?;
                         changes.push(CatalogChange::DropSource { id: def.id });
-                        released.push(def.clone());
+                        match crate::secrets::resolve(
+                            &catalog,
+                            self.db.secret_key(),
+                            &def.connector,
+                            &def.options,
+                            &def.secrets,
+                        ) {
+                            Ok(options) => released.push((def.clone(), options)),
+                            Err(e) => {
+                                tracing::warn!(source = %def.qualified_name(), error = %e, "cannot release a dropped source's upstream resources")
+                            }
+                        }
                     }
                     None if if_exists => {}
                     None => return Err(undefined(kind, &name)),
@@ -296,8 +351,8 @@ impl Session {
             ddl: changes,
             tables: vec![],
         })?;
-        for def in released {
-            release_source(def);
+        for (def, options) in released {
+            release_source(def, options);
         }
         Ok(command(match kind {
             StreamingKind::Source => "DROP SOURCE",
@@ -378,6 +433,9 @@ fn undefined(kind: StreamingKind, name: &str) -> ServerError {
 }
 
 /// The `connector` option apart from the rest.
+/// Option values and `option = SECRET name` pairs, as parsed.
+type ParsedOptions = (Vec<(String, String)>, Vec<(String, String)>);
+
 fn split_connector(
     options: Vec<(String, String)>,
     statement: &str,
@@ -413,12 +471,12 @@ fn column_of(c: &DeclaredColumn) -> Result<ColumnDef, ServerError> {
 /// Lets go of what a dropped source held outside (a replication slot), in
 /// the background: its reader is stopping meanwhile, and a failure is
 /// logged with what to drop by hand, never the DROP's error.
-fn release_source(def: std::sync::Arc<SourceDef>) {
+pub(super) fn release_source(def: std::sync::Arc<SourceDef>, options: BTreeMap<String, String>) {
     let Ok(connector) = weir_connectors::connector(&def.connector, ConnectorKind::Source) else {
         return;
     };
     tokio::spawn(async move {
-        if let Err(e) = connector.release_source(&def.options).await {
+        if let Err(e) = connector.release_source(&options).await {
             tracing::warn!(source = %def.qualified_name(), error = %e, "releasing a dropped source's upstream resources failed");
         }
     });

@@ -28,6 +28,8 @@
 //! - `pg_cdc`: the `postgres-cdc` source against a throwaway PostgreSQL:
 //!   CREATE checks upstream, and a changing table through a projection and
 //!   a postgres sink exactly across `kill -9`.
+//! - `secrets`: CREATE SECRET / CONNECTION: a password that reaches a real
+//!   PostgreSQL (SCRAM) and is never shown or stored in plain text.
 //! - `pg_sink`: the `postgres` sink against a throwaway PostgreSQL: checks
 //!   at CREATE, its fencing protocol, exactness across `kill -9`.
 //! - `files`: the `files` sink and source: checks at CREATE, Parquet and
@@ -65,6 +67,7 @@ mod projections;
 mod projections_diff;
 mod psql;
 mod python;
+mod secrets;
 mod slt;
 mod sources;
 mod tls;

@@ -141,6 +141,26 @@ impl PgCluster {
         format!("host=127.0.0.1 port={} user=weir dbname=weir", self.port)
     }
 
+    /// From now on, every user but `weir` must give its password over TCP
+    /// (SCRAM), replication connections included; `weir` stays trusted.
+    pub async fn require_passwords(&self) {
+        let dir = self.dir.as_ref().expect("running").path().join("db");
+        std::fs::write(
+            dir.join("pg_hba.conf"),
+            "local all all trust\n\
+             host all weir 127.0.0.1/32 trust\n\
+             host replication weir 127.0.0.1/32 trust\n\
+             host all all 127.0.0.1/32 scram-sha-256\n\
+             host replication all 127.0.0.1/32 scram-sha-256\n",
+        )
+        .expect("write pg_hba.conf");
+        self.connect()
+            .await
+            .batch_execute("SELECT pg_reload_conf()")
+            .await
+            .expect("reload pg_hba.conf");
+    }
+
     /// A tokio-postgres session on [`Self::dsn`].
     pub async fn connect(&self) -> tokio_postgres::Client {
         let (client, connection) = tokio_postgres::connect(&self.dsn(), tokio_postgres::NoTls)

@@ -45,6 +45,7 @@ pub(crate) static SPEC: ConnectorSpec = ConnectorSpec {
             "the database, as a libpq connection string or URL, without a password (e.g. 'host=db.internal user=weir dbname=app'); the user needs the REPLICATION attribute",
         )
         .required(),
+        super::PASSWORD,
         super::PASSWORD_ENV,
         OptionSpec::optional(
             "table",
