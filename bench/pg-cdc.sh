@@ -96,7 +96,11 @@ weir_cpu=$(cpu_since "$weir_before")
 weir_pg_cpu=$(seconds $(($(pg_ticks) - pg_before)))
 
 p up -c "CREATE PUBLICATION peer FOR TABLE items_peer"
-p down -c "CREATE SUBSCRIPTION peer CONNECTION '$dsn_up' PUBLICATION peer WITH (copy_data = false)"
+# Publisher and subscriber share the cluster: CREATE SUBSCRIPTION would wait
+# for its own transaction while creating the slot, so the slot comes first.
+p up -c "SELECT pg_create_logical_replication_slot('peer', 'pgoutput')" >/dev/null
+p down -c "CREATE SUBSCRIPTION peer CONNECTION '$dsn_up' PUBLICATION peer
+           WITH (copy_data = false, create_slot = false, slot_name = 'peer')"
 until apply_pid=$(p down -c "SELECT pid FROM pg_stat_subscription WHERE subname = 'peer' AND pid IS NOT NULL") &&
       [ -n "$apply_pid" ]; do
     sleep 0.1
@@ -108,7 +112,7 @@ wait_equal items_peer
 peer_wall=$(wall_since "$start")
 apply_cpu=$(seconds $(($(ticks_of "$apply_pid") - apply_before)))
 peer_cpu=$(seconds $(($(pg_ticks) - pg_before)))
-p down -c "DROP SUBSCRIPTION peer"
+p down -c "ALTER SUBSCRIPTION peer DISABLE" -c "ALTER SUBSCRIPTION peer SET (slot_name = NONE)" -c "DROP SUBSCRIPTION peer"
 
 changes=$((rows + rows / 2 + rows / 4))
 awk -v n="$changes" -v ww="$weir_wall" -v wc="$weir_cpu" -v wp="$weir_pg_cpu" \
