@@ -18,6 +18,7 @@
 pub(crate) mod cdc;
 mod copy_text;
 mod sink;
+pub(crate) mod tls;
 
 use std::collections::BTreeMap;
 
@@ -118,7 +119,8 @@ impl Connector for PostgresConnector {
     }
 
     fn sink_target(&self, options: &BTreeMap<String, String>) -> Option<String> {
-        let config: tokio_postgres::Config = options.get("dsn")?.parse().ok()?;
+        let (dsn, _) = tls::split(options.get("dsn")?).ok()?;
+        let config: tokio_postgres::Config = dsn.parse().ok()?;
         let hosts: Vec<String> = config
             .get_hosts()
             .iter()
@@ -174,6 +176,7 @@ pub(crate) enum Mode {
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
     config: tokio_postgres::Config,
+    tls: tls::Tls,
     /// The target's schema and table, unquoted.
     schema: String,
     table: String,
@@ -190,7 +193,7 @@ impl Target {
         columns: &SchemaRef,
         options: &BTreeMap<String, String>,
     ) -> Result<Self, ConnectorError> {
-        let config = connection_config(NAME, options)?;
+        let (config, tls) = connection_config(NAME, options)?;
         let (schema, table) =
             split_table(options.get("table").map(String::as_str).unwrap_or_default())?;
         let key_names: Vec<String> = options
@@ -243,6 +246,7 @@ impl Target {
         }
         Ok(Self {
             config,
+            tls,
             schema,
             table,
             mode,
@@ -253,9 +257,7 @@ impl Target {
     }
 
     async fn connect(&self) -> Result<tokio_postgres::Client, ConnectorError> {
-        connect(&self.config, NAME)
-            .await
-            .map_err(|e| pg_error("connecting", e))
+        connect(&self.config, &self.tls, NAME).await
     }
 
     /// `"schema"."table"`.
@@ -275,13 +277,14 @@ impl Target {
 pub(crate) fn connection_config(
     connector: &str,
     options: &BTreeMap<String, String>,
-) -> Result<tokio_postgres::Config, ConnectorError> {
+) -> Result<(tokio_postgres::Config, tls::Tls), ConnectorError> {
     let bad = |option: &str, message: String| ConnectorError::BadOption {
         connector: connector.into(),
         option: option.into(),
         message,
     };
     let dsn = options.get("dsn").map(String::as_str).unwrap_or_default();
+    let (dsn, tls) = tls::split(dsn).map_err(|e| bad("dsn", e))?;
     let mut config: tokio_postgres::Config = dsn
         .parse()
         .map_err(|e| bad("dsn", format!("not a connection string: {e}")))?;
@@ -306,20 +309,65 @@ pub(crate) fn connection_config(
         })?;
         config.password(password);
     }
-    Ok(config)
+    if let Some(path) = &tls.root_cert
+        && !path.is_file()
+    {
+        return Err(bad(
+            "dsn",
+            format!(
+                "sslrootcert {} is not a file the server can read",
+                path.display()
+            ),
+        ));
+    }
+    Ok((config, tls))
 }
 
-/// Connects with `config`, the connection driven by a task of its own.
+/// Connects with `config` over `tls`, the connection driven by a task of
+/// its own.
 pub(crate) async fn connect(
     config: &tokio_postgres::Config,
+    tls: &tls::Tls,
     connector: &'static str,
-) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(connector, error = %e, "postgres session closed");
+) -> Result<tokio_postgres::Client, ConnectorError> {
+    fn drive<S, T>(connector: &'static str, connection: tokio_postgres::Connection<S, T>)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(connector, error = %e, "postgres session closed");
+            }
+        });
+    }
+    let failed = |e: tokio_postgres::Error| pg_error_of(connector, "connecting", e);
+    let client = match tls.client_config().map_err(|e| ConnectorError::BadOption {
+        connector: connector.into(),
+        option: "dsn".into(),
+        message: e,
+    })? {
+        None => {
+            let (client, connection) = config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(failed)?;
+            drive(connector, connection);
+            client
         }
-    });
+        Some(rustls) => {
+            let mut config = config.clone();
+            config.ssl_mode(if tls.mode == tls::Mode::Prefer {
+                tokio_postgres::config::SslMode::Prefer
+            } else {
+                tokio_postgres::config::SslMode::Require
+            });
+            let make = tokio_postgres_rustls::MakeRustlsConnect::new(rustls);
+            let (client, connection) = config.connect(make).await.map_err(failed)?;
+            drive(connector, connection);
+            client
+        }
+    };
     Ok(client)
 }
 
@@ -403,20 +451,35 @@ pub(crate) fn quote(name: &str) -> String {
 }
 
 pub(crate) fn pg_error(doing: &str, e: tokio_postgres::Error) -> ConnectorError {
-    // The server's own message (with its SQLSTATE) says the most.
-    let message = match e.as_db_error() {
-        Some(db) => format!("{doing}: {} (SQLSTATE {})", db.message(), db.code().code()),
-        None => format!("{doing}: {e}"),
-    };
-    if e.as_db_error().is_some() {
-        ConnectorError::Rejected {
-            connector: NAME.into(),
-            message,
-        }
-    } else {
-        ConnectorError::Transient {
-            connector: NAME.into(),
-            message,
+    pg_error_of(NAME, doing, e)
+}
+
+/// `connector`'s error for a failed call: the server's own message (with
+/// its SQLSTATE) when it answered, which retrying will not change; else a
+/// transient failure (the network, the server down) worth retrying.
+pub(crate) fn pg_error_of(
+    connector: &str,
+    doing: &str,
+    e: tokio_postgres::Error,
+) -> ConnectorError {
+    match e.as_db_error() {
+        Some(db) => ConnectorError::Rejected {
+            connector: connector.into(),
+            message: format!("{doing}: {} (SQLSTATE {})", db.message(), db.code().code()),
+        },
+        None => {
+            // tokio-postgres's own text stops at "error performing TLS
+            // handshake"; the causes say which certificate was refused.
+            let mut message = format!("{doing}: {e}");
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                message.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            ConnectorError::Transient {
+                connector: connector.into(),
+                message,
+            }
         }
     }
 }

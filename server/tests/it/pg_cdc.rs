@@ -252,3 +252,109 @@ async fn a_changing_table_reaches_a_projection_and_a_postgres_sink_exactly_acros
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_connectors_speak_tls_as_sslmode_says() {
+    let pg = PgCluster::start();
+    let root = pg.enable_tls().await;
+    // User `app` may only connect over TLS, for queries and replication.
+    pg.set_hba(
+        "hostssl all app 127.0.0.1/32 trust\n\
+         hostssl replication app 127.0.0.1/32 trust\n\
+         hostnossl all app 127.0.0.1/32 reject\n\
+         hostnossl replication app 127.0.0.1/32 reject\n",
+    )
+    .await;
+    let upstream = pg.connect().await;
+    upstream
+        .batch_execute(
+            "CREATE ROLE app LOGIN REPLICATION;
+             CREATE TABLE items (id bigint PRIMARY KEY, name text);
+             ALTER TABLE items REPLICA IDENTITY FULL;
+             INSERT INTO items VALUES (1, 'one');
+             CREATE TABLE copied (id bigint PRIMARY KEY, name text);
+             GRANT SELECT ON items TO app;
+             GRANT ALL ON SCHEMA public TO app;
+             GRANT ALL ON copied TO app;
+             CREATE PUBLICATION weir_items FOR TABLE items;",
+        )
+        .await
+        .unwrap();
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    let base = format!("host=127.0.0.1 port={} user=app dbname=weir", pg.port);
+    // verify-full checks a host name (the replication client will not
+    // verify an IP address); the certificate names localhost too.
+    let by_name = format!("host=localhost port={} user=app dbname=weir", pg.port);
+
+    // Without TLS the server turns `app` away; a root that did not sign
+    // the server's certificate fails verification.
+    let (code, message) = error_of(
+        &client,
+        &format!(
+            "CREATE SOURCE plain WITH (connector = 'postgres-cdc', dsn = '{base} sslmode=disable', table = 'items', slot = 'weir_plain')"
+        ),
+    )
+    .await;
+    assert_eq!(code, "58000", "{message}");
+    assert!(
+        message.contains("no encryption") || message.contains("rejects"),
+        "{message}"
+    );
+    let other = tempfile::tempdir().unwrap();
+    let (wrong_root, _) = crate::tls::self_signed(other.path());
+    let (code, message) = error_of(
+        &client,
+        &format!(
+            "CREATE SOURCE wrong WITH (connector = 'postgres-cdc', dsn = '{base} sslmode=verify-full sslrootcert={}', table = 'items', slot = 'weir_wrong')",
+            wrong_root.display()
+        ),
+    )
+    .await;
+    assert_eq!(code, "58000", "{message}");
+    assert!(message.to_lowercase().contains("certificate"), "{message}");
+
+    // verify-full against the right root: snapshot and stream; and a
+    // postgres sink over TLS (`require`) writes them back.
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE items_cdc WITH (connector = 'postgres-cdc',
+                 dsn = '{by_name} sslmode=verify-full sslrootcert={}', table = 'items', slot = 'weir_items');
+             CREATE PROJECTION names AS SELECT id, name FROM items_cdc;
+             CREATE SINK out FROM names WITH (connector = 'postgres', dsn = '{base} sslmode=require',
+                 table = 'copied', key = 'id');",
+            root.display()
+        ))
+        .await
+        .expect("a source and a sink over TLS");
+    upstream
+        .batch_execute(
+            "INSERT INTO items VALUES (2, 'two'); UPDATE items SET name = 'uno' WHERE id = 1",
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "rows through TLS both ways",
+        || async {
+            let got = rows(&upstream, "SELECT id, name FROM copied").await.ok()?;
+            (got == ["1|uno", "2|two"]).then_some(())
+        },
+    )
+    .await;
+    let sessions = rows(
+        &upstream,
+        "SELECT a.backend_type || ' ' || s.ssl FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+         WHERE a.usename = 'app'",
+    )
+    .await
+    .unwrap();
+    assert!(
+        sessions.iter().any(|s| s == "walsender true"),
+        "{sessions:?}"
+    );
+    assert!(
+        sessions.iter().all(|s| s.ends_with(" true")),
+        "{sessions:?}"
+    );
+}

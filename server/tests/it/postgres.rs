@@ -144,14 +144,24 @@ impl PgCluster {
     /// From now on, every user but `weir` must give its password over TCP
     /// (SCRAM), replication connections included; `weir` stays trusted.
     pub async fn require_passwords(&self) {
+        self.set_hba(
+            "host all all 127.0.0.1/32 scram-sha-256\n\
+             host replication all 127.0.0.1/32 scram-sha-256\n",
+        )
+        .await;
+    }
+
+    /// Replaces the client authentication rules with `rules` after the
+    /// ones that keep `weir` trusted (locally and over TCP), and reloads.
+    pub async fn set_hba(&self, rules: &str) {
         let dir = self.dir.as_ref().expect("running").path().join("db");
         std::fs::write(
             dir.join("pg_hba.conf"),
-            "local all all trust\n\
-             host all weir 127.0.0.1/32 trust\n\
-             host replication weir 127.0.0.1/32 trust\n\
-             host all all 127.0.0.1/32 scram-sha-256\n\
-             host replication all 127.0.0.1/32 scram-sha-256\n",
+            format!(
+                "local all all trust\n\
+                 host all weir 127.0.0.1/32 trust\n\
+                 host replication weir 127.0.0.1/32 trust\n{rules}"
+            ),
         )
         .expect("write pg_hba.conf");
         self.connect()
@@ -159,6 +169,30 @@ impl PgCluster {
             .batch_execute("SELECT pg_reload_conf()")
             .await
             .expect("reload pg_hba.conf");
+    }
+
+    /// Turns TLS on with a self-signed certificate for 127.0.0.1 and
+    /// localhost; returns the certificate (a root for `sslrootcert`).
+    pub async fn enable_tls(&self) -> PathBuf {
+        let dir = self.dir.as_ref().expect("running").path().join("db");
+        let (cert, key) = crate::tls::self_signed(&dir);
+        if is_root() {
+            let mut chown = Command::new("chown");
+            chown.arg("postgres:postgres").arg(&cert).arg(&key);
+            let (code, out, err) = run_command(chown, Duration::from_secs(10), "chown");
+            assert_eq!(code, Some(0), "{out}{err}");
+        }
+        let client = self.connect().await;
+        // One at a time: ALTER SYSTEM refuses a transaction block.
+        for sql in [
+            format!("ALTER SYSTEM SET ssl_cert_file = '{}'", cert.display()),
+            format!("ALTER SYSTEM SET ssl_key_file = '{}'", key.display()),
+            "ALTER SYSTEM SET ssl = on".to_string(),
+            "SELECT pg_reload_conf()".to_string(),
+        ] {
+            client.batch_execute(&sql).await.expect("ssl settings");
+        }
+        cert
     }
 
     /// A tokio-postgres session on [`Self::dsn`].

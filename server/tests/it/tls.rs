@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::harness::{Options, WeirServer, run_command};
 
 /// A self-signed certificate for localhost/127.0.0.1, made with openssl.
-fn self_signed(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+pub(crate) fn self_signed(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let cert = dir.join("server.crt");
     let key = dir.join("server.key");
     let mut openssl = Command::new("openssl");
@@ -26,6 +26,9 @@ fn self_signed(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
             "/CN=localhost",
         ])
         .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        // A server certificate, not a CA: verifiers (webpki) refuse a CA
+        // as the end entity even when it is its own trusted root.
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
         .arg("-keyout")
         .arg(&key)
         .arg("-out")

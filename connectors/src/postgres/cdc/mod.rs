@@ -153,20 +153,8 @@ fn rejected(message: impl Into<String>) -> ConnectorError {
     }
 }
 
-/// The source's own error for a failed call: the server's message (with
-/// its SQLSTATE) when it answered, else a transient failure to retry.
 fn pg_error(doing: &str, e: tokio_postgres::Error) -> ConnectorError {
-    match e.as_db_error() {
-        Some(db) => rejected(format!(
-            "{doing}: {} (SQLSTATE {})",
-            db.message(),
-            db.code().code()
-        )),
-        None => ConnectorError::Transient {
-            connector: NAME.into(),
-            message: format!("{doing}: {e}"),
-        },
-    }
+    super::pg_error_of(NAME, doing, e)
 }
 
 /// Session settings that make both sessions' text values parse the same.
@@ -176,6 +164,7 @@ const SESSION_OPTIONS: &str = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=
 #[derive(Debug, Clone)]
 pub(crate) struct Upstream {
     config: tokio_postgres::Config,
+    tls: super::tls::Tls,
     pub(crate) schema: String,
     pub(crate) table: String,
     pub(crate) slot: String,
@@ -187,7 +176,7 @@ pub(crate) struct Upstream {
 impl Upstream {
     pub(crate) fn parse(options: &BTreeMap<String, String>) -> Result<Self, ConnectorError> {
         let opts = Options::new(&SPEC, options);
-        let mut config = super::connection_config(NAME, options)?;
+        let (mut config, tls) = super::connection_config(NAME, options)?;
         config.options(SESSION_OPTIONS);
         if config.get_hosts().len() != 1 {
             return Err(bad_option("dsn", "name exactly one host"));
@@ -211,6 +200,7 @@ impl Upstream {
         let publication = opts.get("publication").unwrap_or(&slot).to_string();
         Ok(Self {
             config,
+            tls,
             schema,
             table,
             slot,
@@ -227,9 +217,7 @@ impl Upstream {
 
     /// A session for queries (not replication).
     pub(crate) async fn connect(&self) -> Result<Client, ConnectorError> {
-        super::connect(&self.config, NAME)
-            .await
-            .map_err(|e| pg_error("connecting", e))
+        super::connect(&self.config, &self.tls, NAME).await
     }
 
     /// The replication session's settings, streaming from `start` with
@@ -261,6 +249,7 @@ impl Upstream {
             self.publication.clone(),
         )
         .with_port(port)
+        .with_tls(self.tls.replication())
         .with_start_lsn(Lsn::from_u64(start))
         .with_ack_lsn(Lsn::from_u64(acked))
         .with_options(SESSION_OPTIONS)
