@@ -305,10 +305,8 @@ impl Upstream {
         let columns = client
             .query(
                 "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attnotnull,
-                        format_type(a.atttypid, a.atttypmod),
-                        coalesce(a.attnum = ANY(i.indkey), false)
+                        format_type(a.atttypid, a.atttypmod)
                  FROM pg_attribute a
-                 LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
                  WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
                  ORDER BY a.attnum",
                 &[&oid],
