@@ -5,7 +5,11 @@
 //! - `sinks`: every sink with its connector, status, rows handed to it,
 //!   rows, epoch and connector descriptor committed, and last error;
 //! - `connectors`: every connector's spec (options and capabilities),
-//!   also what `SHOW CONNECTORS` prints.
+//!   also what `SHOW CONNECTORS` prints;
+//! - `secrets`: every secret's name and the id of the key that sealed it
+//!   (never a value), and the objects that name it;
+//! - `connections`: every connection, its kind and definition (secrets
+//!   as `SECRET name`), and the sources and sinks that use it.
 
 use std::sync::Arc;
 
@@ -15,7 +19,7 @@ use weir_connectors::spec::OptionDefault;
 
 use crate::db::Database;
 
-pub const TABLES: &[&str] = &["connectors", "sinks", "sources"];
+pub const TABLES: &[&str] = &["connections", "connectors", "secrets", "sinks", "sources"];
 
 pub fn fields(name: &str) -> Option<Vec<Field>> {
     let utf8 = |n: &str| Field::new(n, DataType::Utf8, false);
@@ -55,6 +59,13 @@ pub fn fields(name: &str) -> Option<Vec<Field>> {
             utf8("options"),
             utf8("capabilities"),
             utf8("description"),
+        ],
+        "secrets" => vec![utf8("name"), utf8("key_id"), utf8("used_by")],
+        "connections" => vec![
+            utf8("name"),
+            utf8("kind"),
+            utf8("definition"),
+            utf8("used_by"),
         ],
         _ => return None,
     })
@@ -160,6 +171,35 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
             (0..5)
                 .map(|i| text(rows.iter().map(|r| r[i].clone()).collect()))
                 .collect()
+        }
+        "secrets" => {
+            let catalog = &snapshot.catalog;
+            let secrets: Vec<_> = catalog.secrets.values().collect();
+            vec![
+                text(secrets.iter().map(|s| s.name.clone()).collect()),
+                text(secrets.iter().map(|s| s.value.key_id.clone()).collect()),
+                text(
+                    secrets
+                        .iter()
+                        .map(|s| catalog.secret_users(&s.name).join(", "))
+                        .collect(),
+                ),
+            ]
+        }
+        "connections" => {
+            let catalog = &snapshot.catalog;
+            let connections: Vec<_> = catalog.connections.values().collect();
+            vec![
+                text(connections.iter().map(|c| c.name.clone()).collect()),
+                text(connections.iter().map(|c| c.kind.clone()).collect()),
+                text(connections.iter().map(|c| c.create_statement()).collect()),
+                text(
+                    connections
+                        .iter()
+                        .map(|c| catalog.connection_users(&c.name).join(", "))
+                        .collect(),
+                ),
+            ]
         }
         _ => return None,
     })

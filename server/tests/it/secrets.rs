@@ -119,6 +119,21 @@ async fn a_secret_named_by_a_connection_reaches_postgres_and_is_never_shown() {
         connections[0].contains("password = SECRET app_pass"),
         "{connections:?}"
     );
+    assert_eq!(
+        rows(&client, "SELECT name, used_by FROM weir_catalog.secrets")
+            .await
+            .unwrap(),
+        ["app_pass|connection shop"]
+    );
+    assert_eq!(
+        rows(
+            &client,
+            "SELECT name, kind, used_by FROM weir_catalog.connections"
+        )
+        .await
+        .unwrap(),
+        ["shop|postgres|source items_cdc"]
+    );
     let source = value(&client, "SHOW CREATE SOURCE items_cdc").await;
     assert!(source.contains("connection = shop"), "{source}");
     for shown in secrets.iter().chain(&connections).chain([&source]) {
