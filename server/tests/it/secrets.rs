@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::harness::{WeirServer, eventually, try_rows as rows};
 use crate::postgres::PgCluster;
-use crate::sources::{error_of, value};
+use crate::sources::{error_of, kill_and_restart, value};
 
 const PASSWORD: &str = "s3kr1t-Passw0rd-x7";
 
@@ -175,13 +175,7 @@ async fn a_secret_named_by_a_connection_reaches_postgres_and_is_never_shown() {
 
     // Across a restart the sealed value opens again (the key is kept in
     // the data directory), and the source goes on.
-    server.kill();
-    server.restart();
-    let client = server.connect().await;
-    client
-        .batch_execute("SELECT weir_wait_ready('60s')")
-        .await
-        .unwrap();
+    let client = kill_and_restart(&mut server, "the restart").await;
     upstream
         .batch_execute("INSERT INTO items VALUES (4, 'four')")
         .await

@@ -428,13 +428,20 @@ pub(crate) async fn kill_at_a_random_moment(
     round: u64,
 ) {
     tokio::time::sleep(Duration::from_millis(100 + rng.below(spread_ms))).await;
+    kill_and_restart(server, &format!("round {round}")).await;
+}
+
+/// Kills the server with SIGKILL, restarts it and waits until it is ready
+/// (`what` names the moment in a failure).
+pub(crate) async fn kill_and_restart(server: &mut WeirServer, what: &str) -> Client {
     server.kill();
     server.restart();
     let client = server.connect().await;
     client
         .batch_execute("SELECT weir_wait_ready('60s')")
         .await
-        .unwrap_or_else(|e| panic!("round {round}: {e:?}\n{}", server.log_tail()));
+        .unwrap_or_else(|e| panic!("{what}: {e:?}\n{}", server.log_tail()));
+    client
 }
 
 /// [`kill_at_random_moments`], then waits until every source and sink is
