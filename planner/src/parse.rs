@@ -135,9 +135,16 @@ fn parse_statements(sql: &str) -> Result<Vec<Statement>, ParseError> {
 fn parse_with_streaming(sql: &str) -> Option<Result<Vec<Statement>, ParseError>> {
     use crate::streaming_ddl::{is_streaming, parse_streaming, to_statement};
     let lower = sql.to_ascii_lowercase();
-    if !["source", "sink", "connectors", "connection", "secret"]
-        .iter()
-        .any(|w| lower.contains(w))
+    if ![
+        "source",
+        "sink",
+        "destination",
+        "connectors",
+        "connection",
+        "secret",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
     {
         return None;
     }

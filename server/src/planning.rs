@@ -187,10 +187,14 @@ impl PlanContext {
         let query = parse_query(&def.query)?;
         let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
         let planned = self.plan_projection(&query, &names).await?;
+        let mut options = self.connector_options(&def.connector, &def.options, &def.secrets)?;
+        if let Some(destination) = &def.destination {
+            options = destination.connector_options(options);
+        }
         let sink = SinkToOpen {
             name: def.qualified_name(),
             connector: def.connector.clone(),
-            options: self.connector_options(&def.connector, &def.options, &def.secrets)?,
+            options,
             schema: def.arrow_schema(),
         };
         deployment_of(def.id, planned, def.arrow_schema(), Some(sink))

@@ -4,6 +4,10 @@
 //!   rows read, offsets per split, largest event time and last error;
 //! - `sinks`: every sink with its connector, status, rows handed to it,
 //!   rows, epoch and connector descriptor committed, and last error;
+//! - `destinations`: every destination with its identity (kept across
+//!   repairs), generation, projection, target, key, status, the epochs it
+//!   prepared and committed, its records (created, repairs, accepted
+//!   gaps) and last error;
 //! - `connectors`: every connector's spec (options and capabilities),
 //!   also what `SHOW CONNECTORS` prints;
 //! - `secrets`: every secret's name and the id of the key that sealed it
@@ -19,7 +23,14 @@ use weir_connectors::spec::OptionDefault;
 
 use crate::db::Database;
 
-pub const TABLES: &[&str] = &["connections", "connectors", "secrets", "sinks", "sources"];
+pub const TABLES: &[&str] = &[
+    "connections",
+    "connectors",
+    "destinations",
+    "secrets",
+    "sinks",
+    "sources",
+];
 
 pub fn fields(name: &str) -> Option<Vec<Field>> {
     let utf8 = |n: &str| Field::new(n, DataType::Utf8, false);
@@ -50,6 +61,25 @@ pub fn fields(name: &str) -> Option<Vec<Field>> {
             int8("committed_rows"),
             int8("committed_epoch"),
             opt_utf8("committed_descriptor"),
+            opt_utf8("error"),
+            utf8("definition"),
+        ],
+        "destinations" => vec![
+            utf8("schema"),
+            utf8("name"),
+            int8("identity"),
+            int8("sink_id"),
+            int8("generation"),
+            utf8("projection"),
+            utf8("connector"),
+            opt_utf8("target"),
+            utf8("key"),
+            utf8("status"),
+            int8("rows_out"),
+            int8("prepared_epoch"),
+            int8("committed_epoch"),
+            int8("committed_rows"),
+            utf8("records"),
             opt_utf8("error"),
             utf8("definition"),
         ],
@@ -130,7 +160,12 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
             ]
         }
         "sinks" => {
-            let defs: Vec<_> = snapshot.catalog.sinks.values().collect();
+            let defs: Vec<_> = snapshot
+                .catalog
+                .sinks
+                .values()
+                .filter(|d| d.destination.is_none())
+                .collect();
             let state: Vec<_> = defs
                 .iter()
                 .map(|d| status.sinks.get(&d.id).cloned().unwrap_or_default())
@@ -164,6 +199,64 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                 ),
                 opt_text(state.iter().map(|s| s.error.clone()).collect()),
                 text(defs.iter().map(|d| d.create_statement()).collect()),
+            ]
+        }
+        "destinations" => {
+            let defs: Vec<_> = snapshot
+                .catalog
+                .sinks
+                .values()
+                .filter_map(|d| Some((d, d.destination.as_ref()?)))
+                .collect();
+            let state: Vec<_> = defs
+                .iter()
+                .map(|(d, _)| status.sinks.get(&d.id).cloned().unwrap_or_default())
+                .collect();
+            let target = |d: &crate::catalog::streaming::SinkDef| {
+                let connector =
+                    weir_connectors::connector(&d.connector, weir_connectors::ConnectorKind::Sink)
+                        .ok()?;
+                let options = crate::secrets::resolve(
+                    &snapshot.catalog,
+                    db.secret_key(),
+                    &d.connector,
+                    &d.options,
+                    &d.secrets,
+                )
+                .ok()?;
+                connector.sink_target(&options)
+            };
+            vec![
+                text(defs.iter().map(|(d, _)| d.schema.clone()).collect()),
+                text(defs.iter().map(|(d, _)| d.name.clone()).collect()),
+                int(defs.iter().map(|(_, x)| x.identity.0 as i64).collect()),
+                int(defs.iter().map(|(d, _)| d.id.0 as i64).collect()),
+                int(defs.iter().map(|(_, x)| x.generation as i64).collect()),
+                text(
+                    defs.iter()
+                        .map(|(d, _)| d.from.clone().unwrap_or_default())
+                        .collect(),
+                ),
+                text(defs.iter().map(|(d, _)| d.connector.clone()).collect()),
+                opt_text(defs.iter().map(|(d, _)| target(d)).collect()),
+                text(defs.iter().map(|(_, x)| x.key.join(", ")).collect()),
+                text(
+                    state
+                        .iter()
+                        .map(|s| sink_status(Some(s)).to_string())
+                        .collect(),
+                ),
+                int(state.iter().map(|s| s.rows_out as i64).collect()),
+                int(state.iter().map(|s| s.prepared_epoch as i64).collect()),
+                int(state.iter().map(|s| s.committed_epoch as i64).collect()),
+                int(state.iter().map(|s| s.committed_rows as i64).collect()),
+                text(
+                    defs.iter()
+                        .map(|(_, x)| serde_json::to_string(&x.records).expect("records serialize"))
+                        .collect(),
+                ),
+                opt_text(state.iter().map(|s| s.error.clone()).collect()),
+                text(defs.iter().map(|(d, _)| d.create_statement()).collect()),
             ]
         }
         "connectors" => {

@@ -9,15 +9,20 @@
 //!   `commit` in one transaction with the sink's progress row; every
 //!   transaction locks that row and checks the writer's generation first,
 //!   so a deposed Weir process can write nothing.
+//! - [`target`]: the target table checked against the sink, or created.
 //! - [`copy_text`]: Arrow values as `COPY ... FROM STDIN` text.
 //!
 //! Modes: `append` inserts every row (a retraction is an error, unless
 //! `format = 'changelog'` writes each change with its op and epoch);
-//! `upsert` keeps one row per `key`, the latest.
+//! `upsert` keeps one row per `key`, the latest. A destination (`CREATE
+//! DESTINATION`) is an upsert sink that may create its target
+//! (`create_table`), refuses or truncates rows found there at its first
+//! fill (`on_existing`), and records its generation in the progress row.
 
 pub(crate) mod cdc;
 mod copy_text;
 mod sink;
+mod target;
 pub(crate) mod tls;
 
 use std::collections::BTreeMap;
@@ -65,6 +70,18 @@ static SPEC: ConnectorSpec = ConnectorSpec {
             "changelog (append mode only) writes every change with columns weir_op ('insert' or 'delete') and weir_epoch, so input that retracts can be appended",
         )
         .with_default("rows"),
+        OptionSpec::optional(
+            "on_existing",
+            OptionType::OneOf(&["keep", "error", "truncate"]),
+            "what the sink's first fill does with rows the target already holds: keep them, refuse to start (error), or truncate the target in the same transaction as its first commit",
+        )
+        .with_default("keep"),
+        OptionSpec::optional(
+            "create_table",
+            OptionType::OneOf(&["true", "false"]),
+            "create the target table (with the sink's columns, and its key as primary key) if it does not exist",
+        )
+        .with_default("false"),
     ],
     capabilities: Capabilities {
         read_modes: &[],
@@ -113,7 +130,20 @@ impl Connector for PostgresConnector {
                 ));
             }
             let client = target.connect().await?;
-            sink::check_target(&client, &target).await?;
+            if !(target.create_table && !target::target_exists(&client, &target).await?) {
+                target::check_target(&client, &target).await?;
+                if target.on_existing == OnExisting::Error
+                    && target::target_holds_rows(&client, &target).await?
+                {
+                    return Err(bad_option(
+                        "on_existing",
+                        format!(
+                            "{} already holds rows: empty it first, or give on_existing = 'truncate' to empty it when the first fill commits",
+                            target.qualified()
+                        ),
+                    ));
+                }
+            }
             Ok(())
         })
     }
@@ -172,6 +202,18 @@ pub(crate) enum Mode {
     Upsert,
 }
 
+/// What a sink's first fill does with rows the target already holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnExisting {
+    Keep,
+    Error,
+    Truncate,
+}
+
+/// The option the server passes a destination's generation in (never a
+/// user's: the spec does not declare it, so CREATE refuses it).
+const DESTINATION_GENERATION: &str = "weir.destination_generation";
+
 /// Everything a sink's options say about where and how it writes.
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
@@ -186,6 +228,11 @@ pub(crate) struct Target {
     changelog: bool,
     /// The sink's columns.
     columns: SchemaRef,
+    on_existing: OnExisting,
+    create_table: bool,
+    /// Set for a destination: the generation its fill writes, recorded
+    /// in the progress row for whoever reads the target.
+    destination_generation: Option<u64>,
 }
 
 impl Target {
@@ -244,6 +291,17 @@ impl Target {
                 });
             }
         }
+        let on_existing = match options.get("on_existing").map(String::as_str) {
+            Some("error") => OnExisting::Error,
+            Some("truncate") => OnExisting::Truncate,
+            _ => OnExisting::Keep,
+        };
+        let destination_generation = match options.get(DESTINATION_GENERATION) {
+            Some(g) => Some(g.parse().map_err(|_| {
+                bad_option(DESTINATION_GENERATION, format!("not a generation: {g}"))
+            })?),
+            None => None,
+        };
         Ok(Self {
             config,
             tls,
@@ -253,6 +311,9 @@ impl Target {
             key,
             changelog,
             columns: columns.clone(),
+            on_existing,
+            create_table: options.get("create_table").is_some_and(|v| v == "true"),
+            destination_generation,
         })
     }
 

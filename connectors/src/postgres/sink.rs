@@ -22,6 +22,12 @@
 //! it, so a deposed process's stage writes either landed before (and are
 //! deleted) or find a newer generation and fail; it can never commit.
 //!
+//! First fill: a sink opened with nothing sealed (new, or a destination's
+//! new generation) may find rows in the target. `on_existing = 'error'`
+//! refuses to start; `'truncate'` marks the progress row, and the first
+//! commit empties the target in its own transaction, so readers see the
+//! old contents until the new ones are complete.
+//!
 //! Receipts: the descriptor counts the rows staged in all, and a commit
 //! checks that the stage holds exactly the rows staged since the last
 //! commit, so a stage changed outside Weir fails the sink instead of
@@ -39,7 +45,8 @@ use tokio_postgres::{Client, Transaction};
 use weir_common::ChangeBatch;
 
 use super::copy_text::{ColumnText, format_options};
-use super::{Mode, NAME, Target, bad_option, pg_error, quote};
+use super::target::{check_target, create_target, target_exists, target_holds_rows};
+use super::{Mode, NAME, OnExisting, Target, pg_error, quote};
 use crate::{ConnectorError, Sink, SinkOpen};
 
 /// The progress table's name, in the target's schema.
@@ -93,6 +100,8 @@ pub(crate) struct PostgresSink {
     /// Upsert: the keys inserted in epoch `keys_epoch`, to refuse a second.
     keys: HashSet<Box<[u8]>>,
     keys_epoch: u64,
+    /// The first fill's truncate is still to be committed.
+    truncate_pending: bool,
 }
 
 impl PostgresSink {
@@ -121,6 +130,7 @@ impl PostgresSink {
             committed,
             keys: HashSet::new(),
             keys_epoch: 0,
+            truncate_pending: false,
         })
     }
 
@@ -131,8 +141,16 @@ impl PostgresSink {
             Some(client) => client,
             None => {
                 let mut client = self.tables.target.connect().await?;
+                let target = &self.tables.target;
+                if target.create_table
+                    && self.sealed.is_none()
+                    && !target_exists(&client, target).await?
+                {
+                    create_target(&client, target).await?;
+                }
                 let types = check_target(&client, &self.tables.target).await?;
-                self.tables
+                self.truncate_pending = self
+                    .tables
                     .take_over(&mut client, &types, self.sealed)
                     .await?;
                 self.sealed = None;
@@ -257,18 +275,23 @@ impl Tables {
     /// Takes the sink's progress row over from whoever wrote it before:
     /// re-commits `sealed` if the row lags it, deletes what was staged
     /// after it and sets this process's generation, in one transaction.
+    /// Returns whether the first fill's truncate is still to commit.
     async fn take_over(
         &self,
         client: &mut Client,
         types: &[String],
         sealed: Option<(u64, Descriptor)>,
-    ) -> Result<(), ConnectorError> {
+    ) -> Result<bool, ConnectorError> {
+        // The last two columns came with destinations: added to a
+        // progress table made before them.
         client
             .batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {} (target text PRIMARY KEY, sink text NOT NULL, \
+                "CREATE TABLE IF NOT EXISTS {p} (target text PRIMARY KEY, sink text NOT NULL, \
                  generation bigint NOT NULL, epoch bigint NOT NULL, rows bigint NOT NULL, \
-                 updated_at timestamptz NOT NULL DEFAULT now())",
-                self.progress
+                 updated_at timestamptz NOT NULL DEFAULT now()); \
+                 ALTER TABLE {p} ADD COLUMN IF NOT EXISTS destination_generation bigint, \
+                 ADD COLUMN IF NOT EXISTS truncate_pending boolean NOT NULL DEFAULT false",
+                p = self.progress
             ))
             .await
             .map_err(|e| pg_error("creating the progress table", e))?;
@@ -300,6 +323,7 @@ impl Tables {
         .await
         .map_err(|e| pg_error("adding the progress row", e))?;
         let stored = self.lock_progress(&tx).await?;
+        let mut truncate_pending = stored.truncate_pending;
         match sealed {
             None => {
                 // Nothing of this sink was ever sealed, so nothing of it was
@@ -310,7 +334,23 @@ impl Tables {
                 ))
                 .await
                 .map_err(|e| pg_error("creating the stage table", e))?;
-                self.set_progress(&tx, 0, 0).await?;
+                truncate_pending = match self.target.on_existing {
+                    OnExisting::Keep => false,
+                    OnExisting::Truncate => true,
+                    OnExisting::Error => {
+                        if target_holds_rows(&tx, &self.target).await? {
+                            return Err(ConnectorError::Rejected {
+                                connector: NAME.into(),
+                                message: format!(
+                                    "{target} holds rows that sink {} did not write: empty it, or recreate the sink with on_existing = 'truncate'",
+                                    self.name
+                                ),
+                            });
+                        }
+                        false
+                    }
+                };
+                self.set_progress(&tx, 0, 0, truncate_pending).await?;
             }
             Some((epoch, descriptor)) => {
                 tx.batch_execute(&create_stage)
@@ -328,16 +368,18 @@ impl Tables {
                 if stored.epoch < epoch {
                     self.apply(&tx, stored, epoch, descriptor.staged_rows)
                         .await?;
+                    truncate_pending = false;
                 }
                 // Applied, or staged after the seal and produced again.
                 self.clear_stage(&tx, None).await?;
-                self.set_progress(&tx, epoch, descriptor.staged_rows)
+                self.set_progress(&tx, epoch, descriptor.staged_rows, truncate_pending)
                     .await?;
             }
         }
         tx.commit()
             .await
-            .map_err(|e| pg_error("taking the sink over", e))
+            .map_err(|e| pg_error("taking the sink over", e))?;
+        Ok(truncate_pending)
     }
 
     /// Locks the progress row for update and fails if a newer generation
@@ -352,7 +394,7 @@ impl Tables {
         let row = tx
             .query_opt(
                 &format!(
-                    "SELECT generation, epoch, rows FROM {} WHERE target = $1 FOR {how}",
+                    "SELECT generation, epoch, rows, truncate_pending FROM {} WHERE target = $1 FOR {how}",
                     self.progress
                 ),
                 &[&self.target.qualified()],
@@ -370,6 +412,7 @@ impl Tables {
             generation: row.get::<_, i64>(0) as u64,
             epoch: row.get::<_, i64>(1) as u64,
             rows: row.get::<_, i64>(2) as u64,
+            truncate_pending: row.get(3),
         };
         if stored.generation > self.generation {
             return Err(ConnectorError::Rejected {
@@ -388,10 +431,13 @@ impl Tables {
         tx: &Transaction<'_>,
         epoch: u64,
         rows: u64,
+        truncate_pending: bool,
     ) -> Result<(), ConnectorError> {
         tx.execute(
             &format!(
-                "UPDATE {} SET generation = $2, epoch = $3, rows = $4, sink = $5, updated_at = now() WHERE target = $1",
+                "UPDATE {} SET generation = $2, epoch = $3, rows = $4, sink = $5, \
+                 destination_generation = $6, truncate_pending = $7, updated_at = now() \
+                 WHERE target = $1",
                 self.progress
             ),
             &[
@@ -400,6 +446,8 @@ impl Tables {
                 &(epoch as i64),
                 &(rows as i64),
                 &self.name,
+                &self.target.destination_generation.map(|g| g as i64),
+                &truncate_pending,
             ],
         )
         .await
@@ -440,6 +488,14 @@ impl Tables {
             });
         }
         let target = self.target.qualified();
+        if from.truncate_pending {
+            tx.batch_execute(&format!("TRUNCATE {target}"))
+                .await
+                .map_err(|e| pg_error(&format!("emptying {target} for the first fill"), e))?;
+        }
+        if self.target.mode == Mode::Upsert {
+            self.check_keys_stay_unique(tx, &range).await?;
+        }
         let columns = self.column_list();
         let statements: Vec<String> = match self.target.mode {
             Mode::Append if self.target.changelog => vec![format!(
@@ -454,16 +510,7 @@ impl Tables {
             )],
             Mode::Upsert => {
                 let key = self.key_list();
-                let matches = self
-                    .target
-                    .key
-                    .iter()
-                    .map(|&k| {
-                        let c = quote(self.target.columns.field(k).name());
-                        format!("t.{c} = l.{c}")
-                    })
-                    .collect::<Vec<_>>()
-                    .join(" AND ");
+                let matches = self.key_matches();
                 vec![
                     format!(
                         "DELETE FROM {target} AS t USING (SELECT DISTINCT {key} FROM {} WHERE {within}) AS l WHERE {matches}",
@@ -487,6 +534,44 @@ impl Tables {
                 .map_err(|e| pg_error(&format!("writing to {target}"), e))?;
         }
         Ok(())
+    }
+
+    /// Fails when the staged epochs would leave two rows with one key:
+    /// a key whose changes add a row (net weight 1) while the target has
+    /// one, or add two. The upsert would silently keep one of them, so
+    /// the key does not identify the sink's rows.
+    async fn check_keys_stay_unique(
+        &self,
+        tx: &Transaction<'_>,
+        range: &[&(dyn tokio_postgres::types::ToSql + Sync); 2],
+    ) -> Result<(), ConnectorError> {
+        let key = self.key_list();
+        let matches = self.key_matches();
+        let duplicate = tx
+            .query_opt(
+                &format!(
+                    "SELECT ({key})::text FROM (SELECT {key}, sum(weir_weight) AS net FROM {} \
+                     WHERE weir_epoch > $1 AND weir_epoch <= $2 GROUP BY {key}) AS l \
+                     WHERE l.net > 1 OR (l.net = 1 AND EXISTS (SELECT 1 FROM {} AS t WHERE {matches})) \
+                     LIMIT 1",
+                    self.stage,
+                    self.target.qualified()
+                ),
+                range,
+            )
+            .await
+            .map_err(|e| pg_error("checking the upsert keys", e))?;
+        match duplicate {
+            None => Ok(()),
+            Some(row) => Err(ConnectorError::Rejected {
+                connector: NAME.into(),
+                message: format!(
+                    "sink {} would hold two rows with key ({key}) = {}: the key does not identify one row of its input (for a GROUP BY, key by the grouping columns)",
+                    self.name,
+                    row.get::<_, Option<String>>(0).unwrap_or_default()
+                ),
+            }),
+        }
     }
 
     /// Empties the stage of the epochs up to `through`, or of everything
@@ -518,6 +603,20 @@ impl Tables {
             .map(|f| quote(f.name()))
             .collect::<Vec<_>>()
             .join(", ")
+    }
+
+    /// `t.k = l.k AND ...` over the key columns: a target row `t` whose
+    /// key is that of a staged change `l`.
+    fn key_matches(&self) -> String {
+        self.target
+            .key
+            .iter()
+            .map(|&k| {
+                let c = quote(self.target.columns.field(k).name());
+                format!("t.{c} = l.{c}")
+            })
+            .collect::<Vec<_>>()
+            .join(" AND ")
     }
 
     fn key_list(&self) -> String {
@@ -574,6 +673,8 @@ struct Progress {
     generation: u64,
     epoch: u64,
     rows: u64,
+    /// The first fill's truncate is still to commit.
+    truncate_pending: bool,
 }
 
 #[async_trait]
@@ -602,7 +703,7 @@ impl Sink for PostgresSink {
             return Ok(());
         }
         let descriptor = Descriptor::parse(descriptor)?;
-        let nothing_staged = self.staged_through <= self.committed;
+        let nothing_staged = self.staged_through <= self.committed && !self.truncate_pending;
         let later_staged = self.staged_through > epoch;
         let (client, tables) = self.connected().await?;
         if nothing_staged {
@@ -624,13 +725,14 @@ impl Sink for PostgresSink {
                 .clear_stage(&tx, later_staged.then_some(epoch))
                 .await?;
             tables
-                .set_progress(&tx, epoch, descriptor.staged_rows)
+                .set_progress(&tx, epoch, descriptor.staged_rows, false)
                 .await?;
         }
         tx.commit()
             .await
             .map_err(|e| pg_error("committing an epoch", e))?;
         self.committed = epoch;
+        self.truncate_pending = false;
         Ok(())
     }
 
@@ -669,86 +771,6 @@ fn stage_name(table: &str) -> String {
         cut -= 1;
     }
     format!("{}_{hash:08x}", &full[..cut])
-}
-
-/// Checks the target table against the sink: it exists and has every
-/// column the sink writes (and, for a changelog, `weir_op` and
-/// `weir_epoch`). Returns the target's type of each sink column, in order.
-pub(crate) async fn check_target(
-    client: &Client,
-    target: &Target,
-) -> Result<Vec<String>, ConnectorError> {
-    let qualified = target.qualified();
-    let rows = client
-        .query(
-            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) \
-             FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
-             AND NOT a.attisdropped ORDER BY a.attnum",
-            &[&qualified],
-        )
-        .await
-        .map_err(|e| pg_error("reading the target table's columns", e))?;
-    if rows.is_empty() {
-        return Err(bad_option(
-            "table",
-            format!(
-                "{qualified} does not exist in that database (or has no columns): create it first"
-            ),
-        ));
-    }
-    let columns: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-    let type_of = |name: &str| {
-        columns
-            .iter()
-            .find(|(c, _)| c == name)
-            .map(|(_, t)| t.clone())
-    };
-    let mut wanted: Vec<String> = target
-        .columns
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    for reserved in ["weir_epoch", "weir_weight", "weir_op"] {
-        if wanted.iter().any(|w| w == reserved) {
-            return Err(bad_option(
-                "table",
-                format!(
-                    "the sink has a column named {reserved}, a name the postgres sink reserves: rename it in the sink's query"
-                ),
-            ));
-        }
-    }
-    let count = wanted.len();
-    if target.changelog {
-        wanted.extend(["weir_op".to_string(), "weir_epoch".to_string()]);
-    }
-    let types: Vec<Option<String>> = wanted.iter().map(|w| type_of(w)).collect();
-    let missing: Vec<&String> = wanted
-        .iter()
-        .zip(&types)
-        .filter(|(_, t)| t.is_none())
-        .map(|(w, _)| w)
-        .collect();
-    if !missing.is_empty() {
-        return Err(bad_option(
-            "table",
-            format!(
-                "{qualified} has no column {} (it has: {})",
-                missing
-                    .iter()
-                    .map(|m| m.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                columns
-                    .iter()
-                    .map(|(c, _)| c.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        ));
-    }
-    Ok(types.into_iter().take(count).flatten().collect())
 }
 
 #[cfg(test)]

@@ -162,6 +162,8 @@ pub struct SinkStatus {
     /// Row changes handed to the sink (the sum of absolute weights),
     /// written, committed or not.
     pub rows_out: u64,
+    /// The latest epoch pre-committed (staged, not yet known sealed).
+    pub prepared_epoch: u64,
     /// Rows of committed epochs.
     pub committed_rows: u64,
     pub committed_epoch: u64,
@@ -484,7 +486,12 @@ impl Streams {
         };
         match guarded(&slot.connector, slot.sink.pre_commit(epoch)).await {
             Ok(descriptor) => {
-                let rows = self.status.read().sinks.get(&id).map_or(0, |s| s.rows_out);
+                let rows = {
+                    let mut status = self.status.write();
+                    let entry = status.sinks.entry(id).or_default();
+                    entry.prepared_epoch = epoch;
+                    entry.rows_out
+                };
                 slot.prepared = Some(SinkSeal {
                     epoch,
                     descriptor,

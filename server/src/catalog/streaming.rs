@@ -1,6 +1,7 @@
 //! Catalog entries of streaming objects: sources (rows from a connector),
-//! sinks (a query's changes pushed to a connector), and the secrets and
-//! connections they name.
+//! sinks (a query's changes pushed to a connector), destinations (sinks
+//! that keep a keyed copy of a projection, [`DestinationDef`]), and the
+//! secrets and connections they name.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -93,6 +94,81 @@ pub struct SinkDef {
     pub secrets: BTreeMap<String, String>,
     /// Session settings the query is planned under (as for projections).
     pub settings: BTreeMap<String, String>,
+    /// Set for a destination (`CREATE DESTINATION`): then `from` is its
+    /// projection and `options` are its `INTO (...)` options.
+    #[serde(default)]
+    pub destination: Option<DestinationDef>,
+}
+
+/// What makes a sink a destination: a keyed copy of a projection in an
+/// external table, with an identity that outlives its generations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DestinationDef {
+    /// The id it was first created with. `REPAIR` replaces the sink (a new
+    /// id, so a fresh deployment and seal entry) and keeps this.
+    pub identity: ObjectId,
+    /// 1 when created; every `REPAIR` adds one. The target's progress row
+    /// says which generation its contents are.
+    pub generation: u64,
+    /// `KEY (...)`: the target's key columns.
+    pub key: Vec<String>,
+    /// `WITH (...)`: `delivery`, `on_existing`.
+    pub with: BTreeMap<String, String>,
+    /// Its history: created, repaired, gaps accepted.
+    pub records: Vec<DestinationRecord>,
+}
+
+/// One entry of a destination's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DestinationRecord {
+    /// When, as RFC 3339 UTC.
+    pub at: String,
+    /// The generation it started or applied to.
+    pub generation: u64,
+    /// `created`, `repair` or `gap_accepted`.
+    pub event: String,
+    pub detail: String,
+}
+
+/// The option the server passes a destination's connector with its
+/// generation; `weir.` options are never a user's (validation refuses them).
+pub const DESTINATION_GENERATION_OPTION: &str = "weir.destination_generation";
+
+impl DestinationDef {
+    /// The connector options a destination runs with: its `INTO (...)`
+    /// options (resolved) and what a keyed copy implies.
+    pub fn connector_options(
+        &self,
+        mut options: BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        options.insert("mode".into(), "upsert".into());
+        options.insert(
+            "key".into(),
+            self.key
+                .iter()
+                .map(|k| quote_ident(k))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        options
+            .entry("create_table".into())
+            .or_insert("true".into());
+        let on_existing = if self.generation > 1 {
+            // A repair refills a target that holds an earlier generation.
+            "truncate"
+        } else {
+            self.with.get("on_existing").map_or("error", String::as_str)
+        };
+        options.insert("on_existing".into(), on_existing.into());
+        if let Some(delivery) = self.with.get("delivery") {
+            options.insert("delivery".into(), delivery.clone());
+        }
+        options.insert(
+            DESTINATION_GENERATION_OPTION.into(),
+            self.generation.to_string(),
+        );
+        options
+    }
 }
 
 impl SinkDef {
@@ -105,6 +181,25 @@ impl SinkDef {
     }
 
     pub fn create_statement(&self) -> String {
+        if let Some(d) = &self.destination {
+            let with = if d.with.is_empty() {
+                String::new()
+            } else {
+                format!(" WITH ({})", with_options(None, &d.with, &BTreeMap::new()))
+            };
+            return format!(
+                "CREATE DESTINATION {} FROM {} INTO {} ({}) KEY ({}){with}",
+                quoted_name(&self.schema, &self.name),
+                self.from.as_deref().unwrap_or_default(),
+                quote_ident(&self.connector),
+                with_options(None, &self.options, &self.secrets),
+                d.key
+                    .iter()
+                    .map(|k| quote_ident(k))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         let body = match &self.from {
             Some(relation) => format!("FROM {relation}"),
             None => format!("AS {}", self.query),

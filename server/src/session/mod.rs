@@ -18,6 +18,7 @@ pub mod api;
 mod copy;
 pub(crate) mod cursor;
 mod ddl;
+mod destination;
 mod dml;
 mod eval;
 mod functions;

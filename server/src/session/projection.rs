@@ -328,7 +328,14 @@ pub(super) fn drop_readers(
             dependents: readers
                 .iter()
                 .map(|p| format!("projection {}", p.qualified_name()))
-                .chain(sinks.iter().map(|s| format!("sink {}", s.qualified_name())))
+                .chain(sinks.iter().map(|s| {
+                    let kind = if s.destination.is_some() {
+                        "destination"
+                    } else {
+                        "sink"
+                    };
+                    format!("{kind} {}", s.qualified_name())
+                }))
                 .collect::<Vec<_>>()
                 .join(", "),
         });

@@ -1,4 +1,5 @@
-//! CREATE / DROP / SHOW of sources and sinks, and deploying sinks.
+//! CREATE / DROP / SHOW of sources, sinks and destinations (whose CREATE
+//! and ALTER are in `destination.rs`), and deploying sinks.
 //!
 //! A source is only a catalog entry until something reads it: the first
 //! projection or sink over it starts its reader (see [`weir_engine::runtime::streams`]).
@@ -57,6 +58,10 @@ impl Session {
                 self.create_sink(if_not_exists, &name, from, query, (options, secrets))
                     .await
             }
+            StreamingDdl::CreateDestination(create) => self.create_destination(create).await,
+            StreamingDdl::AlterDestination { name, action } => {
+                self.alter_destination(&name, action)
+            }
             StreamingDdl::CreateSecret {
                 if_not_exists,
                 name,
@@ -96,8 +101,9 @@ impl Session {
                     StreamingKind::Source => catalog
                         .source(&schema, &name)
                         .map(|d| (d.qualified_name(), d.create_statement())),
-                    StreamingKind::Sink => catalog
+                    StreamingKind::Sink | StreamingKind::Destination => catalog
                         .sink(&schema, &name)
+                        .filter(|d| is_kind(d, kind))
                         .map(|d| (d.qualified_name(), d.create_statement())),
                 }
                 .ok_or_else(|| undefined(kind, &name))?;
@@ -108,7 +114,7 @@ impl Session {
 
     /// `[schema.]name` parts as (schema, name), the schema defaulting to
     /// the first of the search path.
-    fn split_parts(&self, parts: &[String]) -> Result<(String, String), ServerError> {
+    pub(super) fn split_parts(&self, parts: &[String]) -> Result<(String, String), ServerError> {
         match parts {
             [name] => Ok((self.vars.default_schema(), name.clone())),
             [schema, name] => Ok((schema.clone(), name.clone())),
@@ -239,21 +245,12 @@ impl Session {
             secrets,
             resolved: options,
         } = self.connector_options(connector, &connector_name, given, &secrets)?;
-        let key = self.db.secret_key().clone();
         if let Some(target) = connector.sink_target(&options)
-            && let Some(owner) = catalog.sinks.values().find(|s| {
-                s.connector == connector_name
-                    && crate::secrets::resolve(&catalog, &key, &s.connector, &s.options, &s.secrets)
-                        .ok()
-                        .and_then(|o| connector.sink_target(&o))
-                        .as_ref()
-                        == Some(&target)
-            })
+            && let Some(owner) = self.sink_writing(&target, None)
         {
             // Two sinks on one target would each take the other's place.
             return Err(ServerError::DuplicateObject(format!(
-                "a sink writing to {target} (sink {})",
-                owner.qualified_name()
+                "a sink writing to {target} ({owner})"
             )));
         }
         let from = from.map(|parts| {
@@ -293,6 +290,7 @@ impl Session {
             options: stored,
             secrets,
             settings,
+            destination: None,
         };
         self.write(TxnWrites {
             ddl: vec![CatalogChange::CreateSink(def)],
@@ -335,7 +333,19 @@ impl Session {
                     None if if_exists => {}
                     None => return Err(undefined(kind, &name)),
                 },
-                StreamingKind::Sink => match catalog.sink(&schema, &name) {
+                StreamingKind::Sink | StreamingKind::Destination => match catalog
+                    .sink(&schema, &name)
+                {
+                    Some(def) if !is_kind(def, kind) => {
+                        let (is, use_) = match kind {
+                            StreamingKind::Sink => ("a destination", "DROP DESTINATION"),
+                            _ => ("a sink", "DROP SINK"),
+                        };
+                        return Err(ServerError::Sqlstate {
+                            code: "42809",
+                            message: format!("\"{}\" is {is}: use {use_}", def.qualified_name()),
+                        });
+                    }
                     Some(def) => {
                         let change = CatalogChange::DropSink { id: def.id };
                         if !changes.contains(&change) {
@@ -357,6 +367,7 @@ impl Session {
         Ok(command(match kind {
             StreamingKind::Source => "DROP SOURCE",
             StreamingKind::Sink => "DROP SINK",
+            StreamingKind::Destination => "DROP DESTINATION",
         }))
     }
 
@@ -383,9 +394,10 @@ impl Session {
                     )
                 })
                 .collect(),
-            Some(StreamingKind::Sink) => catalog
+            Some(kind @ (StreamingKind::Sink | StreamingKind::Destination)) => catalog
                 .sinks
                 .values()
+                .filter(|s| is_kind(s, kind))
                 .map(|s| {
                     row(
                         &s.schema,
@@ -422,7 +434,20 @@ impl Session {
     }
 }
 
-fn undefined(kind: StreamingKind, name: &str) -> ServerError {
+/// Whether a catalog sink is of `kind` (a sink, or a destination).
+fn is_kind(def: &SinkDef, kind: StreamingKind) -> bool {
+    def.destination.is_some() == (kind == StreamingKind::Destination)
+}
+
+/// A sink's or destination's state as `weir_catalog` shows it.
+pub(super) fn sink_state(
+    status: &weir_engine::runtime::StreamStatus,
+    id: ObjectId,
+) -> &'static str {
+    crate::system_streaming::sink_status(status.sinks.get(&id))
+}
+
+pub(super) fn undefined(kind: StreamingKind, name: &str) -> ServerError {
     ServerError::Sqlstate {
         code: "42704",
         message: format!(

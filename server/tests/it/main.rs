@@ -26,8 +26,10 @@
 //!   DROP CASCADE, restarts, and `kill -9` under a nexmark source with a
 //!   projection and a blackhole sink (exactly-once).
 //! - `pg_cdc`: the `postgres-cdc` source against a throwaway PostgreSQL:
-//!   CREATE checks upstream, and a changing table through a projection and
-//!   a postgres sink exactly across `kill -9`.
+//!   CREATE checks upstream, and a changing table through a projection to
+//!   a postgres sink and a destination exactly across `kill -9`.
+//! - `destination`: CREATE DESTINATION checks, a projection mirrored into
+//!   a created target, SHOW CREATE, REPAIR under a new generation.
 //! - `secrets`: CREATE SECRET / CONNECTION: a password that reaches a real
 //!   PostgreSQL (SCRAM) and is never shown or stored in plain text.
 //! - `pg_sink`: the `postgres` sink against a throwaway PostgreSQL: checks
@@ -53,6 +55,7 @@ mod postgres;
 mod auth;
 mod crash;
 mod crash_projections;
+mod destination;
 mod files;
 mod groupcommit;
 mod http;

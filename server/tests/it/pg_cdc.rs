@@ -141,7 +141,7 @@ async fn write_changes(pg_dsn: String, stop: Arc<AtomicBool>, mut rng: Rng) -> u
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_changing_table_reaches_a_projection_and_a_postgres_sink_exactly_across_kill_9() {
+async fn a_changing_table_reaches_a_projection_a_sink_and_a_destination_exactly_across_kill_9() {
     let pg = PgCluster::start();
     let upstream = pg.connect().await;
     upstream
@@ -166,7 +166,9 @@ async fn a_changing_table_reaches_a_projection_and_a_postgres_sink_exactly_acros
              CREATE PROJECTION per_customer AS
                SELECT customer, count(*) AS n, sum(amount) AS total FROM orders_cdc GROUP BY customer;
              CREATE SINK out FROM per_customer
-               WITH (connector = 'postgres', dsn = '{dsn}', table = 'per_customer_out', key = 'customer');"
+               WITH (connector = 'postgres', dsn = '{dsn}', table = 'per_customer_out', key = 'customer');
+             CREATE DESTINATION per_customer_pg FROM per_customer
+               INTO postgres (dsn = '{dsn}', table = 'per_customer_copy') KEY (customer);"
         ))
         .await
         .expect("setup");
@@ -221,6 +223,21 @@ async fn a_changing_table_reaches_a_projection_and_a_postgres_sink_exactly_acros
         .await
         .unwrap();
     assert_eq!(written, want, "{}", server.log_tail());
+    let copied = rows(
+        &upstream,
+        "SELECT customer, n, total FROM per_customer_copy",
+    )
+    .await
+    .unwrap();
+    assert_eq!(copied, want, "{}", server.log_tail());
+    assert_eq!(
+        value(
+            &client,
+            "SELECT generation, status FROM weir_catalog.destinations WHERE name = 'per_customer_pg'"
+        )
+        .await,
+        "1|running"
+    );
 
     // The slot was confirmed past the middle of the run: the seals move
     // it, so upstream WAL is not kept for ever.
@@ -239,7 +256,7 @@ async fn a_changing_table_reaches_a_projection_and_a_postgres_sink_exactly_acros
 
     // DROP SOURCE lets the slot go.
     client
-        .batch_execute("DROP SINK out; DROP PROJECTION per_customer; DROP SOURCE orders_cdc")
+        .batch_execute("DROP PROJECTION per_customer CASCADE; DROP SOURCE orders_cdc")
         .await
         .unwrap();
     eventually(Duration::from_secs(30), "the slot dropped", || async {

@@ -58,7 +58,9 @@ pub(crate) async fn sinks_committed(client: &Client) {
     eventually(Duration::from_secs(60), "sinks committed", || async {
         let pending = rows(
             client,
-            "SELECT name FROM weir_catalog.sinks WHERE rows_out <> committed_rows OR status <> 'running'",
+            "SELECT name FROM weir_catalog.sinks WHERE rows_out <> committed_rows OR status <> 'running'
+             UNION ALL SELECT name FROM weir_catalog.destinations
+               WHERE rows_out <> committed_rows OR status <> 'running'",
         )
         .await
         .ok()?;

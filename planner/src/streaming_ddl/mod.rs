@@ -4,9 +4,11 @@
 //! CREATE SOURCE [IF NOT EXISTS] name [(column type, ... [, WATERMARK FOR col AS expr])]
 //!   WITH (connector = '...', option = 'value', ...)
 //! CREATE SINK [IF NOT EXISTS] name { FROM relation | AS query } WITH (connector = '...', ...)
-//! DROP SOURCE | SINK [IF EXISTS] name [, ...] [CASCADE | RESTRICT]
-//! SHOW SOURCES | SINKS | CONNECTORS
-//! SHOW CREATE SOURCE | SINK name
+//! DROP SOURCE | SINK | DESTINATION [IF EXISTS] name [, ...] [CASCADE | RESTRICT]
+//! SHOW SOURCES | SINKS | DESTINATIONS | CONNECTORS
+//! SHOW CREATE SOURCE | SINK | DESTINATION name
+//! CREATE DESTINATION ... FROM projection INTO kind (...) KEY (...) [WITH (...)]
+//! ALTER DESTINATION name REPAIR | ACCEPT GAP
 //! CREATE SECRET [IF NOT EXISTS] name AS 'value'
 //! ALTER SECRET name AS 'value'
 //! CREATE CONNECTION [IF NOT EXISTS] name TO kind (option = 'value', password = SECRET name, ...)
@@ -23,7 +25,7 @@
 //! The session receives every statement as a sqlparser `Statement`, so a
 //! streaming one travels as `CALL "weir.streaming_ddl"('<json>')`
 //! ([`to_statement`] / [`from_statement`]), the way `MOVE` travels as a
-//! marked FETCH.
+//! marked FETCH. Destinations are parsed in [`destination`].
 
 use datafusion::sql::sqlparser::ast::{
     Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
@@ -35,6 +37,9 @@ use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 use serde::{Deserialize, Serialize};
 
+mod destination;
+pub use destination::{CreateDestination, DestinationAction};
+
 /// The function name a streaming statement travels under.
 pub const STREAMING_DDL_MARKER: &str = "weir.streaming_ddl";
 
@@ -43,6 +48,8 @@ pub const STREAMING_DDL_MARKER: &str = "weir.streaming_ddl";
 pub enum StreamingKind {
     Source,
     Sink,
+    /// A sink that keeps a keyed copy of a projection (`CREATE DESTINATION`).
+    Destination,
 }
 
 impl StreamingKind {
@@ -50,6 +57,7 @@ impl StreamingKind {
         match self {
             Self::Source => "SOURCE",
             Self::Sink => "SINK",
+            Self::Destination => "DESTINATION",
         }
     }
 }
@@ -106,6 +114,11 @@ pub enum StreamingDdl {
         #[serde(default)]
         secrets: Vec<(String, String)>,
     },
+    CreateDestination(CreateDestination),
+    AlterDestination {
+        name: Vec<String>,
+        action: DestinationAction,
+    },
     CreateSecret {
         if_not_exists: bool,
         name: String,
@@ -145,7 +158,8 @@ pub enum StreamingDdl {
         names: Vec<Vec<String>>,
         cascade: bool,
     },
-    /// `SHOW SOURCES` / `SHOW SINKS` (`kind`), or `SHOW CONNECTORS` (`None`).
+    /// `SHOW SOURCES` / `SINKS` / `DESTINATIONS` (`kind`), or `SHOW
+    /// CONNECTORS` (`None`).
     Show {
         kind: Option<StreamingKind>,
     },
@@ -171,13 +185,17 @@ pub fn is_streaming(tokens: &[TokenWithSpan]) -> bool {
     matches!(
         (w(0), w(1), w(2)),
         ("CREATE" | "DROP", "SOURCE" | "SINK", _)
-            | ("CREATE" | "DROP" | "ALTER", "SECRET" | "CONNECTION", _)
             | (
-                "SHOW",
-                "SOURCES" | "SINKS" | "CONNECTORS" | "SECRETS" | "CONNECTIONS",
+                "CREATE" | "DROP" | "ALTER",
+                "SECRET" | "CONNECTION" | "DESTINATION",
                 _
             )
-            | ("SHOW", "CREATE", "SOURCE" | "SINK")
+            | (
+                "SHOW",
+                "SOURCES" | "SINKS" | "DESTINATIONS" | "CONNECTORS" | "SECRETS" | "CONNECTIONS",
+                _
+            )
+            | ("SHOW", "CREATE", "SOURCE" | "SINK" | "DESTINATION")
     )
 }
 
@@ -209,6 +227,16 @@ pub fn parse_streaming(mut tokens: Vec<TokenWithSpan>) -> Result<StreamingDdl, P
         match kind {
             StreamingKind::Source => create_source(&mut p, if_not_exists, name)?,
             StreamingKind::Sink => create_sink(&mut p, if_not_exists, name, options)?,
+            StreamingKind::Destination => {
+                destination::create_destination(&mut p, if_not_exists, name)?
+            }
+        }
+    } else if p.parse_keyword(Keyword::ALTER) {
+        match kind_word(&mut p)? {
+            StreamingKind::Destination => destination::alter_destination(&mut p)?,
+            kind => {
+                return parser_error(&format!("ALTER {} is not supported yet", kind.keyword()));
+            }
         }
     } else if p.parse_keyword(Keyword::DROP) {
         let kind = kind_word(&mut p)?;
@@ -243,6 +271,9 @@ pub fn parse_streaming(mut tokens: Vec<TokenWithSpan>) -> Result<StreamingDdl, P
                 "SINKS" => StreamingDdl::Show {
                     kind: Some(StreamingKind::Sink),
                 },
+                "DESTINATIONS" => StreamingDdl::Show {
+                    kind: Some(StreamingKind::Destination),
+                },
                 "SECRETS" => StreamingDdl::ShowNamed {
                     what: NamedKind::Secret,
                 },
@@ -253,7 +284,7 @@ pub fn parse_streaming(mut tokens: Vec<TokenWithSpan>) -> Result<StreamingDdl, P
             }
         }
     } else {
-        return p.expected("CREATE, DROP or SHOW", p.peek_token());
+        return p.expected("CREATE, ALTER, DROP or SHOW", p.peek_token());
     };
     let _ = p.consume_token(&Token::SemiColon);
     if p.peek_token().token != Token::EOF {
@@ -273,9 +304,10 @@ fn kind_word(p: &mut Parser) -> Result<StreamingKind, ParserError> {
     match word(p).as_deref() {
         Some("SOURCE") => Ok(StreamingKind::Source),
         Some("SINK") => Ok(StreamingKind::Sink),
+        Some("DESTINATION") => Ok(StreamingKind::Destination),
         _ => {
             p.prev_token();
-            p.expected("SOURCE or SINK", p.peek_token())
+            p.expected("SOURCE, SINK or DESTINATION", p.peek_token())
         }
     }
 }
@@ -607,155 +639,4 @@ pub fn from_statement(statement: &Statement) -> Option<StreamingDdl> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use datafusion::sql::sqlparser::tokenizer::Tokenizer;
-
-    fn parse(sql: &str) -> Result<StreamingDdl, ParserError> {
-        let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
-            .tokenize_with_location()
-            .unwrap();
-        assert!(is_streaming(&tokens), "{sql}");
-        parse_streaming(tokens)
-    }
-
-    #[test]
-    fn reads_sources_sinks_and_their_options() {
-        let source = parse(
-            "CREATE SOURCE IF NOT EXISTS S.Bid (auction BIGINT, \"Price\" BIGINT NOT NULL, date_time TIMESTAMP,
-               WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
-             WITH (connector = 'nexmark', event = 'bid', rate_limit = 100, fields.x.kind = 'random')",
-        )
-        .unwrap();
-        let StreamingDdl::CreateSource {
-            if_not_exists,
-            name,
-            columns,
-            watermark,
-            options,
-            ..
-        } = source
-        else {
-            panic!("not a source")
-        };
-        assert!(if_not_exists);
-        assert_eq!(name, vec!["s", "bid"]);
-        assert_eq!(columns[1].name, "Price");
-        assert!(columns[1].not_null);
-        assert_eq!(columns[2].data_type, "TIMESTAMP");
-        let (column, expr) = watermark.unwrap();
-        assert_eq!(column, "date_time");
-        assert_eq!(expr, "date_time - INTERVAL '4' SECOND");
-        assert_eq!(options[2], ("rate_limit".into(), "100".into()));
-        assert_eq!(options[3].0, "fields.x.kind");
-
-        let bare =
-            parse("CREATE SINK q0 AS SELECT auction FROM bid WITH (connector = 'blackhole')")
-                .unwrap();
-        assert!(
-            matches!(&bare, StreamingDdl::CreateSink { query: Some(q), options, .. }
-            if q == "SELECT auction FROM bid" && options.len() == 1),
-            "{bare:?}"
-        );
-        let cte = parse(
-            "CREATE SINK c AS WITH x AS (SELECT 1 AS a) SELECT a FROM x WITH (connector = 'log')",
-        )
-        .unwrap();
-        assert!(
-            matches!(&cte, StreamingDdl::CreateSink { query: Some(q), .. } if q.starts_with("WITH x AS")),
-            "{cte:?}"
-        );
-        let sink = parse(
-            "create sink out as select a, b from t where a > 1 with (connector = 'blackhole')",
-        )
-        .unwrap();
-        assert!(
-            matches!(&sink, StreamingDdl::CreateSink { query: Some(q), from: None, .. } if q == "SELECT a, b FROM t WHERE a > 1")
-        );
-        assert_eq!(from_statement(&to_statement(&sink)), Some(sink));
-        assert!(matches!(
-            parse("DROP SINK IF EXISTS a, b CASCADE").unwrap(),
-            StreamingDdl::Drop { kind: StreamingKind::Sink, if_exists: true, cascade: true, ref names } if names.len() == 2
-        ));
-        assert_eq!(
-            parse("SHOW CONNECTORS").unwrap(),
-            StreamingDdl::Show { kind: None }
-        );
-        assert!(parse("CREATE SINK x WITH (connector = 'blackhole')").is_err());
-        assert!(parse("CREATE SOURCE x (a int DEFAULT 1) WITH (connector = 'datagen')").is_err());
-        assert!(parse("CREATE SOURCE x WITH (connector = 'a', connector = 'b')").is_err());
-    }
-
-    #[test]
-    fn reads_secrets_connections_and_secret_options() {
-        assert_eq!(
-            parse("CREATE SECRET IF NOT EXISTS Pg_Pass AS 'hunter2'").unwrap(),
-            StreamingDdl::CreateSecret {
-                if_not_exists: true,
-                name: "pg_pass".into(),
-                value: "hunter2".into(),
-            }
-        );
-        assert_eq!(
-            parse("ALTER SECRET pg_pass AS 'new'").unwrap(),
-            StreamingDdl::AlterSecret {
-                name: "pg_pass".into(),
-                value: "new".into(),
-            }
-        );
-        assert!(parse("CREATE SECRET s AS 12").is_err());
-        assert_eq!(
-            parse(
-                "CREATE CONNECTION shop TO postgres (dsn = 'host=db', password = SECRET pg_pass)"
-            )
-            .unwrap(),
-            StreamingDdl::CreateConnection {
-                if_not_exists: false,
-                name: "shop".into(),
-                kind: "postgres".into(),
-                options: vec![("dsn".into(), "host=db".into())],
-                secrets: vec![("password".into(), "pg_pass".into())],
-            }
-        );
-        assert!(matches!(
-            parse("ALTER CONNECTION shop SET (dsn = 'host=db2')").unwrap(),
-            StreamingDdl::AlterConnection { ref options, .. } if options.len() == 1
-        ));
-        assert_eq!(
-            parse("DROP SECRET IF EXISTS a, b CASCADE").unwrap(),
-            StreamingDdl::DropNamed {
-                what: NamedKind::Secret,
-                if_exists: true,
-                names: vec!["a".into(), "b".into()],
-                cascade: true,
-            }
-        );
-        assert_eq!(
-            parse("SHOW CONNECTIONS").unwrap(),
-            StreamingDdl::ShowNamed {
-                what: NamedKind::Connection
-            }
-        );
-        let source = parse(
-            "CREATE SOURCE o WITH (connector = 'postgres-cdc', connection = shop, password = SECRET pg_pass)",
-        )
-        .unwrap();
-        assert!(
-            matches!(&source, StreamingDdl::CreateSource { options, secrets, .. }
-                if options[1] == ("connection".into(), "shop".into())
-                    && secrets == &[("password".to_string(), "pg_pass".to_string())]),
-            "{source:?}"
-        );
-        // A quoted 'secret' is a value like any other.
-        assert!(matches!(
-            parse("CREATE SOURCE o WITH (connector = 'x', word = 'secret')").unwrap(),
-            StreamingDdl::CreateSource { ref secrets, .. } if secrets.is_empty()
-        ));
-        let sink = parse(
-            "CREATE SINK s AS SELECT 1 AS a WITH (connector = 'postgres', password = SECRET p)",
-        )
-        .unwrap();
-        assert!(matches!(&sink, StreamingDdl::CreateSink { secrets, .. } if secrets.len() == 1));
-        assert_eq!(from_statement(&to_statement(&sink)), Some(sink));
-    }
-}
+mod tests;

@@ -1,0 +1,210 @@
+//! Parser tests: every statement form, read back through its marker.
+
+use super::*;
+use datafusion::sql::sqlparser::tokenizer::Tokenizer;
+
+fn parse(sql: &str) -> Result<StreamingDdl, ParserError> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize_with_location()
+        .unwrap();
+    assert!(is_streaming(&tokens), "{sql}");
+    parse_streaming(tokens)
+}
+
+#[test]
+fn reads_sources_sinks_and_their_options() {
+    let source = parse(
+            "CREATE SOURCE IF NOT EXISTS S.Bid (auction BIGINT, \"Price\" BIGINT NOT NULL, date_time TIMESTAMP,
+               WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
+             WITH (connector = 'nexmark', event = 'bid', rate_limit = 100, fields.x.kind = 'random')",
+        )
+        .unwrap();
+    let StreamingDdl::CreateSource {
+        if_not_exists,
+        name,
+        columns,
+        watermark,
+        options,
+        ..
+    } = source
+    else {
+        panic!("not a source")
+    };
+    assert!(if_not_exists);
+    assert_eq!(name, vec!["s", "bid"]);
+    assert_eq!(columns[1].name, "Price");
+    assert!(columns[1].not_null);
+    assert_eq!(columns[2].data_type, "TIMESTAMP");
+    let (column, expr) = watermark.unwrap();
+    assert_eq!(column, "date_time");
+    assert_eq!(expr, "date_time - INTERVAL '4' SECOND");
+    assert_eq!(options[2], ("rate_limit".into(), "100".into()));
+    assert_eq!(options[3].0, "fields.x.kind");
+
+    let bare =
+        parse("CREATE SINK q0 AS SELECT auction FROM bid WITH (connector = 'blackhole')").unwrap();
+    assert!(
+        matches!(&bare, StreamingDdl::CreateSink { query: Some(q), options, .. }
+            if q == "SELECT auction FROM bid" && options.len() == 1),
+        "{bare:?}"
+    );
+    let cte = parse(
+        "CREATE SINK c AS WITH x AS (SELECT 1 AS a) SELECT a FROM x WITH (connector = 'log')",
+    )
+    .unwrap();
+    assert!(
+        matches!(&cte, StreamingDdl::CreateSink { query: Some(q), .. } if q.starts_with("WITH x AS")),
+        "{cte:?}"
+    );
+    let sink =
+        parse("create sink out as select a, b from t where a > 1 with (connector = 'blackhole')")
+            .unwrap();
+    assert!(
+        matches!(&sink, StreamingDdl::CreateSink { query: Some(q), from: None, .. } if q == "SELECT a, b FROM t WHERE a > 1")
+    );
+    assert_eq!(from_statement(&to_statement(&sink)), Some(sink));
+    assert!(matches!(
+        parse("DROP SINK IF EXISTS a, b CASCADE").unwrap(),
+        StreamingDdl::Drop { kind: StreamingKind::Sink, if_exists: true, cascade: true, ref names } if names.len() == 2
+    ));
+    assert_eq!(
+        parse("SHOW CONNECTORS").unwrap(),
+        StreamingDdl::Show { kind: None }
+    );
+    assert!(parse("CREATE SINK x WITH (connector = 'blackhole')").is_err());
+    assert!(parse("CREATE SOURCE x (a int DEFAULT 1) WITH (connector = 'datagen')").is_err());
+    assert!(parse("CREATE SOURCE x WITH (connector = 'a', connector = 'b')").is_err());
+}
+
+#[test]
+fn reads_secrets_connections_and_secret_options() {
+    assert_eq!(
+        parse("CREATE SECRET IF NOT EXISTS Pg_Pass AS 'hunter2'").unwrap(),
+        StreamingDdl::CreateSecret {
+            if_not_exists: true,
+            name: "pg_pass".into(),
+            value: "hunter2".into(),
+        }
+    );
+    assert_eq!(
+        parse("ALTER SECRET pg_pass AS 'new'").unwrap(),
+        StreamingDdl::AlterSecret {
+            name: "pg_pass".into(),
+            value: "new".into(),
+        }
+    );
+    assert!(parse("CREATE SECRET s AS 12").is_err());
+    assert_eq!(
+        parse("CREATE CONNECTION shop TO postgres (dsn = 'host=db', password = SECRET pg_pass)")
+            .unwrap(),
+        StreamingDdl::CreateConnection {
+            if_not_exists: false,
+            name: "shop".into(),
+            kind: "postgres".into(),
+            options: vec![("dsn".into(), "host=db".into())],
+            secrets: vec![("password".into(), "pg_pass".into())],
+        }
+    );
+    assert!(matches!(
+        parse("ALTER CONNECTION shop SET (dsn = 'host=db2')").unwrap(),
+        StreamingDdl::AlterConnection { ref options, .. } if options.len() == 1
+    ));
+    assert_eq!(
+        parse("DROP SECRET IF EXISTS a, b CASCADE").unwrap(),
+        StreamingDdl::DropNamed {
+            what: NamedKind::Secret,
+            if_exists: true,
+            names: vec!["a".into(), "b".into()],
+            cascade: true,
+        }
+    );
+    assert_eq!(
+        parse("SHOW CONNECTIONS").unwrap(),
+        StreamingDdl::ShowNamed {
+            what: NamedKind::Connection
+        }
+    );
+    let source = parse(
+            "CREATE SOURCE o WITH (connector = 'postgres-cdc', connection = shop, password = SECRET pg_pass)",
+        )
+        .unwrap();
+    assert!(
+        matches!(&source, StreamingDdl::CreateSource { options, secrets, .. }
+                if options[1] == ("connection".into(), "shop".into())
+                    && secrets == &[("password".to_string(), "pg_pass".to_string())]),
+        "{source:?}"
+    );
+    // A quoted 'secret' is a value like any other.
+    assert!(matches!(
+        parse("CREATE SOURCE o WITH (connector = 'x', word = 'secret')").unwrap(),
+        StreamingDdl::CreateSource { ref secrets, .. } if secrets.is_empty()
+    ));
+    let sink =
+        parse("CREATE SINK s AS SELECT 1 AS a WITH (connector = 'postgres', password = SECRET p)")
+            .unwrap();
+    assert!(matches!(&sink, StreamingDdl::CreateSink { secrets, .. } if secrets.len() == 1));
+    assert_eq!(from_statement(&to_statement(&sink)), Some(sink));
+}
+
+#[test]
+fn reads_destinations() {
+    let create = parse(
+        "CREATE DESTINATION IF NOT EXISTS Top_PG FROM s.top
+           INTO postgres (connection = pg, table = 'public.top', password = SECRET pw)
+           KEY (Bidder, \"Day\") WITH (on_existing = 'truncate');",
+    )
+    .unwrap();
+    let StreamingDdl::CreateDestination(CreateDestination {
+        if_not_exists,
+        ref name,
+        ref from,
+        ref into,
+        ref options,
+        ref secrets,
+        ref key,
+        ref with,
+    }) = create
+    else {
+        panic!("not a destination: {create:?}")
+    };
+    assert!(if_not_exists);
+    assert_eq!(name, &["top_pg"]);
+    assert_eq!(from, &["s", "top"]);
+    assert_eq!(into, "postgres");
+    assert_eq!(options.len(), 2);
+    assert_eq!(secrets, &[("password".to_string(), "pw".to_string())]);
+    assert_eq!(key, &["bidder", "Day"]);
+    assert_eq!(with, &[("on_existing".to_string(), "truncate".to_string())]);
+    assert_eq!(from_statement(&to_statement(&create)), Some(create.clone()));
+    assert!(parse("CREATE DESTINATION d FROM p INTO postgres (table = 't')").is_err());
+    assert_eq!(
+        parse("ALTER DESTINATION d REPAIR").unwrap(),
+        StreamingDdl::AlterDestination {
+            name: vec!["d".into()],
+            action: DestinationAction::Repair
+        }
+    );
+    assert_eq!(
+        parse("alter destination s.d accept gap").unwrap(),
+        StreamingDdl::AlterDestination {
+            name: vec!["s".into(), "d".into()],
+            action: DestinationAction::AcceptGap
+        }
+    );
+    assert!(parse("ALTER DESTINATION d ACCEPT").is_err());
+    assert!(matches!(
+        parse("DROP DESTINATION IF EXISTS d CASCADE").unwrap(),
+        StreamingDdl::Drop {
+            kind: StreamingKind::Destination,
+            if_exists: true,
+            cascade: true,
+            ..
+        }
+    ));
+    assert_eq!(
+        parse("SHOW DESTINATIONS").unwrap(),
+        StreamingDdl::Show {
+            kind: Some(StreamingKind::Destination)
+        }
+    );
+}
