@@ -2,8 +2,9 @@
 //! - `sources`: every source with its connector, status (`idle` until
 //!   something reads it, `running`, `retrying`, `completed`, `failed`),
 //!   rows read, offsets per split, largest event time and last error;
-//! - `sinks`: every sink with its connector, status, rows handed to it,
-//!   rows, epoch and connector descriptor committed, and last error;
+//! - `sinks`: every sink with its connector, status (`running`,
+//!   `backing_off`, `failed`), rows handed to it, rows, epoch and
+//!   connector descriptor committed, last error, retries and next retry;
 //! - `destinations`: every destination with its identity (kept across
 //!   repairs), generation, projection, target, key, status, the epochs it
 //!   prepared and committed, its records (created, repairs, accepted
@@ -62,6 +63,8 @@ pub fn fields(name: &str) -> Option<Vec<Field>> {
             int8("committed_epoch"),
             opt_utf8("committed_descriptor"),
             opt_utf8("error"),
+            int8("retries"),
+            opt_utf8("next_retry_at"),
             utf8("definition"),
         ],
         "destinations" => vec![
@@ -81,6 +84,8 @@ pub fn fields(name: &str) -> Option<Vec<Field>> {
             int8("committed_rows"),
             utf8("records"),
             opt_utf8("error"),
+            int8("retries"),
+            opt_utf8("next_retry_at"),
             utf8("definition"),
         ],
         "connectors" => vec![
@@ -198,6 +203,8 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                         .collect(),
                 ),
                 opt_text(state.iter().map(|s| s.error.clone()).collect()),
+                int(state.iter().map(|s| s.retries as i64).collect()),
+                opt_text(state.iter().map(next_retry_at).collect()),
                 text(defs.iter().map(|d| d.create_statement()).collect()),
             ]
         }
@@ -256,6 +263,8 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                         .collect(),
                 ),
                 opt_text(state.iter().map(|s| s.error.clone()).collect()),
+                int(state.iter().map(|s| s.retries as i64).collect()),
+                opt_text(state.iter().map(next_retry_at).collect()),
                 text(defs.iter().map(|(d, _)| d.create_statement()).collect()),
             ]
         }
@@ -312,6 +321,11 @@ pub fn sink_status(state: Option<&weir_engine::runtime::streams::SinkStatus>) ->
         Some(status) if !status.is_empty() => status,
         _ => "starting",
     }
+}
+
+/// When a backing-off sink tries again, as a UTC timestamp.
+fn next_retry_at(state: &weir_engine::runtime::streams::SinkStatus) -> Option<String> {
+    state.next_retry_ms.map(|ms| format_micros(ms * 1000))
 }
 
 fn format_micros(us: i64) -> String {

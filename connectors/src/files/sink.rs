@@ -150,6 +150,21 @@ impl FilesSink {
         for location in stale {
             self.delete(&location).await?;
         }
+        // A local store writes each file as `<name>#<n>` and renames it
+        // when whole, and does not list such names: a write cut short by
+        // a crash leaves one behind, which only the file system shows.
+        if let Some(dir) = self.local_path(&format!("{STAGING}/{}-{}", self.name, self.token)) {
+            match tokio::fs::remove_dir_all(&dir).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(ConnectorError::Transient {
+                        connector: NAME.into(),
+                        message: format!("clearing {}: {e}", dir.display()),
+                    });
+                }
+            }
+        }
         Ok(())
     }
 

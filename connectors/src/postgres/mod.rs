@@ -130,7 +130,7 @@ impl Connector for PostgresConnector {
                 ));
             }
             let client = target.connect().await?;
-            if !(target.create_table && !target::target_exists(&client, &target).await?) {
+            if !target.create_table || target::target_exists(&client, &target).await? {
                 target::check_target(&client, &target).await?;
                 if target.on_existing == OnExisting::Error
                     && target::target_holds_rows(&client, &target).await?
@@ -524,6 +524,18 @@ pub(crate) fn pg_error_of(
     e: tokio_postgres::Error,
 ) -> ConnectorError {
     match e.as_db_error() {
+        // The server going down or away (57: shutdown, 08: connection),
+        // out of resources (53), or a conflict between transactions
+        // (40001, 40P01): trying again later can succeed.
+        Some(db)
+            if ["57", "08", "53"].contains(&&db.code().code()[..2])
+                || ["40001", "40P01"].contains(&db.code().code()) =>
+        {
+            ConnectorError::Transient {
+                connector: connector.into(),
+                message: format!("{doing}: {} (SQLSTATE {})", db.message(), db.code().code()),
+            }
+        }
         Some(db) => ConnectorError::Rejected {
             connector: connector.into(),
             message: format!("{doing}: {} (SQLSTATE {})", db.message(), db.code().code()),

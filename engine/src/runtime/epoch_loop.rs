@@ -114,7 +114,9 @@ impl Loop {
     async fn handle(&mut self, command: Option<Command>) {
         match command {
             None => {
-                if self.coordinator.pending_rows() > 0 {
+                // A sink that backs off retries at an epoch close, so one
+                // closes for it even when nothing is pending.
+                if self.coordinator.pending_rows() > 0 || self.streams.any_retry_due() {
                     self.close().await;
                 } else {
                     self.shared.covered.store(self.received, Ordering::Release);

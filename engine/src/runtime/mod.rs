@@ -13,7 +13,8 @@
 //!   must cover ([`BarrierTarget`]), and is answered by the first epoch that
 //!   covers it, whatever path the rows took to get there.
 //! - [`streams`]: one shared reader per source, one writer per sink, and
-//!   the offsets and descriptors every seal records.
+//!   the offsets and descriptors every seal records; `sink_retry`: a sink
+//!   whose target is unreachable backs off and catches up.
 //! - [`checkpoints`]: writes each completed epoch as per-vnode partials,
 //!   then its seal (with the table-log LSN, source offsets, sink
 //!   descriptors and state fingerprints).
@@ -33,6 +34,7 @@ mod compactor;
 mod epoch_loop;
 mod reader;
 mod restore;
+mod sink_retry;
 pub mod streams;
 mod table_log;
 #[cfg(test)]

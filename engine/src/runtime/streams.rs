@@ -19,7 +19,11 @@
 //!   latest descriptors (`sink:<id>`); after it, sinks commit and sources
 //!   hear `on_sealed`.
 //! - A source or sink that fails is marked failed alone (its error in
-//!   `weir_catalog.sources` / `sinks`); the rest keep running.
+//!   `weir_catalog.sources` / `sinks`); the rest keep running. A sink
+//!   whose error is retryable backs off and catches up instead
+//!   (`sink_retry`). A sink restored from a seal that it had fallen
+//!   behind (it was failed or backing off when the seal was taken) is
+//!   failed at open, saying so: the changes between are gone.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -84,6 +88,11 @@ pub struct SinkSeal {
     pub descriptor: String,
     /// Rows the sink had received when it pre-committed (for status).
     pub rows: u64,
+    /// The sink was failed or backing off when the seal was taken: its
+    /// graph's state in the seal is past what it delivered, so a start
+    /// from this seal cannot give it the changes between.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub behind: bool,
 }
 
 impl SealedStreams {
@@ -157,7 +166,7 @@ pub struct SourceStatus {
 /// One sink's state, for `weir_catalog.sinks`.
 #[derive(Debug, Clone, Default)]
 pub struct SinkStatus {
-    /// `running` or `failed`.
+    /// `running`, `backing_off` or `failed`.
     pub status: &'static str,
     /// Row changes handed to the sink (the sum of absolute weights),
     /// written, committed or not.
@@ -171,6 +180,10 @@ pub struct SinkStatus {
     /// recorded for it), shown so its exactly-once state can be checked.
     pub committed_descriptor: Option<String>,
     pub error: Option<String>,
+    /// Retries since the last successful commit.
+    pub retries: u64,
+    /// When a backing-off sink tries again, ms since the Unix epoch.
+    pub next_retry_ms: Option<i64>,
 }
 
 /// Status of every source and sink, shared with the system tables.
@@ -186,21 +199,30 @@ struct Reader {
     sealed: mpsc::UnboundedSender<(u64, Offsets)>,
 }
 
-struct SinkSlot {
-    sink: Box<dyn Sink>,
+pub(super) struct SinkSlot {
+    pub sink: Box<dyn Sink>,
     /// The connector's name, for errors.
-    connector: String,
+    pub connector: String,
+    /// What opened it, to open it again after a retryable error.
+    pub spec: SinkToOpen,
     /// Pre-committed and not yet committed: (epoch, descriptor, rows).
-    prepared: Option<SinkSeal>,
+    pub prepared: Option<SinkSeal>,
     /// The entry the latest seal (or the one being written) holds.
-    sealed: Option<SinkSeal>,
-    failed: bool,
+    pub sealed: Option<SinkSeal>,
+    /// The entry the latest durable seal holds: where a retry reopens.
+    pub durable: Option<SinkSeal>,
+    /// The changes of every epoch after `durable`, in order.
+    pub unsealed: Vec<(u64, ChangeBatch)>,
+    pub unsealed_rows: usize,
+    /// Set while it backs off after a retryable error.
+    pub backoff: Option<super::sink_retry::Backoff>,
+    pub failed: bool,
 }
 
 /// The loop's sources and sinks.
 pub struct Streams {
     commands: mpsc::WeakSender<Command>,
-    status: Arc<RwLock<StreamStatus>>,
+    pub(super) status: Arc<RwLock<StreamStatus>>,
     readers: HashMap<ObjectId, Reader>,
     /// The definition of every source being read.
     defs: HashMap<ObjectId, SourceToRead>,
@@ -210,7 +232,7 @@ pub struct Streams {
     covered: HashMap<ObjectId, Offsets>,
     /// Per deployment, the sources it reads.
     reads: HashMap<ObjectId, Vec<ObjectId>>,
-    sinks: HashMap<ObjectId, SinkSlot>,
+    pub(super) sinks: HashMap<ObjectId, SinkSlot>,
     /// Sink entries of the seal the loop started from, until each sink opens.
     sealed_sinks: HashMap<ObjectId, SinkSeal>,
     /// Numbers reader runs.
@@ -354,21 +376,18 @@ impl Streams {
         epoch: u64,
     ) {
         let sealed = self.sealed_sinks.remove(&id);
-        let connector = match weir_connectors::connector(&spec.connector, ConnectorKind::Sink) {
-            Ok(c) => c,
-            Err(e) => return self.sink_failed(id, &e.to_string()),
-        };
-        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            connector.open_sink(SinkOpen {
-                name: &spec.name,
-                schema: spec.schema.clone(),
-                options: &spec.options,
-                sealed: sealed.as_ref().map(|s| (s.epoch, s.descriptor.as_str())),
-                generation: self.generation,
-            })
-        }))
-        .unwrap_or_else(|panic| Err(ConnectorError::panicked(&spec.connector, &*panic)));
-        let sink = match opened {
+        if let Some(s) = sealed.as_ref().filter(|s| s.behind) {
+            // Its graph's state moved on while it could not write: what it
+            // missed is gone.
+            return self.sink_failed(
+                id,
+                &format!(
+                    "the sink was failing when Weir last checkpointed (it had delivered up to epoch {}), so the changes after that are gone: drop and create the sink (a destination: ALTER DESTINATION ... REPAIR)",
+                    s.epoch
+                ),
+            );
+        }
+        let sink = match self.connect_sink(spec, sealed.as_ref()) {
             Ok(sink) => sink,
             Err(e) => return self.sink_failed(id, &e.to_string()),
         };
@@ -390,17 +409,42 @@ impl Streams {
             SinkSlot {
                 sink,
                 connector: spec.connector.clone(),
+                spec: spec.clone(),
                 prepared: None,
+                durable: sealed.clone(),
                 sealed,
+                unsealed: Vec::new(),
+                unsealed_rows: 0,
+                backoff: None,
                 failed: false,
             },
         );
         if let Some(out) = backfill.filter(|b| !b.is_empty() && !restored) {
+            self.collect(id, epoch, &out);
             self.write(id, epoch, &out).await;
         }
         // The state checkpointed from now on includes the backfill, so the
         // descriptor sealed with it must too.
         self.pre_commit(id, epoch).await;
+    }
+
+    /// Opens `spec`'s connector with the seal entry `sealed`.
+    pub(super) fn connect_sink(
+        &self,
+        spec: &SinkToOpen,
+        sealed: Option<&SinkSeal>,
+    ) -> Result<Box<dyn Sink>, ConnectorError> {
+        let connector = weir_connectors::connector(&spec.connector, ConnectorKind::Sink)?;
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            connector.open_sink(SinkOpen {
+                name: &spec.name,
+                schema: spec.schema.clone(),
+                options: &spec.options,
+                sealed: sealed.map(|s| (s.epoch, s.descriptor.as_str())),
+                generation: self.generation,
+            })
+        }))
+        .unwrap_or_else(|panic| Err(ConnectorError::panicked(&spec.connector, &*panic)))
     }
 
     /// Whether `reader` is the current run of its source's reader.
@@ -452,17 +496,34 @@ impl Streams {
     /// sink's share of it. Every sink pre-commits the epoch.
     pub async fn epoch_closed(&mut self, epoch: u64, emitted: Vec<(ObjectId, ChangeBatch)>) {
         self.covered = self.received.clone();
-        for (id, out) in emitted {
-            self.write(id, epoch, &out).await;
+        for (id, out) in &emitted {
+            self.collect(*id, epoch, out);
         }
+        // A sink that was backing off is handed every collected epoch
+        // (this one's included) when it opens again.
         let ids: Vec<ObjectId> = self.sinks.keys().copied().collect();
+        let mut retried = HashSet::new();
+        for &id in &ids {
+            if self.retry_due(id) && self.retry(id).await {
+                retried.insert(id);
+            }
+        }
+        for (id, out) in emitted {
+            if !retried.contains(&id) {
+                self.write(id, epoch, &out).await;
+            }
+        }
         for id in ids {
             self.pre_commit(id, epoch).await;
         }
     }
 
     async fn write(&mut self, id: ObjectId, epoch: u64, out: &ChangeBatch) {
-        let Some(slot) = self.sinks.get_mut(&id).filter(|s| !s.failed) else {
+        let Some(slot) = self
+            .sinks
+            .get_mut(&id)
+            .filter(|s| !s.failed && s.backoff.is_none())
+        else {
             return;
         };
         match guarded(&slot.connector, slot.sink.write(epoch, out)).await {
@@ -476,12 +537,16 @@ impl Streams {
                     .map(|w| w.unsigned_abs())
                     .sum::<u64>();
             }
-            Err(e) => self.sink_failed(id, &e.to_string()),
+            Err(e) => self.sink_error(id, e),
         }
     }
 
     async fn pre_commit(&mut self, id: ObjectId, epoch: u64) {
-        let Some(slot) = self.sinks.get_mut(&id).filter(|s| !s.failed) else {
+        let Some(slot) = self
+            .sinks
+            .get_mut(&id)
+            .filter(|s| !s.failed && s.backoff.is_none())
+        else {
             return;
         };
         match guarded(&slot.connector, slot.sink.pre_commit(epoch)).await {
@@ -496,9 +561,10 @@ impl Streams {
                     epoch,
                     descriptor,
                     rows,
+                    behind: false,
                 });
             }
-            Err(e) => self.sink_failed(id, &e.to_string()),
+            Err(e) => self.sink_error(id, e),
         }
     }
 
@@ -538,12 +604,28 @@ impl Streams {
             if let Some(prepared) = slot.prepared.take() {
                 slot.sealed = Some(prepared);
             }
-            if let Some(entry) = &slot.sealed {
-                sinks.insert(
-                    sink_key(*id),
-                    serde_json::to_string(entry).expect("sink entries serialize"),
-                );
-            }
+            // A sink that cannot write gets no new entry while its graph's
+            // state goes on into this seal: marked, so a start from the
+            // seal fails it instead of losing what it missed in silence.
+            let behind = slot.failed || slot.backoff.is_some();
+            let entry = match (&slot.sealed, behind) {
+                (Some(entry), false) => entry.clone(),
+                (Some(entry), true) => SinkSeal {
+                    behind: true,
+                    ..entry.clone()
+                },
+                (None, true) => SinkSeal {
+                    epoch: 0,
+                    descriptor: String::new(),
+                    rows: 0,
+                    behind: true,
+                },
+                (None, false) => continue,
+            };
+            sinks.insert(
+                sink_key(*id),
+                serde_json::to_string(&entry).expect("sink entries serialize"),
+            );
         }
         (offsets, sinks)
     }
@@ -559,6 +641,14 @@ impl Streams {
             let Some(entry) = slot.sealed.clone() else {
                 continue;
             };
+            // The seal holds `entry` now, whatever the commit does.
+            slot.durable = Some(entry.clone());
+            slot.unsealed.retain(|(e, _)| *e > entry.epoch);
+            slot.unsealed_rows = slot.unsealed.iter().map(|(_, c)| c.num_rows()).sum();
+            if slot.backoff.is_some() {
+                // Its reopening commits the entry.
+                continue;
+            }
             match guarded(
                 &slot.connector,
                 slot.sink.commit(entry.epoch, &entry.descriptor),
@@ -571,8 +661,9 @@ impl Streams {
                     s.committed_rows = entry.rows;
                     s.committed_epoch = entry.epoch;
                     s.committed_descriptor = Some(entry.descriptor.clone());
+                    s.retries = 0;
                 }
-                Err(e) => self.sink_failed(id, &e.to_string()),
+                Err(e) => self.sink_error(id, e),
             }
         }
         let Some((_, covered)) = self.sealing.take().filter(|(e, _)| *e == epoch) else {
@@ -667,6 +758,16 @@ mod tests {
             streams.sinks.insert(
                 id,
                 SinkSlot {
+                    spec: SinkToOpen {
+                        name: "public.fine".into(),
+                        connector: "blackhole".into(),
+                        options: BTreeMap::new(),
+                        schema: crate::testing::schema("k int"),
+                    },
+                    durable: None,
+                    unsealed: Vec::new(),
+                    unsealed_rows: 0,
+                    backoff: None,
                     sink: if id == buggy {
                         Box::new(Panics)
                     } else {

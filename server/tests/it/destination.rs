@@ -4,7 +4,8 @@
 //! changes mirrored, SHOW and SHOW CREATE, `weir_catalog.destinations`
 //! with its records, `REPAIR` under a new generation (the target refilled
 //! in one transaction), a key that does not identify one row refused at
-//! commit, a restart, and DROP.
+//! commit, its database going away and coming back (it backs off and
+//! catches up), a restart, and DROP.
 
 use std::time::Duration;
 
@@ -305,6 +306,42 @@ async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation()
             .unwrap();
     }
 
+    // The target's database goes down: the destination backs off, shows
+    // it, and catches up exactly once the database is back, while the
+    // projection goes on.
+    pg.stop();
+    client
+        .batch_execute("UPDATE bids SET price = price + 1 WHERE bidder = 1; INSERT INTO bids VALUES (1003, 101, 1)")
+        .await
+        .unwrap();
+    client.batch_execute("FLUSH").await.unwrap();
+    let backing_off = eventually(Duration::from_secs(30), "backing off", || async {
+        let row = value(
+            &client,
+            "SELECT status, retries > 0, next_retry_at IS NOT NULL, error
+               FROM weir_catalog.destinations WHERE name = 'top_pg'",
+        )
+        .await;
+        row.starts_with("backing_off|").then_some(row)
+    })
+    .await;
+    assert!(backing_off.starts_with("backing_off|t|t|"), "{backing_off}");
+    client
+        .batch_execute("DELETE FROM bids WHERE bidder = 2")
+        .await
+        .unwrap();
+    pg.start_again();
+    let upstream = pg.connect().await;
+    mirrored(&client, &upstream, "top", "top_copy").await;
+    assert_eq!(
+        value(
+            &client,
+            "SELECT status, error IS NULL FROM weir_catalog.destinations WHERE name = 'top_pg'"
+        )
+        .await,
+        "running|t"
+    );
+
     // Across a restart, the destination keeps its generation and goes on.
     drop(client);
     server.restart();
@@ -315,6 +352,65 @@ async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation()
         .unwrap();
     mirrored(&client, &upstream, "top", "top_copy").await;
     assert_eq!(value(&upstream, progress).await, "2|f");
+
+    // Killed while it backs off: the seal taken meanwhile holds its graph
+    // past what it delivered, so after the restart it is failed, saying
+    // so, instead of silently missing those changes; REPAIR refills it.
+    pg.stop();
+    client
+        .batch_execute("INSERT INTO bids VALUES (1004, 102, 3)")
+        .await
+        .unwrap();
+    client.batch_execute("FLUSH").await.unwrap();
+    eventually(Duration::from_secs(30), "backing off", || async {
+        let status = value(
+            &client,
+            "SELECT status FROM weir_catalog.destinations WHERE name = 'top_pg'",
+        )
+        .await;
+        (status == "backing_off").then_some(())
+    })
+    .await;
+    client
+        .batch_execute("INSERT INTO bids VALUES (1005, 103, 3); FLUSH")
+        .await
+        .unwrap();
+    let sealed = value(&client, "SELECT max(epoch) FROM weir_catalog.epochs").await;
+    eventually(
+        Duration::from_secs(30),
+        "a seal while it backs off",
+        || async {
+            let now = value(&client, "SELECT max(epoch) FROM weir_catalog.epochs").await;
+            (now.parse::<u64>().ok()? > sealed.parse::<u64>().ok()?).then_some(())
+        },
+    )
+    .await;
+    drop(client);
+    server.restart();
+    pg.start_again();
+    let upstream = pg.connect().await;
+    let client = server.connect().await;
+    let failed = eventually(
+        Duration::from_secs(30),
+        "failed after the restart",
+        || async {
+            let row = value(
+                &client,
+                "SELECT status, error FROM weir_catalog.destinations WHERE name = 'top_pg'",
+            )
+            .await;
+            row.starts_with("failed|").then_some(row)
+        },
+    )
+    .await;
+    assert!(failed.contains("REPAIR"), "{failed}");
+    client
+        .batch_execute("ALTER DESTINATION top_pg REPAIR; ALTER DESTINATION occupied_pg REPAIR")
+        .await
+        .unwrap();
+    mirrored(&client, &upstream, "top", "top_copy").await;
+    mirrored(&client, &upstream, "top", "occupied").await;
+    assert_eq!(value(&upstream, progress).await, "3|f");
 
     // DROP leaves the target table and its rows to their owner.
     client

@@ -96,21 +96,7 @@ impl PgCluster {
         let (code, out, err) = run_command(initdb, Duration::from_secs(120), "initdb");
         assert_eq!(code, Some(0), "initdb failed\n{out}\n{err}");
 
-        let mut pg_ctl = as_owner(&bin.join("pg_ctl"));
-        pg_ctl
-            .args(["-w", "-t", "60", "-D"])
-            .arg(&data)
-            .arg("-l")
-            .arg(dir.path().join("postgres.log"))
-            .arg("-o")
-            .arg(format!(
-                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c timezone=UTC -c datestyle='iso, mdy' -c wal_level=logical",
-                dir.path().display()
-            ))
-            .arg("start");
-        let (code, out, err) = run_command(pg_ctl, Duration::from_secs(120), "pg_ctl start");
-        let log = std::fs::read_to_string(dir.path().join("postgres.log")).unwrap_or_default();
-        assert_eq!(code, Some(0), "pg_ctl start failed\n{out}\n{err}\n{log}");
+        pg_ctl_start(&bin, dir.path(), port);
 
         let mut psql = Command::new("psql");
         psql.args([
@@ -135,7 +121,67 @@ impl PgCluster {
     }
 }
 
+/// Starts the cluster in `dir` (its `db` data directory) on `port`.
+fn pg_ctl_start(bin: &Path, dir: &Path, port: u16) {
+    let mut pg_ctl = as_postgres(&bin.join("pg_ctl"));
+    pg_ctl
+        .args(["-w", "-t", "60", "-D"])
+        .arg(dir.join("db"))
+        .arg("-l")
+        .arg(dir.join("postgres.log"))
+        .arg("-o")
+        .arg(format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c timezone=UTC -c datestyle='iso, mdy' -c wal_level=logical",
+            dir.display()
+        ))
+        .arg("start");
+    let (code, out, err) = run_command(pg_ctl, Duration::from_secs(120), "pg_ctl start");
+    let log = std::fs::read_to_string(dir.join("postgres.log")).unwrap_or_default();
+    assert_eq!(code, Some(0), "pg_ctl start failed\n{out}\n{err}\n{log}");
+}
+
+/// `program` run as the cluster's owner: `postgres` when the tests run as
+/// root (PostgreSQL refuses to run as root).
+fn as_postgres(program: &Path) -> Command {
+    if is_root() {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid",
+            "postgres",
+            "--regid",
+            "postgres",
+            "--clear-groups",
+        ])
+        .arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
 impl PgCluster {
+    /// Stops the server at once, as a crash would (`pg_ctl stop -m
+    /// immediate`); [`Self::start_again`] brings it back.
+    pub fn stop(&self) {
+        let dir = self.dir.as_ref().expect("running").path();
+        let mut command = as_postgres(&self.bin.join("pg_ctl"));
+        command
+            .args(["-m", "immediate", "-w", "-D"])
+            .arg(dir.join("db"))
+            .arg("stop");
+        let (code, out, err) = run_command(command, Duration::from_secs(60), "pg_ctl stop");
+        assert_eq!(code, Some(0), "pg_ctl stop failed\n{out}\n{err}");
+    }
+
+    /// Starts the stopped server again on its port.
+    pub fn start_again(&self) {
+        pg_ctl_start(
+            &self.bin,
+            self.dir.as_ref().expect("running").path(),
+            self.port,
+        );
+    }
+
     /// A libpq connection string for database `weir` as user `weir`.
     pub fn dsn(&self) -> String {
         format!("host=127.0.0.1 port={} user=weir dbname=weir", self.port)
@@ -208,20 +254,7 @@ impl PgCluster {
 impl Drop for PgCluster {
     fn drop(&mut self) {
         if let Some(dir) = self.dir.take() {
-            let mut command = if is_root() {
-                let mut c = Command::new("setpriv");
-                c.args([
-                    "--reuid",
-                    "postgres",
-                    "--regid",
-                    "postgres",
-                    "--clear-groups",
-                ])
-                .arg(self.bin.join("pg_ctl"));
-                c
-            } else {
-                Command::new(self.bin.join("pg_ctl"))
-            };
+            let mut command = as_postgres(&self.bin.join("pg_ctl"));
             command
                 .args(["-m", "immediate", "-w", "-D"])
                 .arg(dir.path().join("db"))

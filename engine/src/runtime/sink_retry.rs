@@ -1,0 +1,194 @@
+//! A sink whose target is unreachable backs off and retries instead of
+//! failing for good, without losing or repeating a change.
+//!
+//! Each sink keeps the changes of every epoch after the entry of the
+//! latest durable seal ([`SinkSlot::unsealed`]); a seal that lands drops
+//! what it covers. A retryable error ([`ConnectorError::is_retryable`]:
+//! a refused connection, a dropped session) makes the sink `backing_off`:
+//! it gets no calls, its seal entry stays the last one it pre-committed,
+//! and its epochs keep collecting. At the first epoch close after the
+//! delay (the barrier timer closes one for it when nothing else does),
+//! it is opened again from the durable entry (which re-commits
+//! that entry and drops whatever it staged after it, as after a restart)
+//! and handed every collected epoch in order, then goes on as before.
+//! Any other error fails the sink for good, as does a backlog beyond
+//! [`MAX_WAITING_ROWS`] (memory is not unbounded).
+//!
+//! Delay: `min(3 s * 2^failures, 30 s) * (1 + U(0, 0.2))`; the count
+//! resets after a successful commit.
+//!
+//! [`SinkSlot::unsealed`]: super::streams
+
+use std::time::{Duration, Instant};
+
+use weir_common::{ChangeBatch, ObjectId};
+use weir_connectors::ConnectorError;
+
+use super::streams::Streams;
+
+/// Row changes a backing-off sink may wait with before it fails.
+pub const MAX_WAITING_ROWS: usize = 1_000_000;
+const MIN_BACKOFF: Duration = Duration::from_secs(3);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+const RANDOM_FACTOR: f64 = 0.2;
+
+/// A sink's retry state while it backs off.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Backoff {
+    pub failures: u32,
+    pub next_at: Instant,
+}
+
+/// The delay before retry number `failures` (1-based):
+/// `min(min * 2^(failures - 1), max)`, then jitter of up to 20%.
+pub(super) fn backoff_delay(failures: u32) -> Duration {
+    let doubled = MIN_BACKOFF.saturating_mul(1 << failures.saturating_sub(1).min(16));
+    doubled
+        .min(MAX_BACKOFF)
+        .mul_f64(1.0 + RANDOM_FACTOR * unit_random())
+}
+
+/// A number in [0, 1): jitter only needs to differ between processes and
+/// calls, which std's randomly keyed hasher over the clock gives.
+fn unit_random() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl Streams {
+    /// A sink's call failed: back off if retrying may help, else fail it.
+    pub(super) fn sink_error(&mut self, id: ObjectId, error: ConnectorError) {
+        if !error.is_retryable() {
+            return self.sink_failed(id, &error.to_string());
+        }
+        let Some(slot) = self.sinks.get_mut(&id) else {
+            return;
+        };
+        let failures = slot.backoff.map_or(0, |b| b.failures) + 1;
+        let delay = backoff_delay(failures);
+        slot.backoff = Some(Backoff {
+            failures,
+            next_at: Instant::now() + delay,
+        });
+        tracing::warn!(sink = %id, %error, failures, retry_in_ms = delay.as_millis() as u64, "sink backing off");
+        let mut status = self.status.write();
+        let entry = status.sinks.entry(id).or_default();
+        entry.status = "backing_off";
+        entry.error = Some(error.to_string());
+        entry.retries = u64::from(failures);
+        entry.next_retry_ms = Some(
+            (std::time::SystemTime::now() + delay)
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis() as i64,
+        );
+    }
+
+    /// Keeps `changes` of `epoch` for sink `id` until a seal covers them;
+    /// fails the sink when too many wait.
+    pub(super) fn collect(&mut self, id: ObjectId, epoch: u64, changes: &ChangeBatch) {
+        let Some(slot) = self.sinks.get_mut(&id).filter(|s| !s.failed) else {
+            return;
+        };
+        slot.unsealed_rows += changes.num_rows();
+        slot.unsealed.push((epoch, changes.clone()));
+        if slot.unsealed_rows > MAX_WAITING_ROWS {
+            let since = slot.durable.as_ref().map_or(0, |d| d.epoch);
+            self.sink_failed(
+                id,
+                &format!(
+                    "more than {MAX_WAITING_ROWS} changes since epoch {since} waited for the sink while it could not write; they are no longer kept (drop and create the sink; a destination: ALTER DESTINATION ... REPAIR)"
+                ),
+            );
+        }
+    }
+
+    /// Whether sink `id` is backing off and its delay has passed.
+    pub(super) fn retry_due(&self, id: ObjectId) -> bool {
+        self.sinks
+            .get(&id)
+            .filter(|s| !s.failed)
+            .and_then(|s| s.backoff)
+            .is_some_and(|b| b.next_at <= Instant::now())
+    }
+
+    /// Whether some sink's retry is due.
+    pub(super) fn any_retry_due(&self) -> bool {
+        self.sinks.keys().any(|&id| self.retry_due(id))
+    }
+
+    /// Opens sink `id` again from its durable seal entry and hands it
+    /// every epoch collected since. Whether it is writing again.
+    pub(super) async fn retry(&mut self, id: ObjectId) -> bool {
+        let Some(slot) = self.sinks.get_mut(&id) else {
+            return false;
+        };
+        let durable = slot.durable.clone();
+        let spec = slot.spec.clone();
+        let sink = match self.connect_sink(&spec, durable.as_ref()) {
+            Ok(sink) => sink,
+            Err(e) => {
+                self.sink_error(id, e);
+                return false;
+            }
+        };
+        let slot = self.sinks.get_mut(&id).expect("looked up above");
+        slot.sink = sink;
+        slot.prepared = None;
+        let epochs = slot.unsealed.clone();
+        let connector = slot.connector.clone();
+        for (epoch, changes) in &epochs {
+            let slot = self.sinks.get_mut(&id).expect("looked up above");
+            if let Err(e) =
+                super::streams::guarded(&connector, slot.sink.write(*epoch, changes)).await
+            {
+                self.sink_error(id, e);
+                return false;
+            }
+        }
+        let slot = self.sinks.get_mut(&id).expect("looked up above");
+        let failures = slot.backoff.map_or(0, |b| b.failures);
+        slot.backoff = None;
+        tracing::info!(sink = %id, failures, epochs = epochs.len(), "sink writing again");
+        let mut status = self.status.write();
+        let entry = status.sinks.entry(id).or_default();
+        entry.status = "running";
+        entry.error = None;
+        entry.next_retry_ms = None;
+        if let Some(d) = &durable {
+            entry.rows_out = d.rows;
+        } else {
+            entry.rows_out = 0;
+        }
+        entry.rows_out += epochs
+            .iter()
+            .flat_map(|(_, c)| c.weights().values().iter())
+            .map(|w| w.unsigned_abs())
+            .sum::<u64>();
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_delay_doubles_to_its_cap_with_at_most_a_fifth_more() {
+        for (failures, base) in [(1, 3), (2, 6), (3, 12), (4, 24), (5, 30), (40, 30)] {
+            let delay = backoff_delay(failures);
+            let base = Duration::from_secs(base);
+            assert!(
+                delay >= base && delay <= base.mul_f64(1.0 + RANDOM_FACTOR),
+                "{failures}: {delay:?}"
+            );
+        }
+    }
+}
