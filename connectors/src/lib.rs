@@ -7,7 +7,8 @@
 //! - [`Source`] ([`source`]): splits with offsets, batches tagged with the
 //!   offset after them, the end of a split, acknowledgement after a seal.
 //! - [`Sink`] ([`sink`]): write per epoch, `pre_commit` at the barrier,
-//!   idempotent `commit` after the seal, idempotent `abort`.
+//!   idempotent `commit` after the seal, idempotent `abort`; [`recovery`]:
+//!   the `on_error` and restart options every sink takes.
 //! - [`Connector`] and [`registry`]: every connector compiled in, each a
 //!   module behind its Cargo feature: `nexmark`, `datagen`, `files`,
 //!   `kafka` and `postgres-cdc` (sources), `blackhole`, `log`/`stdout`, `postgres`, `files`
@@ -26,6 +27,7 @@
 #[cfg(any(feature = "files", feature = "kafka"))]
 mod changelog;
 mod error;
+pub mod recovery;
 pub mod sink;
 pub mod source;
 pub mod spec;

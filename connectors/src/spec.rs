@@ -196,12 +196,45 @@ pub const SOURCE_OPTIONS: &[OptionSpec] = &[OptionSpec::optional(
     "how the source reads: full (a snapshot), incremental (rows past a cursor) or cdc (a snapshot, then every change); refused at CREATE if the connector does not offer it",
 )];
 
-/// Options every sink takes, whatever its connector.
-pub const SINK_OPTIONS: &[OptionSpec] = &[OptionSpec::optional(
-    "delivery",
-    OptionType::OneOf(Delivery::WORDS),
-    "the delivery guarantee; refused at CREATE if the connector cannot honour it (default: its strongest)",
-)];
+/// Options every sink takes, whatever its connector: the delivery
+/// guarantee and how it recovers from errors ([`crate::recovery`]).
+pub const SINK_OPTIONS: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "delivery",
+        OptionType::OneOf(Delivery::WORDS),
+        "the delivery guarantee; refused at CREATE if the connector cannot honour it (default: its strongest)",
+    ),
+    OptionSpec::optional(
+        "on_error",
+        OptionType::Text,
+        "after an error retrying may fix: unset (back off and retry, see restart_*), 'fail', or 'retry_and_fail(n, delay)' ('retry_and_fail': 5 times, 1s apart)",
+    ),
+    OptionSpec::optional(
+        "restart_min_backoff",
+        OptionType::Text,
+        "the first retry's delay, doubled for each next one (default 3s)",
+    ),
+    OptionSpec::optional(
+        "restart_max_backoff",
+        OptionType::Text,
+        "the longest delay between retries (default 30s)",
+    ),
+    OptionSpec::optional(
+        "restart_random_factor",
+        OptionType::Text,
+        "each delay is lengthened by up to this fraction, at random (default 0.2)",
+    ),
+    OptionSpec::optional(
+        "restart_max",
+        OptionType::Count,
+        "retries allowed within restart_window before the sink fails (default: unlimited)",
+    ),
+    OptionSpec::optional(
+        "restart_window",
+        OptionType::Text,
+        "the window restart_max counts retries in, like 10m (default: since the sink started)",
+    ),
+];
 
 impl ConnectorSpec {
     /// Every option this connector accepts (its own, then the common ones).
@@ -291,6 +324,15 @@ impl ConnectorSpec {
                     )
                 },
             });
+        }
+        if self.kind == ConnectorKind::Sink {
+            crate::recovery::Recovery::from_options(given).map_err(|(option, message)| {
+                ConnectorError::BadOption {
+                    connector: self.name.to_string(),
+                    option,
+                    message,
+                }
+            })?;
         }
         if self.kind == ConnectorKind::Sink
             && let Some(delivery) = given.get("delivery")

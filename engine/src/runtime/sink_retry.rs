@@ -14,8 +14,9 @@
 //! Any other error fails the sink for good, as does a backlog beyond
 //! [`MAX_WAITING_ROWS`] (memory is not unbounded).
 //!
-//! Delay: `min(3 s * 2^failures, 30 s) * (1 + U(0, 0.2))`; the count
-//! resets after a successful commit.
+//! How long to wait, and when to give up, is the sink's
+//! [`Recovery`] (its `on_error` and `restart_*` options); the count of
+//! failures resets after a successful commit.
 //!
 //! [`SinkSlot::unsealed`]: super::streams
 
@@ -23,29 +24,54 @@ use std::time::{Duration, Instant};
 
 use weir_common::{ChangeBatch, ObjectId};
 use weir_connectors::ConnectorError;
+use weir_connectors::recovery::Recovery;
 
 use super::streams::Streams;
 
 /// Row changes a backing-off sink may wait with before it fails.
 pub const MAX_WAITING_ROWS: usize = 1_000_000;
-const MIN_BACKOFF: Duration = Duration::from_secs(3);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
-const RANDOM_FACTOR: f64 = 0.2;
-
-/// A sink's retry state while it backs off.
+/// A backing-off sink's next try.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Backoff {
-    pub failures: u32,
     pub next_at: Instant,
 }
 
-/// The delay before retry number `failures` (1-based):
-/// `min(min * 2^(failures - 1), max)`, then jitter of up to 20%.
-pub(super) fn backoff_delay(failures: u32) -> Duration {
-    let doubled = MIN_BACKOFF.saturating_mul(1 << failures.saturating_sub(1).min(16));
-    doubled
-        .min(MAX_BACKOFF)
-        .mul_f64(1.0 + RANDOM_FACTOR * unit_random())
+/// Failures and retries of one sink, against its [`Recovery`] options.
+#[derive(Debug, Clone)]
+pub(super) struct RetryState {
+    pub recovery: Recovery,
+    /// Failures since the last successful commit.
+    pub failures: u32,
+    /// When each retry was decided, for `restart_max` within the window.
+    pub retried_at: std::collections::VecDeque<Instant>,
+}
+
+impl RetryState {
+    pub fn new(recovery: Recovery) -> Self {
+        Self {
+            recovery,
+            failures: 0,
+            retried_at: Default::default(),
+        }
+    }
+
+    /// Counts a failure; the delay before retrying, or `None` to fail.
+    fn next_delay(&mut self) -> Option<Duration> {
+        self.failures += 1;
+        let now = Instant::now();
+        self.retried_at.push_back(now);
+        if let Some(window) = self.recovery.restart_window {
+            while self
+                .retried_at
+                .front()
+                .is_some_and(|at| now.duration_since(*at) > window)
+            {
+                self.retried_at.pop_front();
+            }
+        }
+        let recent = self.retried_at.len() as u32;
+        self.recovery.delay(self.failures, recent, unit_random())
+    }
 }
 
 /// A number in [0, 1): jitter only needs to differ between processes and
@@ -71,10 +97,15 @@ impl Streams {
         let Some(slot) = self.sinks.get_mut(&id) else {
             return;
         };
-        let failures = slot.backoff.map_or(0, |b| b.failures) + 1;
-        let delay = backoff_delay(failures);
+        let Some(delay) = slot.retry.next_delay() else {
+            let retries = slot.retry.failures - 1;
+            return self.sink_failed(
+                id,
+                &format!("gave up after {retries} retries (see on_error and restart_max): {error}"),
+            );
+        };
+        let failures = slot.retry.failures;
         slot.backoff = Some(Backoff {
-            failures,
             next_at: Instant::now() + delay,
         });
         tracing::warn!(sink = %id, %error, failures, retry_in_ms = delay.as_millis() as u64, "sink backing off");
@@ -154,7 +185,7 @@ impl Streams {
             }
         }
         let slot = self.sinks.get_mut(&id).expect("looked up above");
-        let failures = slot.backoff.map_or(0, |b| b.failures);
+        let failures = slot.retry.failures;
         slot.backoff = None;
         tracing::info!(sink = %id, failures, epochs = epochs.len(), "sink writing again");
         let mut status = self.status.write();
@@ -173,22 +204,5 @@ impl Streams {
             .map(|w| w.unsigned_abs())
             .sum::<u64>();
         true
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_delay_doubles_to_its_cap_with_at_most_a_fifth_more() {
-        for (failures, base) in [(1, 3), (2, 6), (3, 12), (4, 24), (5, 30), (40, 30)] {
-            let delay = backoff_delay(failures);
-            let base = Duration::from_secs(base);
-            assert!(
-                delay >= base && delay <= base.mul_f64(1.0 + RANDOM_FACTOR),
-                "{failures}: {delay:?}"
-            );
-        }
     }
 }

@@ -216,6 +216,8 @@ pub(super) struct SinkSlot {
     pub unsealed_rows: usize,
     /// Set while it backs off after a retryable error.
     pub backoff: Option<super::sink_retry::Backoff>,
+    /// Its recovery options and failures so far.
+    pub retry: super::sink_retry::RetryState,
     pub failed: bool,
 }
 
@@ -387,6 +389,12 @@ impl Streams {
                 ),
             );
         }
+        let recovery = match weir_connectors::recovery::Recovery::from_options(&spec.options) {
+            Ok(recovery) => recovery,
+            Err((option, message)) => {
+                return self.sink_failed(id, &format!("option {option}: {message}"));
+            }
+        };
         let sink = match self.connect_sink(spec, sealed.as_ref()) {
             Ok(sink) => sink,
             Err(e) => return self.sink_failed(id, &e.to_string()),
@@ -416,6 +424,7 @@ impl Streams {
                 unsealed: Vec::new(),
                 unsealed_rows: 0,
                 backoff: None,
+                retry: super::sink_retry::RetryState::new(recovery),
                 failed: false,
             },
         );
@@ -662,6 +671,9 @@ impl Streams {
                     s.committed_epoch = entry.epoch;
                     s.committed_descriptor = Some(entry.descriptor.clone());
                     s.retries = 0;
+                    if let Some(slot) = self.sinks.get_mut(&id) {
+                        slot.retry.failures = 0;
+                    }
                 }
                 Err(e) => self.sink_error(id, e),
             }
@@ -768,6 +780,7 @@ mod tests {
                     unsealed: Vec::new(),
                     unsealed_rows: 0,
                     backoff: None,
+                    retry: super::sink_retry::RetryState::new(Default::default()),
                     sink: if id == buggy {
                         Box::new(Panics)
                     } else {

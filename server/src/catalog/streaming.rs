@@ -112,7 +112,7 @@ pub struct DestinationDef {
     pub generation: u64,
     /// `KEY (...)`: the target's key columns.
     pub key: Vec<String>,
-    /// `WITH (...)`: `delivery`, `on_existing`.
+    /// `WITH (...)`: `on_existing`, `delivery`, `on_error`, `restart_*`.
     pub with: BTreeMap<String, String>,
     /// Its history: created, repaired, gaps accepted.
     pub records: Vec<DestinationRecord>,
@@ -160,8 +160,11 @@ impl DestinationDef {
             self.with.get("on_existing").map_or("error", String::as_str)
         };
         options.insert("on_existing".into(), on_existing.into());
-        if let Some(delivery) = self.with.get("delivery") {
-            options.insert("delivery".into(), delivery.clone());
+        for (option, value) in &self.with {
+            if option != "on_existing" {
+                // Options every sink takes: delivery and recovery.
+                options.insert(option.clone(), value.clone());
+            }
         }
         options.insert(
             DESTINATION_GENERATION_OPTION.into(),

@@ -29,8 +29,18 @@ use crate::error::ServerError;
 const INTO: &[&str] = &["postgres"];
 /// Options a destination fixes itself, refused in `INTO (...)`.
 const IMPLIED: &[&str] = &["mode", "key", "format", "on_existing"];
-/// What `WITH (...)` of a destination takes.
-const WITH_OPTIONS: &[&str] = &["delivery", "on_existing"];
+/// What `WITH (...)` of a destination takes: `on_existing`, and the
+/// options every sink takes (delivery, recovery).
+const WITH_OPTIONS: &[&str] = &[
+    "on_existing",
+    "delivery",
+    "on_error",
+    "restart_min_backoff",
+    "restart_max_backoff",
+    "restart_random_factor",
+    "restart_max",
+    "restart_window",
+];
 
 impl Session {
     pub(super) async fn create_destination(
@@ -141,6 +151,18 @@ impl Session {
             with,
             records: vec![record(1, "created", String::new())],
         };
+        // The WITH options every sink takes are checked as a sink's are.
+        let mut checked = resolved.clone();
+        checked.extend(
+            destination
+                .with
+                .iter()
+                .filter(|(k, _)| *k != "on_existing")
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        connector
+            .spec()
+            .validate(&checked, weir_connectors::now_millis())?;
         let options = destination.connector_options(resolved);
         if let Some(target) = connector.sink_target(&options)
             && let Some(owner) = self.sink_writing(&target, None)

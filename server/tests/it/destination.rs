@@ -100,7 +100,20 @@ async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation()
     )
     .await;
     assert_eq!(code, "22023");
-    assert!(message.contains("delivery, on_existing"), "{message}");
+    assert!(
+        message.contains("on_existing, delivery, on_error"),
+        "{message}"
+    );
+    let (code, message) = error_of(
+        &client,
+        &format!(
+            "{} WITH (on_error = 'retry_and_skip(3, 1s)')",
+            create("d", "top", "postgres", "table = 'x') KEY (bidder")
+        ),
+    )
+    .await;
+    assert_eq!(code, "22023");
+    assert!(message.contains("not supported by sinks yet"), "{message}");
     upstream
         .batch_execute(
             "CREATE TABLE occupied (bidder bigint PRIMARY KEY, n bigint, best bigint);
@@ -308,7 +321,27 @@ async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation()
 
     // The target's database goes down: the destination backs off, shows
     // it, and catches up exactly once the database is back, while the
-    // projection goes on.
+    // projection goes on. Destinations that asked to fail at once, or
+    // after two retries, fail; a blackhole sink keeps committing.
+    for (name, on_error) in [("strict", "fail"), ("patient", "retry_and_fail(2, 200ms)")] {
+        client
+            .batch_execute(&format!(
+                "{} WITH (on_error = '{on_error}')",
+                create(
+                    name,
+                    "top",
+                    "postgres",
+                    &format!("table = '{name}') KEY (bidder")
+                )
+            ))
+            .await
+            .unwrap();
+    }
+    client
+        .batch_execute("CREATE SINK counted FROM top WITH (connector = 'blackhole')")
+        .await
+        .unwrap();
+    mirrored(&client, &upstream, "top", "strict").await;
     pg.stop();
     client
         .batch_execute("UPDATE bids SET price = price + 1 WHERE bidder = 1; INSERT INTO bids VALUES (1003, 101, 1)")
@@ -326,8 +359,47 @@ async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation()
     })
     .await;
     assert!(backing_off.starts_with("backing_off|t|t|"), "{backing_off}");
+    for (name, error) in [
+        ("strict", "gave up after 0 retries"),
+        ("patient", "gave up after 2 retries"),
+    ] {
+        let row = eventually(Duration::from_secs(30), "failed", || async {
+            let row = value(
+                &client,
+                &format!(
+                    "SELECT status, error FROM weir_catalog.destinations WHERE name = '{name}'"
+                ),
+            )
+            .await;
+            row.starts_with("failed|").then_some(row)
+        })
+        .await;
+        assert!(row.contains(error), "{row}");
+    }
+    let counted = value(
+        &client,
+        "SELECT committed_epoch FROM weir_catalog.sinks WHERE name = 'counted'",
+    )
+    .await;
     client
         .batch_execute("DELETE FROM bids WHERE bidder = 2")
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the blackhole sink committing",
+        || async {
+            let now = value(
+                &client,
+                "SELECT committed_epoch FROM weir_catalog.sinks WHERE name = 'counted'",
+            )
+            .await;
+            (now.parse::<u64>().ok()? > counted.parse::<u64>().ok()?).then_some(())
+        },
+    )
+    .await;
+    client
+        .batch_execute("DROP DESTINATION strict, patient; DROP SINK counted")
         .await
         .unwrap();
     pg.start_again();
