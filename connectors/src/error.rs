@@ -76,6 +76,11 @@ pub enum ConnectorError {
     /// the same call will not help.
     #[error("connector \"{connector}\": {message}")]
     Rejected { connector: String, message: String },
+    /// The upstream lost changes the source had not read yet (a dropped
+    /// replication slot, a truncated topic): a retention gap. The source
+    /// stops until someone decides (`ALTER DESTINATION ... ACCEPT GAP`).
+    #[error("connector \"{connector}\": {message}")]
+    Gap { connector: String, message: String },
     /// The connector's code panicked (a bug): its object fails, alone.
     #[error("connector \"{connector}\" panicked: {message}")]
     Panicked { connector: String, message: String },
@@ -99,6 +104,7 @@ impl ConnectorError {
             Self::UnknownColumn { .. } => "42703",
             Self::BadPosition { .. } | Self::Arrow { .. } | Self::Panicked { .. } => "XX000",
             Self::Transient { .. } | Self::Rejected { .. } => "58000",
+            Self::Gap { .. } => "55000",
             Self::Stopped { .. } => "57P01",
         }
     }

@@ -141,18 +141,7 @@ impl PlanContext {
             if let Some(def) = self.catalog.sources.get(&binding.object)
                 && !sources_read.iter().any(|s| s.id == def.id)
             {
-                sources_read.push(SourceToRead {
-                    id: def.id,
-                    name: def.qualified_name(),
-                    connector: def.connector.clone(),
-                    options: self.connector_options(&def.connector, &def.options, &def.secrets)?,
-                    schema: def.arrow_schema(),
-                    replayable: weir_connectors::connector(
-                        &def.connector,
-                        weir_connectors::ConnectorKind::Source,
-                    )
-                    .is_ok_and(|c| c.spec().capabilities.replayable),
-                });
+                sources_read.push(self.source_to_read(def)?);
             }
         }
         Ok(PlannedProjection {
@@ -183,6 +172,33 @@ impl PlanContext {
     }
 
     /// A committed sink, planned into what the runtime deploys.
+    /// What the runtime needs to read a source: its options resolved
+    /// (connection, secrets) and the gaps accepted so far.
+    pub fn source_to_read(
+        &self,
+        def: &crate::catalog::streaming::SourceDef,
+    ) -> Result<SourceToRead, ServerError> {
+        let mut options = self.connector_options(&def.connector, &def.options, &def.secrets)?;
+        if def.gaps_accepted > 0 {
+            options.insert(
+                crate::catalog::streaming::GAPS_ACCEPTED_OPTION.into(),
+                def.gaps_accepted.to_string(),
+            );
+        }
+        Ok(SourceToRead {
+            id: def.id,
+            name: def.qualified_name(),
+            connector: def.connector.clone(),
+            options,
+            schema: def.arrow_schema(),
+            replayable: weir_connectors::connector(
+                &def.connector,
+                weir_connectors::ConnectorKind::Source,
+            )
+            .is_ok_and(|c| c.spec().capabilities.replayable),
+        })
+    }
+
     pub async fn sink(&self, def: &SinkDef) -> Result<Deployment, ServerError> {
         let query = parse_query(&def.query)?;
         let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();

@@ -248,9 +248,8 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                 opt_text(defs.iter().map(|(d, _)| target(d)).collect()),
                 text(defs.iter().map(|(_, x)| x.key.join(", ")).collect()),
                 text(
-                    state
-                        .iter()
-                        .map(|s| sink_status(Some(s)).to_string())
+                    defs.iter()
+                        .map(|(d, _)| destination_status(&snapshot.catalog, &status, d).to_string())
                         .collect(),
                 ),
                 int(state.iter().map(|s| s.rows_out as i64).collect()),
@@ -313,6 +312,50 @@ pub fn source_status(state: Option<&weir_engine::runtime::streams::SourceStatus>
         Some(status) if !status.is_empty() => status,
         _ => "idle",
     }
+}
+
+/// A sink's or destination's status word: a destination whose projection
+/// reads (through any chain of projections) a source that lost changes
+/// upstream is `blocked_by_gap`.
+pub fn destination_status(
+    catalog: &crate::catalog::Catalog,
+    status: &weir_engine::runtime::StreamStatus,
+    def: &crate::catalog::streaming::SinkDef,
+) -> &'static str {
+    let own = sink_status(status.sinks.get(&def.id));
+    if def.destination.is_some()
+        && own != "failed"
+        && !gapped_sources(catalog, status, &def.reads).is_empty()
+    {
+        return "blocked_by_gap";
+    }
+    own
+}
+
+/// The sources read by `reads` (directly or through projections) whose
+/// status is `gap`.
+pub fn gapped_sources(
+    catalog: &crate::catalog::Catalog,
+    status: &weir_engine::runtime::StreamStatus,
+    reads: &[weir_common::ObjectId],
+) -> Vec<weir_common::ObjectId> {
+    let mut found = Vec::new();
+    let mut todo: Vec<weir_common::ObjectId> = reads.to_vec();
+    let mut seen = std::collections::HashSet::new();
+    while let Some(id) = todo.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        if catalog.sources.contains_key(&id) {
+            if status.sources.get(&id).is_some_and(|s| s.status == "gap") {
+                found.push(id);
+            }
+        } else if let Some(p) = catalog.projections.get(&id) {
+            todo.extend(p.reads.iter().copied());
+        }
+    }
+    found.sort();
+    found
 }
 
 /// A sink's status word: `starting` until its connector is open.

@@ -142,6 +142,7 @@ impl Loop {
                 SourceMessage::Retrying(id, e) => {
                     self.streams.set_source_status(id, "retrying", Some(e))
                 }
+                SourceMessage::Gap(id, e) => self.streams.set_source_status(id, "gap", Some(e)),
             },
             Some(Command::Barrier(target, reply)) => {
                 self.waiting.push((target, reply));
@@ -190,6 +191,7 @@ impl Loop {
                 *self.shared.view.write() = self.coordinator.view();
             }
             Some(Command::DropSource(id)) => self.streams.source_dropped(id),
+            Some(Command::RestartSource(source)) => self.streams.restart_source(*source),
         }
     }
 

@@ -151,6 +151,7 @@ pub(crate) enum Command {
     /// From a source's reader task.
     Source(streams::SourceMessage),
     DropSource(ObjectId),
+    RestartSource(Box<SourceToRead>),
     Deploy(Box<Deployment>, oneshot::Sender<Result<(), EngineError>>),
     Restore(Box<Restore>, oneshot::Sender<Result<(), EngineError>>),
     Drop(ObjectId),
@@ -339,6 +340,12 @@ impl Runtime {
     /// Forgets a dropped source (nothing reads it any more).
     pub async fn drop_source(&self, id: ObjectId) {
         self.send(Command::DropSource(id)).await;
+    }
+
+    /// Starts a source's reader again with `source`'s options (after a
+    /// gap was accepted); nothing happens if nothing reads it.
+    pub async fn restart_source(&self, source: SourceToRead) {
+        self.send(Command::RestartSource(Box::new(source))).await;
     }
 
     /// Every source's and sink's state.

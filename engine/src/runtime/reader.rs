@@ -177,8 +177,15 @@ pub(super) async fn read(mut task: ReaderTask, source: Result<Box<dyn Source>, C
                 if !matches!(e, ConnectorError::Stopped { .. }) {
                     tracing::error!(source = %task.name, error = %e, "source failed");
                 }
-                task.report(|id| SourceMessage::Failed(id, e.to_string()))
-                    .await;
+                let gap = matches!(e, ConnectorError::Gap { .. });
+                task.report(|id| {
+                    if gap {
+                        SourceMessage::Gap(id, e.to_string())
+                    } else {
+                        SourceMessage::Failed(id, e.to_string())
+                    }
+                })
+                .await;
                 return;
             }
         };

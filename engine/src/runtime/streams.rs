@@ -145,6 +145,9 @@ pub enum SourceMessage {
     Ended(ReaderId),
     /// The source cannot go on.
     Failed(ReaderId, String),
+    /// The upstream lost changes the source had not read: it stops, with
+    /// status `gap`, until the gap is accepted.
+    Gap(ReaderId, String),
     /// A retryable error; the reader backs off and tries again.
     Retrying(ReaderId, String),
 }
@@ -152,7 +155,8 @@ pub enum SourceMessage {
 /// One source's state, for `weir_catalog.sources`.
 #[derive(Debug, Clone, Default)]
 pub struct SourceStatus {
-    /// `idle` (nothing reads it), `running`, `completed`, `retrying`, `failed`.
+    /// `idle` (nothing reads it), `running`, `completed`, `retrying`,
+    /// `failed`, `gap` (the upstream lost changes it had not read).
     pub status: &'static str,
     pub rows_in: u64,
     /// Input records `on_error = 'skip'` dropped, since this process started.
@@ -713,6 +717,28 @@ impl Streams {
         }
     }
 
+    /// Starts `source`'s shared reader again (stopping the running one,
+    /// if any) with its options as they are now, at the offsets received:
+    /// after a gap was accepted.
+    pub fn restart_source(&mut self, source: SourceToRead) {
+        let Some(readers) = self
+            .reads
+            .iter()
+            .find(|(_, sources)| sources.contains(&source.id))
+            .map(|(id, _)| *id)
+        else {
+            // Nothing reads it: the next reader starts with the new options.
+            self.defs.remove(&source.id);
+            return;
+        };
+        if let Some(reader) = self.readers.remove(&source.id) {
+            reader.stop.cancel();
+        }
+        let reads = self.reads.get(&readers).cloned().unwrap_or_default();
+        self.start_readers(readers, std::slice::from_ref(&source));
+        self.reads.insert(readers, reads);
+    }
+
     /// A source was dropped: forget it entirely.
     pub fn source_dropped(&mut self, id: ObjectId) {
         if let Some(reader) = self.readers.remove(&id) {
@@ -780,7 +806,7 @@ mod tests {
                     unsealed: Vec::new(),
                     unsealed_rows: 0,
                     backoff: None,
-                    retry: super::sink_retry::RetryState::new(Default::default()),
+                    retry: crate::runtime::sink_retry::RetryState::new(Default::default()),
                     sink: if id == buggy {
                         Box::new(Panics)
                     } else {

@@ -238,6 +238,12 @@ pub enum CatalogChange {
     DropSink {
         id: ObjectId,
     },
+    /// Replaces a source's entry in place (same id; its reader is
+    /// restarted by the statement that made the change).
+    ReplaceSource(super::streaming::SourceDef),
+    /// Replaces a sink's entry in place (same id, same deployment): a
+    /// destination's records.
+    ReplaceSink(super::streaming::SinkDef),
     /// Creates the secret, or replaces its value (ALTER SECRET).
     PutSecret(super::streaming::SecretDef),
     DropSecret {
@@ -466,6 +472,18 @@ impl Catalog {
                 if self.sinks.remove(id).is_none() {
                     return Err(ServerError::UndefinedTable(format!("object {id}")));
                 }
+            }
+            CatalogChange::ReplaceSource(def) => {
+                if !self.sources.contains_key(&def.id) {
+                    return Err(ServerError::UndefinedTable(format!("object {}", def.id)));
+                }
+                self.sources.insert(def.id, Arc::new(def.clone()));
+            }
+            CatalogChange::ReplaceSink(def) => {
+                if !self.sinks.contains_key(&def.id) {
+                    return Err(ServerError::UndefinedTable(format!("object {}", def.id)));
+                }
+                self.sinks.insert(def.id, Arc::new(def.clone()));
             }
             CatalogChange::DropProjection { id } => {
                 self.refuse_if_read(*id)?;

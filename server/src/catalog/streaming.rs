@@ -34,7 +34,15 @@ pub struct SourceDef {
     /// `option = SECRET name`: option -> secret name.
     #[serde(default)]
     pub secrets: BTreeMap<String, String>,
+    /// Retention gaps accepted (`ALTER DESTINATION ... ACCEPT GAP`): the
+    /// source goes on past as many lost stretches of its upstream.
+    #[serde(default)]
+    pub gaps_accepted: u32,
 }
+
+/// The option the server passes a source's accepted gaps in; `weir.`
+/// options are never a user's (validation refuses them).
+pub const GAPS_ACCEPTED_OPTION: &str = "weir.gaps_accepted";
 
 impl SourceDef {
     pub fn arrow_schema(&self) -> SchemaRef {

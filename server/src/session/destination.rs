@@ -12,7 +12,11 @@
 //!   the old generation until the new one is complete;
 //! - records: its history (created, repairs, accepted gaps), shown in
 //!   `weir_catalog.destinations` with the runtime's prepared and committed
-//!   epochs.
+//!   epochs;
+//! - gaps: a source upstream (through any chain of projections) that lost
+//!   changes leaves the destination `blocked_by_gap`; `ACCEPT GAP` records
+//!   the gap, counts it on each such source and restarts its reader, which
+//!   goes on past it (a `postgres-cdc` source with a new slot).
 
 use std::collections::BTreeMap;
 
@@ -203,7 +207,7 @@ impl Session {
         Ok(command("CREATE DESTINATION"))
     }
 
-    pub(super) fn alter_destination(
+    pub(super) async fn alter_destination(
         &mut self,
         name: &[String],
         action: DestinationAction,
@@ -216,7 +220,54 @@ impl Session {
             .cloned()
             .ok_or_else(|| super::streaming::undefined(StreamingKind::Destination, &name))?;
         let mut destination = def.destination.clone().expect("filtered on destinations");
+        let gapped: Vec<_> = {
+            let status = self.db.runtime().stream_status();
+            crate::system_streaming::gapped_sources(&catalog, &status, &def.reads)
+                .into_iter()
+                .filter_map(|id| {
+                    let source = catalog.sources.get(&id)?.clone();
+                    let error = status.sources.get(&id)?.error.clone().unwrap_or_default();
+                    Some((source, error))
+                })
+                .collect()
+        };
         match action {
+            DestinationAction::Repair if !gapped.is_empty() => Err(ServerError::Sqlstate {
+                code: "55000",
+                message: format!(
+                    "destination {} is blocked by a gap: source {} lost changes upstream, so its projection cannot be refilled from it; ALTER DESTINATION {} ACCEPT GAP goes on without them (or DROP SOURCE ... CASCADE and create the source and what reads it again to read the table anew)",
+                    def.qualified_name(),
+                    gapped[0].0.qualified_name(),
+                    def.qualified_name()
+                ),
+            }),
+            DestinationAction::AcceptGap if !gapped.is_empty() => {
+                let mut changes = Vec::new();
+                let mut sources = Vec::new();
+                for (source, error) in &gapped {
+                    let mut accepted = (**source).clone();
+                    accepted.gaps_accepted += 1;
+                    destination.records.push(record(
+                        destination.generation,
+                        "gap_accepted",
+                        format!("source {}: {error}", source.qualified_name()),
+                    ));
+                    changes.push(CatalogChange::ReplaceSource(accepted.clone()));
+                    sources.push(accepted);
+                }
+                let mut replaced = (*def).clone();
+                replaced.destination = Some(destination);
+                changes.push(CatalogChange::ReplaceSink(replaced));
+                self.write(TxnWrites {
+                    ddl: changes,
+                    tables: vec![],
+                })?;
+                for source in &sources {
+                    let read = self.plan_context().source_to_read(source)?;
+                    self.db.runtime().restart_source(read).await;
+                }
+                Ok(command("ALTER DESTINATION"))
+            }
             DestinationAction::Repair => {
                 let status = self.db.runtime().stream_status();
                 let error = status.sinks.get(&def.id).and_then(|s| s.error.clone());

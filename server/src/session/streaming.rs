@@ -60,7 +60,7 @@ impl Session {
             }
             StreamingDdl::CreateDestination(create) => self.create_destination(create).await,
             StreamingDdl::AlterDestination { name, action } => {
-                self.alter_destination(&name, action)
+                self.alter_destination(&name, action).await
             }
             StreamingDdl::CreateSecret {
                 if_not_exists,
@@ -211,6 +211,7 @@ impl Session {
             connector: connector_name,
             options: stored,
             secrets,
+            gaps_accepted: 0,
         };
         self.write(TxnWrites {
             ddl: vec![CatalogChange::CreateSource(def)],
@@ -377,7 +378,7 @@ impl Session {
     ) -> Result<StatementResult, ServerError> {
         let catalog = self.snapshot().catalog.clone();
         let status = self.db.runtime().stream_status();
-        use crate::system_streaming::{sink_status, source_status};
+        use crate::system_streaming::source_status;
         let row = |schema: &str, name: &str, connector: &str, state: &str| {
             vec![schema.into(), name.into(), connector.into(), state.into()]
         };
@@ -403,7 +404,7 @@ impl Session {
                         &s.schema,
                         &s.name,
                         &s.connector,
-                        sink_status(status.sinks.get(&s.id)),
+                        crate::system_streaming::destination_status(&catalog, &status, s),
                     )
                 })
                 .collect(),

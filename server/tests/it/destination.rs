@@ -30,6 +30,18 @@ async fn mirrored(weir: &Client, pg: &Client, projection: &str, target: &str) {
     .await;
 }
 
+/// Waits until destination `name`'s status is `status`; returns
+/// `status|error`.
+async fn destination_in(client: &Client, name: &str, status: &str) -> String {
+    let sql = format!("SELECT status, error FROM weir_catalog.destinations WHERE name = '{name}'");
+    let prefix = format!("{status}|");
+    eventually(Duration::from_secs(30), status, || async {
+        let row = value(client, &sql).await;
+        row.starts_with(&prefix).then_some(row)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation() {
     let pg = PgCluster::start();
@@ -301,17 +313,7 @@ async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation()
         }
         client.batch_execute(last).await.unwrap();
         client.batch_execute("FLUSH").await.unwrap();
-        let failed = eventually(Duration::from_secs(30), "the bad key refused", || async {
-            let row = value(
-                &client,
-                &format!(
-                    "SELECT status, error FROM weir_catalog.destinations WHERE name = '{name}'"
-                ),
-            )
-            .await;
-            row.starts_with("failed|").then_some(row)
-        })
-        .await;
+        let failed = destination_in(&client, name, "failed").await;
         assert!(failed.contains(refusal), "{failed}");
         client
             .batch_execute(&format!("DROP DESTINATION {name}"))
@@ -363,17 +365,7 @@ async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation()
         ("strict", "gave up after 0 retries"),
         ("patient", "gave up after 2 retries"),
     ] {
-        let row = eventually(Duration::from_secs(30), "failed", || async {
-            let row = value(
-                &client,
-                &format!(
-                    "SELECT status, error FROM weir_catalog.destinations WHERE name = '{name}'"
-                ),
-            )
-            .await;
-            row.starts_with("failed|").then_some(row)
-        })
-        .await;
+        let row = destination_in(&client, name, "failed").await;
         assert!(row.contains(error), "{row}");
     }
     let counted = value(
@@ -434,15 +426,7 @@ async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation()
         .await
         .unwrap();
     client.batch_execute("FLUSH").await.unwrap();
-    eventually(Duration::from_secs(30), "backing off", || async {
-        let status = value(
-            &client,
-            "SELECT status FROM weir_catalog.destinations WHERE name = 'top_pg'",
-        )
-        .await;
-        (status == "backing_off").then_some(())
-    })
-    .await;
+    destination_in(&client, "top_pg", "backing_off").await;
     client
         .batch_execute("INSERT INTO bids VALUES (1005, 103, 3); FLUSH")
         .await
@@ -462,19 +446,7 @@ async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation()
     pg.start_again();
     let upstream = pg.connect().await;
     let client = server.connect().await;
-    let failed = eventually(
-        Duration::from_secs(30),
-        "failed after the restart",
-        || async {
-            let row = value(
-                &client,
-                "SELECT status, error FROM weir_catalog.destinations WHERE name = 'top_pg'",
-            )
-            .await;
-            row.starts_with("failed|").then_some(row)
-        },
-    )
-    .await;
+    let failed = destination_in(&client, "top_pg", "failed").await;
     assert!(failed.contains("REPAIR"), "{failed}");
     client
         .batch_execute("ALTER DESTINATION top_pg REPAIR; ALTER DESTINATION occupied_pg REPAIR")

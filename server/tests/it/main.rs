@@ -27,7 +27,8 @@
 //!   projection and a blackhole sink (exactly-once).
 //! - `pg_cdc`: the `postgres-cdc` source against a throwaway PostgreSQL:
 //!   CREATE checks upstream, and a changing table through a projection to
-//!   a postgres sink and a destination exactly across `kill -9`.
+//!   a postgres sink and a destination exactly across `kill -9`; a dropped
+//!   slot blocks a destination until ACCEPT GAP.
 //! - `destination`: CREATE DESTINATION checks, a projection mirrored into
 //!   a created target, SHOW CREATE, REPAIR under a new generation.
 //! - `secrets`: CREATE SECRET / CONNECTION: a password that reaches a real

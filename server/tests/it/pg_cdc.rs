@@ -3,8 +3,10 @@
 //! table changed by inserts, updates (the key too) and deletes throughout,
 //! read into a projection that a `postgres` sink writes back, while Weir
 //! is killed with SIGKILL at random moments, the first ones during the
-//! snapshot. At the end the projection and the sink's table both equal
-//! the same query run upstream: every change applied exactly once.
+//! snapshot. At the end the projection, the sink's table and a
+//! destination's table all equal the same query run upstream: every
+//! change applied exactly once. And a dropped slot: a gap that blocks a
+//! destination until it is accepted, after which the source goes on.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -374,4 +376,154 @@ async fn the_postgres_connectors_speak_tls_as_sslmode_says() {
         sessions.iter().all(|s| s.ends_with(" true")),
         "{sessions:?}"
     );
+}
+
+/// Waits until `sql` run upstream and `copy` read from the destination's
+/// table agree.
+async fn copied(upstream: &tokio_postgres::Client, want_sql: &str, got_sql: &str) {
+    eventually(
+        Duration::from_secs(60),
+        "the destination caught up",
+        || async {
+            let want = rows(upstream, want_sql).await.ok()?;
+            let got = rows(upstream, got_sql).await.ok()?;
+            (want == got).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_slot_is_a_gap_that_blocks_a_destination_until_accepted() {
+    let pg = PgCluster::start();
+    let upstream = pg.connect().await;
+    upstream
+        .batch_execute(
+            "CREATE TABLE items (id bigint PRIMARY KEY, v bigint NOT NULL);
+             ALTER TABLE items REPLICA IDENTITY FULL;
+             INSERT INTO items SELECT i, i * 10 FROM generate_series(1, 10) i;",
+        )
+        .await
+        .unwrap();
+    let dsn = pg.dsn();
+    let mut server = WeirServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE items_cdc WITH (connector = 'postgres-cdc', dsn = '{dsn}', table = 'items',
+                 slot = 'weir_gap');
+             CREATE PROJECTION doubled AS SELECT id, v * 2 AS v2 FROM items_cdc;
+             CREATE DESTINATION doubled_pg FROM doubled
+               INTO postgres (dsn = '{dsn}', table = 'doubled_copy') KEY (id);"
+        ))
+        .await
+        .unwrap();
+    let want = "SELECT id, v * 2 FROM items WHERE id <> 12";
+    let got = "SELECT id, v2 FROM doubled_copy";
+    upstream
+        .batch_execute("INSERT INTO items VALUES (11, 110)")
+        .await
+        .unwrap();
+    copied(&upstream, want, got).await;
+
+    // The slot goes (a DBA drops it, or max_slot_wal_keep_size
+    // invalidates it); a change made meanwhile is lost to Weir.
+    eventually(Duration::from_secs(30), "the slot dropped", || async {
+        upstream
+            .batch_execute(
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+                   WHERE slot_name = 'weir_gap' AND active_pid IS NOT NULL;
+                 SELECT pg_drop_replication_slot('weir_gap');",
+            )
+            .await
+            .ok()
+    })
+    .await;
+    upstream
+        .batch_execute("INSERT INTO items VALUES (12, 120)")
+        .await
+        .unwrap();
+    let source = eventually(Duration::from_secs(60), "the gap seen", || async {
+        let row = value(
+            &client,
+            "SELECT status, error FROM weir_catalog.sources WHERE name = 'items_cdc'",
+        )
+        .await;
+        row.starts_with("gap|").then_some(row)
+    })
+    .await;
+    assert!(source.contains("retention gap"), "{source}");
+    assert_eq!(
+        value(
+            &client,
+            "SELECT status FROM weir_catalog.destinations WHERE name = 'doubled_pg'"
+        )
+        .await,
+        "blocked_by_gap"
+    );
+    let (code, message) = error_of(&client, "ALTER DESTINATION doubled_pg REPAIR").await;
+    assert_eq!(code, "55000", "{message}");
+    assert!(message.contains("ACCEPT GAP"), "{message}");
+
+    // Accepted: the gap is recorded and the source goes on from a new
+    // slot; the change made in the gap stays missing, later ones arrive.
+    client
+        .batch_execute("ALTER DESTINATION doubled_pg ACCEPT GAP")
+        .await
+        .unwrap();
+    let records = value(
+        &client,
+        "SELECT records FROM weir_catalog.destinations WHERE name = 'doubled_pg'",
+    )
+    .await;
+    assert!(
+        records.contains("gap_accepted") && records.contains("items_cdc"),
+        "{records}"
+    );
+    eventually(Duration::from_secs(60), "the source running", || async {
+        let status = value(
+            &client,
+            "SELECT status FROM weir_catalog.sources WHERE name = 'items_cdc'",
+        )
+        .await;
+        (status == "running").then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(60), "a new slot", || async {
+        let n = value(
+            &upstream,
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'weir_gap'",
+        )
+        .await;
+        (n == "1").then_some(())
+    })
+    .await;
+    upstream
+        .batch_execute("INSERT INTO items VALUES (13, 130); UPDATE items SET v = 1 WHERE id = 1")
+        .await
+        .unwrap();
+    copied(&upstream, want, got).await;
+    assert_eq!(
+        value(
+            &client,
+            "SELECT status FROM weir_catalog.destinations WHERE name = 'doubled_pg'"
+        )
+        .await,
+        "running"
+    );
+
+    // The acceptance is durable: after a restart the source reads on
+    // from the new slot.
+    drop(client);
+    server.restart();
+    let client = server.connect().await;
+    upstream
+        .batch_execute("INSERT INTO items VALUES (14, 140)")
+        .await
+        .unwrap();
+    copied(&upstream, want, got).await;
+    client
+        .batch_execute("DROP PROJECTION doubled CASCADE; DROP SOURCE items_cdc")
+        .await
+        .unwrap();
 }

@@ -146,6 +146,18 @@ fn bad_option(option: &str, message: impl Into<String>) -> ConnectorError {
     }
 }
 
+/// The option the server passes the gaps accepted in (not the user's:
+/// the spec does not declare it).
+const GAPS_ACCEPTED: &str = "weir.gaps_accepted";
+
+/// Changes lost upstream: the source stops until the gap is accepted.
+fn gap(message: impl Into<String>) -> ConnectorError {
+    ConnectorError::Gap {
+        connector: NAME.into(),
+        message: message.into(),
+    }
+}
+
 fn rejected(message: impl Into<String>) -> ConnectorError {
     ConnectorError::Rejected {
         connector: NAME.into(),
@@ -171,6 +183,10 @@ pub(crate) struct Upstream {
     pub(crate) publication: String,
     pub(crate) snapshot: bool,
     pub(crate) batch_rows: u64,
+    /// Retention gaps accepted so far (`ALTER DESTINATION ... ACCEPT GAP`,
+    /// passed by the server as `weir.gaps_accepted`): one more than the
+    /// source's offsets record lets it go on past a lost slot.
+    pub(crate) gaps_accepted: u32,
 }
 
 impl Upstream {
@@ -207,6 +223,10 @@ impl Upstream {
             publication,
             snapshot: opts.get("snapshot") != Some("never"),
             batch_rows: opts.u64("snapshot_batch_rows")?.unwrap_or(10_000).max(1),
+            gaps_accepted: options
+                .get(GAPS_ACCEPTED)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
         })
     }
 

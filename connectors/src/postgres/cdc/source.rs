@@ -40,7 +40,7 @@ use weir_common::ChangeBatch;
 
 use super::pgoutput::{self, Message, OldKind, Relation, Value};
 use super::text::{self, field_of};
-use super::{NAME, Shape, Upstream, pg_error, rejected};
+use super::{NAME, Shape, Upstream, gap, pg_error, rejected};
 use crate::postgres::quote;
 use crate::{ConnectorError, Offsets, Source, SourceBatch, SourceEvent, SourceOpen};
 
@@ -54,6 +54,9 @@ struct Progress {
     segments: Vec<Segment>,
     snapshot_done: bool,
     lsn: u64,
+    /// Retention gaps accepted: the source went on past each.
+    #[serde(default)]
+    gaps_accepted: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -180,20 +183,34 @@ impl CdcSource {
             return self.create_slot(client).await;
         };
         let slot = self.slot_state(&client).await?;
+        let accepting = self.upstream.gaps_accepted > progress.gaps_accepted;
         let Some((confirmed, active)) = slot else {
-            return Err(rejected(format!(
-                "replication slot {} no longer exists upstream: the changes after LSN {} are lost (a retention gap); DROP and CREATE the source to read the table again",
+            if accepting {
+                return self.go_on_after_gap(client).await;
+            }
+            return Err(gap(format!(
+                "replication slot {} no longer exists upstream: the changes after LSN {} are lost (a retention gap); ALTER DESTINATION ... ACCEPT GAP to go on without them, or DROP and CREATE the source to read the table again",
                 self.upstream.slot,
                 Lsn::from_u64(progress.lsn)
             )));
         };
         if confirmed > progress.lsn {
-            return Err(rejected(format!(
-                "replication slot {} was confirmed up to {} by another consumer, past this source's sealed {}: the changes between are lost (a retention gap); DROP and CREATE the source",
-                self.upstream.slot,
-                Lsn::from_u64(confirmed),
-                Lsn::from_u64(progress.lsn)
-            )));
+            if !accepting {
+                return Err(gap(format!(
+                    "replication slot {} was confirmed up to {} by another consumer, past this source's sealed {}: the changes between are lost (a retention gap); ALTER DESTINATION ... ACCEPT GAP to go on without them, or DROP and CREATE the source",
+                    self.upstream.slot,
+                    Lsn::from_u64(confirmed),
+                    Lsn::from_u64(progress.lsn)
+                )));
+            }
+            tracing::warn!(source = %self.name, from = %Lsn::from_u64(progress.lsn), to = %Lsn::from_u64(confirmed), "going on past an accepted retention gap");
+            let progress = self.progress.as_mut().expect("checked above");
+            progress.lsn = confirmed;
+            progress.gaps_accepted = self.upstream.gaps_accepted;
+            self.sealed_lsn = Some(confirmed);
+            let batch = self.batch(self.empty()?)?;
+            self.phase = Phase::Connect;
+            return Ok(Some(SourceEvent::Batch(batch)));
         }
         if let Some(pid) = active {
             return Err(ConnectorError::Transient {
@@ -210,6 +227,34 @@ impl CdcSource {
         }
         self.start_stream(progress.lsn).await?;
         Ok(None)
+    }
+
+    /// Goes on past a lost slot, the gap accepted: a new slot at the
+    /// current end of the WAL, from which the stream resumes. Keys a
+    /// snapshot cut short had not read are part of the gap.
+    async fn go_on_after_gap(
+        &mut self,
+        client: Client,
+    ) -> Result<Option<SourceEvent>, ConnectorError> {
+        self.upstream.ensure_publication(&client).await?;
+        let row = client
+            .query_one(
+                "SELECT (lsn - '0/0')::int8 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&self.upstream.slot],
+            )
+            .await
+            .map_err(|e| pg_error("creating the replication slot again", e))?;
+        let start = row.get::<_, i64>(0) as u64;
+        let progress = self.progress.as_mut().expect("a gap has progress");
+        tracing::warn!(source = %self.name, from = %Lsn::from_u64(progress.lsn), to = %Lsn::from_u64(start), "going on past an accepted retention gap with a new slot");
+        progress.lsn = start;
+        progress.snapshot_done = true;
+        progress.gaps_accepted = self.upstream.gaps_accepted;
+        self.sealed_lsn = Some(start);
+        // Seal the new position, so a restart streams from it.
+        let batch = self.batch(self.empty()?)?;
+        self.phase = Phase::Connect;
+        Ok(Some(SourceEvent::Batch(batch)))
     }
 
     /// The slot's confirmed position and the process holding it, if any;
@@ -255,6 +300,7 @@ impl CdcSource {
                 segments: Vec::new(),
                 snapshot_done: true,
                 lsn: start,
+                gaps_accepted: 0,
             });
             // Seal the start, so a restart streams from it.
             let batch = self.batch(self.empty()?)?;
@@ -272,6 +318,7 @@ impl CdcSource {
             }],
             snapshot_done: false,
             lsn: point,
+            gaps_accepted: 0,
         });
         self.phase = Phase::Snapshot(client);
         Ok(None)
@@ -628,8 +675,15 @@ fn value_bytes<'a>(value: &'a Value, column: &str) -> Result<Option<&'a [u8]>, C
 fn replication_error(e: pgwire_replication::PgWireError) -> ConnectorError {
     use pgwire_replication::PgWireError;
     match e {
-        // A slot still held by a session that is going away is busy, not gone.
-        PgWireError::Server(ref m) if m.contains("is active for PID") => {
+        // A slot still held by a session that is going away is busy, not
+        // gone; a server shutting down, or ending the session (57P01,
+        // 57P02, 57P03), or out of connections (53300) comes back.
+        PgWireError::Server(ref m)
+            if m.contains("is active for PID")
+                || ["(SQLSTATE 57P0", "(SQLSTATE 53"]
+                    .iter()
+                    .any(|code| m.contains(code)) =>
+        {
             ConnectorError::Transient {
                 connector: NAME.into(),
                 message: format!("replication session: {e}"),
@@ -875,6 +929,7 @@ mod tests {
             ],
             snapshot_done: false,
             lsn: 10,
+            gaps_accepted: 1,
         };
         let text = serde_json::to_string(&p).unwrap();
         assert_eq!(serde_json::from_str::<Progress>(&text).unwrap(), p);
