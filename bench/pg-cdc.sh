@@ -19,12 +19,18 @@
 # every PostgreSQL process (the walsender decoding the WAL, the backends
 # writing the destination), against every PostgreSQL process for the peer.
 #
+# With VIA=destination, Weir's path is the managed one instead: the
+# source, a projection of it, and a destination of the projection
+# (CREATE DESTINATION ... KEY (id)), which creates down.items_weir.
+#
 #   cargo build --release --bin weir
 #   bench/pg-cdc.sh
 #   ROWS=1000000 bench/pg-cdc.sh
+#   VIA=destination bench/pg-cdc.sh
 set -euo pipefail
 
 rows=${ROWS:-500000}
+via=${VIA:-sink}
 port=${PORT:-6840}
 . "$(dirname "$0")/throwaway.sh"
 
@@ -35,7 +41,8 @@ p postgres -c "CREATE DATABASE up" -c "CREATE DATABASE down"
 for t in items_weir items_peer; do
     p up -c "CREATE TABLE $t (id bigint PRIMARY KEY, grp bigint NOT NULL, amount numeric(12,2) NOT NULL, note text)" \
          -c "ALTER TABLE $t REPLICA IDENTITY FULL"
-    p down -c "CREATE TABLE $t (id bigint PRIMARY KEY, grp bigint NOT NULL, amount numeric(12,2) NOT NULL, note text)"
+    [ "$via/$t" = destination/items_weir ] ||
+        p down -c "CREATE TABLE $t (id bigint PRIMARY KEY, grp bigint NOT NULL, amount numeric(12,2) NOT NULL, note text)"
 done
 
 start_weir
@@ -68,10 +75,11 @@ wait_equal() {
     local want got
     want=$(p up -c "SELECT count(*), sum(amount), sum(id) FROM $1")
     while :; do
-        got=$(p down -c "SELECT count(*), sum(amount), sum(id) FROM $1")
+        got=$(p down -c "SELECT count(*), sum(amount), sum(id) FROM $1" 2>/dev/null || true)
         [ "$got" = "$want" ] && return
-        if w -c "SELECT name || ': ' || error FROM weir_catalog.sources WHERE status = 'failed'
-                 UNION ALL SELECT name || ': ' || error FROM weir_catalog.sinks WHERE status = 'failed'" | grep .; then
+        if w -c "SELECT name || ': ' || error FROM weir_catalog.sources WHERE status IN ('failed', 'gap')
+                 UNION ALL SELECT name || ': ' || error FROM weir_catalog.sinks WHERE status = 'failed'
+                 UNION ALL SELECT name || ': ' || error FROM weir_catalog.destinations WHERE status = 'failed'" | grep .; then
             exit 1
         fi
         sleep 0.05
@@ -80,8 +88,15 @@ wait_equal() {
 
 dsn_up="host=127.0.0.1 port=$pg_port user=weir dbname=up"
 dsn_down="host=127.0.0.1 port=$pg_port user=weir dbname=down"
-w -c "CREATE SOURCE items_cdc WITH (connector = 'postgres-cdc', dsn = '$dsn_up', table = 'items_weir', slot = 'weir_items');
-      CREATE SINK items_out FROM items_cdc WITH (connector = 'postgres', dsn = '$dsn_down', table = 'items_weir', key = 'id')"
+w -c "CREATE SOURCE items_cdc WITH (connector = 'postgres-cdc', dsn = '$dsn_up', table = 'items_weir', slot = 'weir_items')"
+if [ "$via" = destination ]; then
+    w -c "CREATE PROJECTION items_p AS SELECT * FROM items_cdc;
+          CREATE DESTINATION items_dest FROM items_p INTO postgres (dsn = '$dsn_down', table = 'items_weir') KEY (id)"
+    weir_path="weir cdc -> projection -> destination"
+else
+    w -c "CREATE SINK items_out FROM items_cdc WITH (connector = 'postgres', dsn = '$dsn_down', table = 'items_weir', key = 'id')"
+    weir_path="weir postgres-cdc -> postgres sink"
+fi
 # The slot exists and the (empty) snapshot is read once the source runs.
 until [ "$(w -c "SELECT status FROM weir_catalog.sources WHERE name = 'items_cdc'")" = running ] &&
       [ "$(p up -c "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'weir_items'")" = 1 ]; do
@@ -115,11 +130,11 @@ peer_cpu=$(seconds $(($(pg_ticks) - pg_before)))
 p down -c "ALTER SUBSCRIPTION peer DISABLE" -c "ALTER SUBSCRIPTION peer SET (slot_name = NONE)" -c "DROP SUBSCRIPTION peer"
 
 changes=$((rows + rows / 2 + rows / 4))
-awk -v n="$changes" -v ww="$weir_wall" -v wc="$weir_cpu" -v wp="$weir_pg_cpu" \
+awk -v n="$changes" -v path="$weir_path" -v ww="$weir_wall" -v wc="$weir_cpu" -v wp="$weir_pg_cpu" \
     -v pw="$peer_wall" -v ac="$apply_cpu" -v pc="$peer_cpu" 'BEGIN {
     printf "workload: %d upstream row changes (inserts, updates, deletes)\n", n
     printf "%-34s %9s %12s %16s %18s\n", "", "wall s", "process CPU s", "changes/proc CPU-s", "changes/system CPU-s"
-    printf "%-34s %9.2f %12.2f %16.0f %18.0f\n", "weir postgres-cdc -> postgres sink", ww, wc, n / wc, n / (wc + wp)
+    printf "%-34s %9.2f %12.2f %16.0f %18.0f\n", path, ww, wc, n / wc, n / (wc + wp)
     printf "%-34s %9.2f %12.2f %16.0f %18.0f\n", "postgres subscription (apply)", pw, ac, n / ac, n / pc
     printf "ratio weir/peer: per process CPU %.2f, per system CPU %.2f, wall %.2f\n",
         (n / wc) / (n / ac), (n / (wc + wp)) / (n / pc), pw / ww

@@ -196,6 +196,7 @@ impl PlanContext {
                 weir_connectors::ConnectorKind::Source,
             )
             .is_ok_and(|c| c.spec().capabilities.replayable),
+            paused: def.paused,
         })
     }
 

@@ -139,7 +139,14 @@ fn managed_objects(catalog: &crate::catalog::Catalog) -> impl Iterator<Item = Ma
         .projections
         .values()
         .map(|p| Managed::Projection(p))
-        .chain(catalog.sinks.values().map(|s| Managed::Sink(s)))
+        .chain(
+            catalog
+                .sinks
+                .values()
+                // A paused destination is not deployed until RESUME.
+                .filter(|s| !s.destination.as_ref().is_some_and(|d| d.paused))
+                .map(|s| Managed::Sink(s)),
+        )
 }
 
 impl Managed<'_> {

@@ -9,6 +9,9 @@
 //!   repairs), generation, projection, target, key, status, the epochs it
 //!   prepared and committed, its records (created, repairs, accepted
 //!   gaps) and last error;
+//! - `sink_offsets`: sinks and destinations alike, with what each has
+//!   delivered: generation, committed epoch and rows, the connector's
+//!   committed descriptor (its offsets), status, error and retries;
 //! - `connectors`: every connector's spec (options and capabilities),
 //!   also what `SHOW CONNECTORS` prints;
 //! - `secrets`: every secret's name and the id of the key that sealed it
@@ -29,6 +32,7 @@ pub const TABLES: &[&str] = &[
     "connectors",
     "destinations",
     "secrets",
+    "sink_offsets",
     "sinks",
     "sources",
 ];
@@ -96,6 +100,19 @@ pub fn fields(name: &str) -> Option<Vec<Field>> {
             utf8("description"),
         ],
         "secrets" => vec![utf8("name"), utf8("key_id"), utf8("used_by")],
+        "sink_offsets" => vec![
+            utf8("schema"),
+            utf8("name"),
+            utf8("kind"),
+            int8("generation"),
+            int8("committed_epoch"),
+            int8("committed_rows"),
+            opt_utf8("offsets"),
+            utf8("status"),
+            opt_utf8("error"),
+            int8("retries"),
+            opt_utf8("next_retry_at"),
+        ],
         "connections" => vec![
             utf8("name"),
             utf8("kind"),
@@ -273,6 +290,49 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                 .map(|i| text(rows.iter().map(|r| r[i].clone()).collect()))
                 .collect()
         }
+        "sink_offsets" => {
+            let defs: Vec<_> = snapshot.catalog.sinks.values().collect();
+            let state: Vec<_> = defs
+                .iter()
+                .map(|d| status.sinks.get(&d.id).cloned().unwrap_or_default())
+                .collect();
+            vec![
+                text(defs.iter().map(|d| d.schema.clone()).collect()),
+                text(defs.iter().map(|d| d.name.clone()).collect()),
+                text(
+                    defs.iter()
+                        .map(|d| {
+                            if d.destination.is_some() {
+                                "destination"
+                            } else {
+                                "sink"
+                            }
+                            .to_string()
+                        })
+                        .collect(),
+                ),
+                int(defs
+                    .iter()
+                    .map(|d| d.destination.as_ref().map_or(1, |x| x.generation) as i64)
+                    .collect()),
+                int(state.iter().map(|s| s.committed_epoch as i64).collect()),
+                int(state.iter().map(|s| s.committed_rows as i64).collect()),
+                opt_text(
+                    state
+                        .iter()
+                        .map(|s| s.committed_descriptor.clone())
+                        .collect(),
+                ),
+                text(
+                    defs.iter()
+                        .map(|d| destination_status(&snapshot.catalog, &status, d).to_string())
+                        .collect(),
+                ),
+                opt_text(state.iter().map(|s| s.error.clone()).collect()),
+                int(state.iter().map(|s| s.retries as i64).collect()),
+                opt_text(state.iter().map(next_retry_at).collect()),
+            ]
+        }
         "secrets" => {
             let catalog = &snapshot.catalog;
             let secrets: Vec<_> = catalog.secrets.values().collect();
@@ -322,6 +382,9 @@ pub fn destination_status(
     status: &weir_engine::runtime::StreamStatus,
     def: &crate::catalog::streaming::SinkDef,
 ) -> &'static str {
+    if def.destination.as_ref().is_some_and(|d| d.paused) {
+        return "paused";
+    }
     let own = sink_status(status.sinks.get(&def.id));
     if def.destination.is_some()
         && own != "failed"

@@ -61,6 +61,9 @@ pub struct SourceToRead {
     /// from offset 0. A deployment over a source that cannot replay starts
     /// at the shared reader's position instead of backfilling.
     pub replayable: bool,
+    /// Paused (`ALTER SOURCE ... PAUSE`): no reader runs for it; it keeps
+    /// its position until it is resumed.
+    pub paused: bool,
 }
 
 /// The connector a sink deployment writes to.
@@ -336,6 +339,13 @@ impl Streams {
                 continue;
             }
             self.defs.insert(source.id, source.clone());
+            if source.paused {
+                let mut status = self.status.write();
+                let entry = status.sources.entry(source.id).or_default();
+                entry.status = "paused";
+                entry.error = None;
+                continue;
+            }
             let offsets = self.received.get(&source.id).cloned().unwrap_or_default();
             let stop = CancellationToken::new();
             let (sealed, sealed_rx) = mpsc::unbounded_channel();
@@ -719,8 +729,12 @@ impl Streams {
 
     /// Starts `source`'s shared reader again (stopping the running one,
     /// if any) with its options as they are now, at the offsets received:
-    /// after a gap was accepted.
+    /// after a gap was accepted, or paused and resumed (a paused
+    /// `source` only stops its reader).
     pub fn restart_source(&mut self, source: SourceToRead) {
+        if let Some(reader) = self.readers.remove(&source.id) {
+            reader.stop.cancel();
+        }
         let Some(readers) = self
             .reads
             .iter()
@@ -729,11 +743,12 @@ impl Streams {
         else {
             // Nothing reads it: the next reader starts with the new options.
             self.defs.remove(&source.id);
+            let mut status = self.status.write();
+            if let Some(entry) = status.sources.get_mut(&source.id) {
+                entry.status = if source.paused { "paused" } else { "idle" };
+            }
             return;
         };
-        if let Some(reader) = self.readers.remove(&source.id) {
-            reader.stop.cancel();
-        }
         let reads = self.reads.get(&readers).cloned().unwrap_or_default();
         self.start_readers(readers, std::slice::from_ref(&source));
         self.reads.insert(readers, reads);
@@ -766,78 +781,5 @@ pub(super) async fn guarded<T>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A sink whose code has a bug in `write`.
-    struct Panics;
-
-    #[async_trait::async_trait]
-    impl Sink for Panics {
-        async fn write(&mut self, _: u64, _: &ChangeBatch) -> Result<(), ConnectorError> {
-            panic!("a bug in the connector")
-        }
-        async fn pre_commit(&mut self, epoch: u64) -> Result<String, ConnectorError> {
-            Ok(epoch.to_string())
-        }
-        async fn commit(&mut self, _: u64, _: &str) -> Result<(), ConnectorError> {
-            Ok(())
-        }
-        async fn abort(&mut self, _: u64) -> Result<(), ConnectorError> {
-            Ok(())
-        }
-    }
-
-    #[tokio::test]
-    async fn a_panicking_sink_fails_alone_and_the_loop_goes_on() {
-        let mut streams = Streams::detached();
-        let (buggy, fine) = (ObjectId(8), ObjectId(9));
-        for id in [buggy, fine] {
-            streams.sinks.insert(
-                id,
-                SinkSlot {
-                    spec: SinkToOpen {
-                        name: "public.fine".into(),
-                        connector: "blackhole".into(),
-                        options: BTreeMap::new(),
-                        schema: crate::testing::schema("k int"),
-                    },
-                    durable: None,
-                    unsealed: Vec::new(),
-                    unsealed_rows: 0,
-                    backoff: None,
-                    retry: crate::runtime::sink_retry::RetryState::new(Default::default()),
-                    sink: if id == buggy {
-                        Box::new(Panics)
-                    } else {
-                        weir_connectors::connector("blackhole", ConnectorKind::Sink)
-                            .unwrap()
-                            .open_sink(SinkOpen {
-                                name: "public.fine",
-                                schema: crate::testing::schema("k int"),
-                                options: &BTreeMap::new(),
-                                sealed: None,
-                                generation: 1,
-                            })
-                            .unwrap()
-                    },
-                    connector: if id == buggy { "buggy" } else { "blackhole" }.into(),
-                    prepared: None,
-                    sealed: None,
-                    failed: false,
-                },
-            );
-        }
-        let rows = crate::testing::change("k int", "1 +1");
-        streams
-            .epoch_closed(1, vec![(buggy, rows.clone()), (fine, rows.clone())])
-            .await;
-        streams.epoch_closed(2, vec![(fine, rows)]).await;
-        let status = streams.status.read();
-        assert_eq!(status.sinks[&buggy].status, "failed");
-        let error = status.sinks[&buggy].error.clone().unwrap_or_default();
-        assert!(error.contains("\"buggy\" panicked"), "{error}");
-        assert_eq!(status.sinks[&fine].rows_out, 2);
-        assert!(streams.sinks[&fine].prepared.is_some());
-    }
-}
+#[path = "streams_tests.rs"]
+mod tests;

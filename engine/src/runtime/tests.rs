@@ -325,6 +325,7 @@ const SOURCE_ROWS: &str = "k int";
 /// A `datagen` source of the ten rows 1..=10, declared replayable or not.
 fn ten_rows(replayable: bool) -> SourceToRead {
     SourceToRead {
+        paused: false,
         id: SOURCE,
         name: "public.ten".into(),
         connector: "datagen".into(),

@@ -5,7 +5,7 @@
 //!   INTO kind (option = 'value', password = SECRET name, ...)
 //!   KEY (column, ...)
 //!   [WITH (delivery = '...', on_existing = 'error' | 'truncate')]
-//! ALTER DESTINATION name REPAIR | ACCEPT GAP
+//! ALTER DESTINATION name REPAIR | ACCEPT GAP | PAUSE | RESUME
 //! ```
 
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -39,6 +39,10 @@ pub enum DestinationAction {
     Repair,
     /// Record the gap upstream and go on without the lost changes.
     AcceptGap,
+    /// Stop delivering (after committing what is in flight); durable.
+    Pause,
+    /// Deliver again: refill the target under the next generation.
+    Resume,
 }
 
 /// The rest of `CREATE DESTINATION [IF NOT EXISTS] name`, after the name.
@@ -87,10 +91,12 @@ pub(super) fn alter_destination(p: &mut Parser) -> Result<StreamingDdl, ParserEr
     let name = name_parts(&p.parse_object_name(false)?);
     let action = match word(p).as_deref() {
         Some("REPAIR") => DestinationAction::Repair,
+        Some("PAUSE") => DestinationAction::Pause,
+        Some("RESUME") => DestinationAction::Resume,
         Some("ACCEPT") if word(p).as_deref() == Some("GAP") => DestinationAction::AcceptGap,
         _ => {
             p.prev_token();
-            return p.expected("REPAIR or ACCEPT GAP", p.peek_token());
+            return p.expected("REPAIR, ACCEPT GAP, PAUSE or RESUME", p.peek_token());
         }
     };
     Ok(StreamingDdl::AlterDestination { name, action })

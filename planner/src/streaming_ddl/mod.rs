@@ -8,7 +8,8 @@
 //! SHOW SOURCES | SINKS | DESTINATIONS | CONNECTORS
 //! SHOW CREATE SOURCE | SINK | DESTINATION name
 //! CREATE DESTINATION ... FROM projection INTO kind (...) KEY (...) [WITH (...)]
-//! ALTER DESTINATION name REPAIR | ACCEPT GAP
+//! ALTER DESTINATION name REPAIR | ACCEPT GAP | PAUSE | RESUME
+//! ALTER SOURCE name PAUSE | RESUME
 //! CREATE SECRET [IF NOT EXISTS] name AS 'value'
 //! ALTER SECRET name AS 'value'
 //! CREATE CONNECTION [IF NOT EXISTS] name TO kind (option = 'value', password = SECRET name, ...)
@@ -37,7 +38,9 @@ use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 use serde::{Deserialize, Serialize};
 
+mod alter;
 mod destination;
+pub use alter::SourceAction;
 pub use destination::{CreateDestination, DestinationAction};
 
 /// The function name a streaming statement travels under.
@@ -119,6 +122,10 @@ pub enum StreamingDdl {
         name: Vec<String>,
         action: DestinationAction,
     },
+    AlterSource {
+        name: Vec<String>,
+        action: SourceAction,
+    },
     CreateSecret {
         if_not_exists: bool,
         name: String,
@@ -190,6 +197,7 @@ pub fn is_streaming(tokens: &[TokenWithSpan]) -> bool {
                 "SECRET" | "CONNECTION" | "DESTINATION",
                 _
             )
+            | ("ALTER", "SOURCE", _)
             | (
                 "SHOW",
                 "SOURCES" | "SINKS" | "DESTINATIONS" | "CONNECTORS" | "SECRETS" | "CONNECTIONS",
@@ -234,6 +242,7 @@ pub fn parse_streaming(mut tokens: Vec<TokenWithSpan>) -> Result<StreamingDdl, P
     } else if p.parse_keyword(Keyword::ALTER) {
         match kind_word(&mut p)? {
             StreamingKind::Destination => destination::alter_destination(&mut p)?,
+            StreamingKind::Source => alter::alter_source(&mut p)?,
             kind => {
                 return parser_error(&format!("ALTER {} is not supported yet", kind.keyword()));
             }

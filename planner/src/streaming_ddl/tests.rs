@@ -192,6 +192,21 @@ fn reads_destinations() {
         }
     );
     assert!(parse("ALTER DESTINATION d ACCEPT").is_err());
+    assert_eq!(
+        parse("ALTER DESTINATION d RESUME").unwrap(),
+        StreamingDdl::AlterDestination {
+            name: vec!["d".into()],
+            action: DestinationAction::Resume
+        }
+    );
+    assert_eq!(
+        parse("ALTER SOURCE s.bid PAUSE").unwrap(),
+        StreamingDdl::AlterSource {
+            name: vec!["s".into(), "bid".into()],
+            action: SourceAction::Pause
+        }
+    );
+    assert!(parse("ALTER SOURCE bid STOP").is_err());
     assert!(matches!(
         parse("DROP DESTINATION IF EXISTS d CASCADE").unwrap(),
         StreamingDdl::Drop {

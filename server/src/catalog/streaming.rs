@@ -38,6 +38,9 @@ pub struct SourceDef {
     /// source goes on past as many lost stretches of its upstream.
     #[serde(default)]
     pub gaps_accepted: u32,
+    /// `ALTER SOURCE ... PAUSE`: nothing reads it until RESUME.
+    #[serde(default)]
+    pub paused: bool,
 }
 
 /// The option the server passes a source's accepted gaps in; `weir.`
@@ -122,8 +125,11 @@ pub struct DestinationDef {
     pub key: Vec<String>,
     /// `WITH (...)`: `on_existing`, `delivery`, `on_error`, `restart_*`.
     pub with: BTreeMap<String, String>,
-    /// Its history: created, repaired, gaps accepted.
+    /// Its history: created, repaired, gaps accepted, paused, resumed.
     pub records: Vec<DestinationRecord>,
+    /// `ALTER DESTINATION ... PAUSE`: not deployed until RESUME.
+    #[serde(default)]
+    pub paused: bool,
 }
 
 /// One entry of a destination's history.
@@ -133,7 +139,7 @@ pub struct DestinationRecord {
     pub at: String,
     /// The generation it started or applied to.
     pub generation: u64,
-    /// `created`, `repair` or `gap_accepted`.
+    /// `created`, `repair`, `gap_accepted`, `paused` or `resumed`.
     pub event: String,
     pub detail: String,
 }

@@ -154,6 +154,7 @@ impl Session {
             key,
             with,
             records: vec![record(1, "created", String::new())],
+            paused: false,
         };
         // The WITH options every sink takes are checked as a sink's are.
         let mut checked = resolved.clone();
@@ -231,7 +232,78 @@ impl Session {
                 })
                 .collect()
         };
+        if destination.paused != (action == DestinationAction::Resume) {
+            let refused = match action {
+                DestinationAction::Resume => Some("is not paused"),
+                DestinationAction::Pause => Some("is paused already"),
+                DestinationAction::Repair => Some("is paused (RESUME refills it)"),
+                DestinationAction::AcceptGap => None,
+            };
+            if let Some(state) = refused {
+                return Err(ServerError::Sqlstate {
+                    code: "55000",
+                    message: format!("destination {} {state}", def.qualified_name()),
+                });
+            }
+        }
         match action {
+            DestinationAction::Pause => {
+                // What is staged commits with the next seal: wait for it,
+                // so the target is left at an epoch boundary, whole.
+                self.db.flush().await?;
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                loop {
+                    let settled = self
+                        .db
+                        .runtime()
+                        .stream_status()
+                        .sinks
+                        .get(&def.id)
+                        .is_none_or(|s| {
+                            s.status != "running" || s.committed_epoch >= s.prepared_epoch
+                        });
+                    if settled || std::time::Instant::now() > deadline {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                destination.paused = true;
+                let generation = destination.generation;
+                destination
+                    .records
+                    .push(record(generation, "paused", String::new()));
+                let mut paused = (*def).clone();
+                paused.destination = Some(destination);
+                self.write(TxnWrites {
+                    ddl: vec![CatalogChange::ReplaceSink(paused)],
+                    tables: vec![],
+                })?;
+                self.db.runtime().drop_projection(def.id).await;
+                Ok(command("ALTER DESTINATION"))
+            }
+            DestinationAction::Resume => {
+                // The changes made while it was paused were not kept: the
+                // target is refilled from the projection, as REPAIR does.
+                destination.paused = false;
+                destination.generation += 1;
+                let generation = destination.generation;
+                destination.records.push(record(
+                    generation,
+                    "resumed",
+                    format!("refilled as generation {generation}"),
+                ));
+                let mut resumed = (*def).clone();
+                resumed.id = (*catalog).clone().allocate_id();
+                resumed.destination = Some(destination);
+                self.write(TxnWrites {
+                    ddl: vec![
+                        CatalogChange::DropSink { id: def.id },
+                        CatalogChange::CreateSink(resumed),
+                    ],
+                    tables: vec![],
+                })?;
+                Ok(command("ALTER DESTINATION"))
+            }
             DestinationAction::Repair if !gapped.is_empty() => Err(ServerError::Sqlstate {
                 code: "55000",
                 message: format!(

@@ -13,7 +13,7 @@ use datafusion::sql::sqlparser::parser::Parser;
 use weir_common::ObjectId;
 use weir_connectors::{ConnectorError, ConnectorKind};
 use weir_pgsem::SqlType;
-use weir_planner::streaming_ddl::{DeclaredColumn, StreamingDdl, StreamingKind};
+use weir_planner::streaming_ddl::{DeclaredColumn, SourceAction, StreamingDdl, StreamingKind};
 
 use super::projection::{column_def_of, column_defs, drop_readers};
 use super::{Session, StatementResult, command, show::text_rows};
@@ -59,6 +59,7 @@ impl Session {
                     .await
             }
             StreamingDdl::CreateDestination(create) => self.create_destination(create).await,
+            StreamingDdl::AlterSource { name, action } => self.alter_source(&name, action).await,
             StreamingDdl::AlterDestination { name, action } => {
                 self.alter_destination(&name, action).await
             }
@@ -212,6 +213,7 @@ impl Session {
             options: stored,
             secrets,
             gaps_accepted: 0,
+            paused: false,
         };
         self.write(TxnWrites {
             ddl: vec![CatalogChange::CreateSource(def)],
@@ -418,6 +420,49 @@ impl Session {
         };
         rows.sort();
         text_rows(&["schema", "name", "connector", "status"], rows)
+    }
+
+    /// `ALTER SOURCE name PAUSE | RESUME`: the catalog says whether the
+    /// source is read (so a pause survives restarts), and its reader is
+    /// stopped or started again at the position it had.
+    async fn alter_source(
+        &mut self,
+        name: &[String],
+        action: SourceAction,
+    ) -> Result<StatementResult, ServerError> {
+        let (schema, name) = self.split_parts(name)?;
+        let catalog = self.snapshot().catalog.clone();
+        let def = catalog
+            .source(&schema, &name)
+            .cloned()
+            .ok_or_else(|| undefined(StreamingKind::Source, &name))?;
+        let pause = action == SourceAction::Pause;
+        if def.paused == pause {
+            let state = if def.paused {
+                "paused"
+            } else {
+                crate::system_streaming::source_status(
+                    self.db.runtime().stream_status().sources.get(&def.id),
+                )
+            };
+            return Err(ServerError::Sqlstate {
+                code: "55000",
+                message: format!(
+                    "source {} is {state}: {} it does nothing",
+                    def.qualified_name(),
+                    if pause { "pausing" } else { "resuming" }
+                ),
+            });
+        }
+        let mut changed = (*def).clone();
+        changed.paused = pause;
+        self.write(TxnWrites {
+            ddl: vec![CatalogChange::ReplaceSource(changed.clone())],
+            tables: vec![],
+        })?;
+        let read = self.plan_context().source_to_read(&changed)?;
+        self.db.runtime().restart_source(read).await;
+        Ok(command("ALTER SOURCE"))
     }
 
     /// Plans a committed sink and starts it.

@@ -229,6 +229,15 @@ async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation()
     )
     .await;
     assert_eq!(row, "t|1|public.top|bidder|running|t|t|t|t");
+    assert_eq!(
+        value(
+            &client,
+            "SELECT kind, generation, status, committed_epoch > 0, offsets LIKE '{%'
+               FROM weir_catalog.sink_offsets WHERE name = 'top_pg'"
+        )
+        .await,
+        "destination|1|running|t|t"
+    );
     let progress = "SELECT destination_generation, truncate_pending FROM weir_sink_progress
                       WHERE target = '\"public\".\"top_copy\"'";
     assert_eq!(value(&upstream, progress).await, "1|f");
@@ -455,6 +464,59 @@ async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation()
     mirrored(&client, &upstream, "top", "top_copy").await;
     mirrored(&client, &upstream, "top", "occupied").await;
     assert_eq!(value(&upstream, progress).await, "3|f");
+
+    // PAUSE commits what is in flight and stops; it holds across a
+    // restart; RESUME refills the target under the next generation.
+    client
+        .batch_execute("INSERT INTO bids VALUES (1006, 104, 1)")
+        .await
+        .unwrap();
+    client
+        .batch_execute("ALTER DESTINATION top_pg PAUSE")
+        .await
+        .unwrap();
+    let paused_rows = rows(&upstream, "SELECT bidder, n, best FROM top_copy")
+        .await
+        .unwrap();
+    assert!(
+        paused_rows.iter().any(|r| r.starts_with("104|")),
+        "{paused_rows:?}"
+    );
+    let (code, message) = error_of(&client, "ALTER DESTINATION top_pg PAUSE").await;
+    assert_eq!(code, "55000", "{message}");
+    let (code, message) = error_of(&client, "ALTER DESTINATION top_pg REPAIR").await;
+    assert_eq!(code, "55000");
+    assert!(message.contains("RESUME"), "{message}");
+    client
+        .batch_execute("INSERT INTO bids VALUES (1007, 105, 1); FLUSH")
+        .await
+        .unwrap();
+    drop(client);
+    server.restart();
+    let client = server.connect().await;
+    assert_eq!(
+        value(
+            &client,
+            "SELECT status, generation FROM weir_catalog.destinations WHERE name = 'top_pg'"
+        )
+        .await,
+        "paused|3"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        rows(&upstream, "SELECT bidder, n, best FROM top_copy")
+            .await
+            .unwrap(),
+        paused_rows
+    );
+    client
+        .batch_execute("ALTER DESTINATION top_pg RESUME")
+        .await
+        .unwrap();
+    mirrored(&client, &upstream, "top", "top_copy").await;
+    assert_eq!(value(&upstream, progress).await, "4|f");
+    let (code, _) = error_of(&client, "ALTER DESTINATION top_pg RESUME").await;
+    assert_eq!(code, "55000");
 
     // DROP leaves the target table and its rows to their owner.
     client

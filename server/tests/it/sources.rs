@@ -575,3 +575,68 @@ async fn updating_sink_changelog_is_exact_after_kill_9_at_random_moments() {
         server.log_tail()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_source_keeps_its_place_across_a_restart_and_resumes() {
+    let mut server = WeirServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE bid WITH (connector = 'nexmark', event = 'bid', rate_limit = '2000',
+                 max_events = '1000000', base_time = '{BASE_TIME}');
+             CREATE PROJECTION counted AS SELECT count(*) AS n FROM bid;"
+        ))
+        .await
+        .unwrap();
+    async fn count(client: &Client) -> u64 {
+        client.batch_execute("FLUSH").await.unwrap();
+        value(client, "SELECT n FROM counted")
+            .await
+            .parse()
+            .unwrap_or(0)
+    }
+    let status = "SELECT status FROM weir_catalog.sources WHERE name = 'bid'";
+    eventually(Duration::from_secs(30), "rows read", || async {
+        (count(&client).await > 0).then_some(())
+    })
+    .await;
+    let (code, message) = error_of(&client, "ALTER SOURCE bid RESUME").await;
+    assert_eq!(code, "55000", "{message}");
+    assert!(message.contains("is running"), "{message}");
+
+    client
+        .batch_execute("ALTER SOURCE bid PAUSE")
+        .await
+        .unwrap();
+    assert_eq!(value(&client, status).await, "paused");
+    let at_pause = count(&client).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(count(&client).await, at_pause, "a paused source read on");
+    let (code, _) = error_of(&client, "ALTER SOURCE bid PAUSE").await;
+    assert_eq!(code, "55000");
+
+    // The pause is durable: after a restart nothing reads the source.
+    drop(client);
+    server.restart();
+    let client = server.connect().await;
+    assert_eq!(value(&client, status).await, "paused");
+    let restored = count(&client).await;
+    assert!(restored <= at_pause, "{restored} > {at_pause}");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(count(&client).await, restored);
+
+    client
+        .batch_execute("ALTER SOURCE bid RESUME")
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), "reading again", || async {
+        (count(&client).await > at_pause).then_some(())
+    })
+    .await;
+    assert_eq!(value(&client, status).await, "running");
+    assert!(
+        value(&client, "SHOW CREATE SOURCE bid")
+            .await
+            .contains("connector = 'nexmark'")
+    );
+}

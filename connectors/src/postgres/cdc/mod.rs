@@ -3,7 +3,9 @@
 //!
 //! - `mod.rs` (here): the spec, the upstream (connections, the table's
 //!   shape) and what CREATE SOURCE checks against the live database.
-//! - [`source`]: the protocol (snapshot segments, the stream, offsets).
+//! - [`source`]: the protocol (snapshot segments, the stream, offsets);
+//!   [`keys`]: snapshot pages in primary-key order, and that order over
+//!   keys from pages and from the stream.
 //! - [`pgoutput`]: the logical replication messages between Begin and
 //!   Commit (the `pgwire-replication` crate speaks the replication
 //!   protocol, SCRAM and TLS, and decodes the boundaries).
@@ -15,6 +17,7 @@
 //! source emits `-old/+new` without keeping a copy of the table. Both are
 //! checked at CREATE, with the statement that fixes them.
 
+mod keys;
 mod pgoutput;
 mod source;
 mod text;

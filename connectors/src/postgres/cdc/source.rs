@@ -31,13 +31,13 @@ use std::time::Duration;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::datatypes::SchemaRef;
-use arrow::row::{OwnedRow, RowConverter, SortField};
 use async_trait::async_trait;
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::{Client, SimpleQueryMessage};
 use weir_common::ChangeBatch;
 
+use super::keys::{KeyOrder, page_query};
 use super::pgoutput::{self, Message, OldKind, Relation, Value};
 use super::text::{self, field_of};
 use super::{NAME, Shape, Upstream, gap, pg_error, rejected};
@@ -88,11 +88,11 @@ struct Stream {
 
 /// Where the columns the source needs sit in an upstream row.
 #[derive(Debug, Clone)]
-struct RowLayout {
+pub(super) struct RowLayout {
     /// Per output column, its index in the row.
-    output: Vec<usize>,
+    pub(super) output: Vec<usize>,
     /// Per key column, its index in the row.
-    key: Vec<usize>,
+    pub(super) key: Vec<usize>,
 }
 
 pub(crate) struct CdcSource {
@@ -662,7 +662,10 @@ impl CdcSource {
     }
 }
 
-fn value_bytes<'a>(value: &'a Value, column: &str) -> Result<Option<&'a [u8]>, ConnectorError> {
+pub(super) fn value_bytes<'a>(
+    value: &'a Value,
+    column: &str,
+) -> Result<Option<&'a [u8]>, ConnectorError> {
     match value {
         Value::Null => Ok(None),
         Value::Text(b) => Ok(Some(b)),
@@ -695,63 +698,6 @@ fn replication_error(e: pgwire_replication::PgWireError) -> ConnectorError {
         },
         other => rejected(format!("replication session: {other}")),
     }
-}
-
-/// The snapshot query for the page after `after` (the last key read).
-fn page_query(
-    upstream: &Upstream,
-    shape: &Shape,
-    schema: &SchemaRef,
-    after: Option<&[String]>,
-) -> String {
-    let key_expr = |name: &str| {
-        let c = shape.column(name).expect("key column");
-        if collatable(c.type_oid) {
-            format!("{} COLLATE \"C\"", quote(name))
-        } else {
-            quote(name)
-        }
-    };
-    let select: Vec<String> = schema
-        .fields()
-        .iter()
-        .map(|f| quote(f.name()))
-        .chain(shape.key.iter().map(|k| quote(k)))
-        .collect();
-    let order: Vec<String> = shape.key.iter().map(|k| key_expr(k)).collect();
-    let filter = match after {
-        None => String::new(),
-        Some(values) => {
-            let literals: Vec<String> = shape
-                .key
-                .iter()
-                .zip(values)
-                .map(|(k, v)| {
-                    let c = shape.column(k).expect("key column");
-                    let literal = format!("'{}'::{}", v.replace('\'', "''"), c.type_name);
-                    if collatable(c.type_oid) {
-                        format!("{literal} COLLATE \"C\"")
-                    } else {
-                        literal
-                    }
-                })
-                .collect();
-            format!(" WHERE ({}) > ({})", order.join(", "), literals.join(", "))
-        }
-    };
-    format!(
-        "SELECT {} FROM {}{filter} ORDER BY {} LIMIT {}",
-        select.join(", "),
-        upstream.qualified(),
-        order.join(", "),
-        upstream.batch_rows
-    )
-}
-
-/// Text types, whose order depends on a collation: keys compare bytewise
-/// (`COLLATE "C"`) upstream and here alike.
-fn collatable(type_oid: u32) -> bool {
-    matches!(type_oid, 25 | 1042 | 1043 | 19)
 }
 
 /// Where the source's columns sit in `relation`'s rows; the relation must
@@ -796,68 +742,6 @@ fn layout(
         })
         .collect::<Result<_, _>>()?;
     Ok(RowLayout { output, key })
-}
-
-/// Compares primary keys in the snapshot's order.
-struct KeyOrder {
-    types: Vec<arrow::datatypes::DataType>,
-    converter: RowConverter,
-}
-
-impl KeyOrder {
-    fn new(shape: &Shape) -> Result<Self, ConnectorError> {
-        let types = shape
-            .key
-            .iter()
-            .map(|k| {
-                let c = shape.column(k).expect("key column");
-                field_of(k, c.type_oid, c.type_modifier, false)
-                    .map(|f| f.data_type().clone())
-                    .ok_or_else(|| {
-                        rejected(format!("key column \"{k}\" has a type Weir cannot read"))
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let converter = RowConverter::new(types.iter().cloned().map(SortField::new).collect())
-            .map_err(|e| ConnectorError::arrow(NAME, e))?;
-        Ok(Self { types, converter })
-    }
-
-    fn rows(&self, values: &[Vec<Option<&[u8]>>]) -> Result<Vec<OwnedRow>, ConnectorError> {
-        let columns = values
-            .iter()
-            .zip(&self.types)
-            .map(|(v, t)| text::column(v, t).map_err(|e| rejected(e.0)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let rows = self
-            .converter
-            .convert_columns(&columns)
-            .map_err(|e| ConnectorError::arrow(NAME, e))?;
-        Ok(rows.iter().map(|r| r.owned()).collect())
-    }
-
-    fn row_of_text(&self, key: &[String]) -> Result<OwnedRow, ConnectorError> {
-        let values: Vec<Vec<Option<&[u8]>>> =
-            key.iter().map(|k| vec![Some(k.as_bytes())]).collect();
-        Ok(self.rows(&values)?.remove(0))
-    }
-
-    fn rows_of_values(
-        &self,
-        layout: &RowLayout,
-        rows: &[(i64, Vec<Value>)],
-    ) -> Result<Vec<OwnedRow>, ConnectorError> {
-        let values = layout
-            .key
-            .iter()
-            .map(|&i| {
-                rows.iter()
-                    .map(|(_, row)| value_bytes(&row[i], "key"))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        self.rows(&values)
-    }
 }
 
 #[async_trait]
@@ -910,48 +794,5 @@ impl Source for CdcSource {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn progress_round_trips_as_json() {
-        let p = Progress {
-            start: 10,
-            segments: vec![
-                Segment {
-                    lsn: 10,
-                    upto: Some(vec!["41".into()]),
-                },
-                Segment {
-                    lsn: 20,
-                    upto: None,
-                },
-            ],
-            snapshot_done: false,
-            lsn: 10,
-            gaps_accepted: 1,
-        };
-        let text = serde_json::to_string(&p).unwrap();
-        assert_eq!(serde_json::from_str::<Progress>(&text).unwrap(), p);
-    }
-
-    #[test]
-    fn keys_compare_in_the_snapshot_order() {
-        let shape = Shape {
-            oid: 1,
-            columns: vec![super::super::UpstreamColumn {
-                name: "k".into(),
-                type_oid: 25,
-                type_modifier: -1,
-                not_null: true,
-                type_name: "text".into(),
-            }],
-            key: vec!["k".into()],
-        };
-        let order = KeyOrder::new(&shape).unwrap();
-        let a = order.row_of_text(&["B".into()]).unwrap();
-        let b = order.row_of_text(&["a".into()]).unwrap();
-        // C collation: upper case sorts before lower case.
-        assert!(a.row() < b.row());
-    }
-}
+#[path = "source_tests.rs"]
+mod tests;
