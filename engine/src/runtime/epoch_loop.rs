@@ -191,7 +191,10 @@ impl Loop {
                 *self.shared.view.write() = self.coordinator.view();
             }
             Some(Command::DropSource(id)) => self.streams.source_dropped(id),
-            Some(Command::RestartSource(source)) => self.streams.restart_source(*source),
+            Some(Command::RestartSource(source, reply)) => {
+                self.streams.restart_source(*source);
+                let _ = reply.send(());
+            }
         }
     }
 

@@ -151,7 +151,7 @@ pub(crate) enum Command {
     /// From a source's reader task.
     Source(streams::SourceMessage),
     DropSource(ObjectId),
-    RestartSource(Box<SourceToRead>),
+    RestartSource(Box<SourceToRead>, oneshot::Sender<()>),
     Deploy(Box<Deployment>, oneshot::Sender<Result<(), EngineError>>),
     Restore(Box<Restore>, oneshot::Sender<Result<(), EngineError>>),
     Drop(ObjectId),
@@ -343,9 +343,14 @@ impl Runtime {
     }
 
     /// Starts a source's reader again with `source`'s options (after a
-    /// gap was accepted); nothing happens if nothing reads it.
+    /// gap was accepted, or paused or resumed); nothing happens if nothing
+    /// reads it. Returns once the runtime has done it, so the source's
+    /// status says so.
     pub async fn restart_source(&self, source: SourceToRead) {
-        self.send(Command::RestartSource(Box::new(source))).await;
+        let (reply, done) = oneshot::channel();
+        self.send(Command::RestartSource(Box::new(source), reply))
+            .await;
+        let _ = done.await;
     }
 
     /// Every source's and sink's state.
