@@ -56,30 +56,12 @@ impl PgCluster {
         let root = is_root();
         let data = dir.path().join("db");
         let port = free_port();
-        let as_owner = |program: &Path| {
-            let mut command;
-            if root {
-                command = Command::new("setpriv");
-                command
-                    .args([
-                        "--reuid",
-                        "postgres",
-                        "--regid",
-                        "postgres",
-                        "--clear-groups",
-                    ])
-                    .arg(program);
-            } else {
-                command = Command::new(program);
-            }
-            command
-        };
         if root {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))
                 .expect("open the temp dir to the postgres user");
         }
-        let mut initdb = as_owner(&bin.join("initdb"));
+        let mut initdb = as_postgres(&bin.join("initdb"));
         initdb
             .args([
                 "-N",
