@@ -12,7 +12,10 @@
 //! that entry and drops whatever it staged after it, as after a restart)
 //! and handed every collected epoch in order, then goes on as before.
 //! Any other error fails the sink for good, as does a backlog beyond
-//! [`MAX_WAITING_ROWS`] (memory is not unbounded).
+//! [`MAX_WAITING_ROWS`] (memory is not unbounded). A healthy sink keeps at
+//! most as many: past that (a fast stream between two seals) it drops
+//! what it kept and cannot retry until a seal covers the dropped epochs;
+//! an error meanwhile fails it.
 //!
 //! How long to wait, and when to give up, is the sink's
 //! [`Recovery`] (its `on_error` and `restart_*` options); the count of
@@ -97,6 +100,14 @@ impl Streams {
         let Some(slot) = self.sinks.get_mut(&id) else {
             return;
         };
+        if slot.unsealed_dropped_through.is_some() {
+            return self.sink_failed(
+                id,
+                &format!(
+                    "{error}; it cannot be retried: more than {MAX_WAITING_ROWS} changes were in flight since the last checkpoint, more than Weir keeps to replay"
+                ),
+            );
+        }
         let Some(delay) = slot.retry.next_delay() else {
             let retries = slot.retry.failures - 1;
             return self.sink_failed(
@@ -130,7 +141,13 @@ impl Streams {
         };
         slot.unsealed_rows += changes.num_rows();
         slot.unsealed.push((epoch, changes.clone()));
-        if slot.unsealed_rows > MAX_WAITING_ROWS {
+        if slot.unsealed_rows > MAX_WAITING_ROWS && slot.backoff.is_none() {
+            // Writing fine, just fast: stop keeping epochs until a seal
+            // covers this one (a retry before then is impossible).
+            slot.unsealed.clear();
+            slot.unsealed_rows = 0;
+            slot.unsealed_dropped_through = Some(epoch);
+        } else if slot.unsealed_rows > MAX_WAITING_ROWS {
             let since = slot.durable.as_ref().map_or(0, |d| d.epoch);
             self.sink_failed(
                 id,

@@ -221,6 +221,9 @@ pub(super) struct SinkSlot {
     /// The changes of every epoch after `durable`, in order.
     pub unsealed: Vec<(u64, ChangeBatch)>,
     pub unsealed_rows: usize,
+    /// Set when epochs up to this one were dropped from `unsealed` (too
+    /// many changes between two seals): no retry until a seal covers it.
+    pub unsealed_dropped_through: Option<u64>,
     /// Set while it backs off after a retryable error.
     pub backoff: Option<super::sink_retry::Backoff>,
     /// Its recovery options and failures so far.
@@ -437,6 +440,7 @@ impl Streams {
                 sealed,
                 unsealed: Vec::new(),
                 unsealed_rows: 0,
+                unsealed_dropped_through: None,
                 backoff: None,
                 retry: super::sink_retry::RetryState::new(recovery),
                 failed: false,
@@ -668,6 +672,12 @@ impl Streams {
             slot.durable = Some(entry.clone());
             slot.unsealed.retain(|(e, _)| *e > entry.epoch);
             slot.unsealed_rows = slot.unsealed.iter().map(|(_, c)| c.num_rows()).sum();
+            if slot
+                .unsealed_dropped_through
+                .is_some_and(|dropped| dropped <= entry.epoch)
+            {
+                slot.unsealed_dropped_through = None;
+            }
             if slot.backoff.is_some() {
                 // Its reopening commits the entry.
                 continue;

@@ -38,6 +38,7 @@ async fn a_panicking_sink_fails_alone_and_the_loop_goes_on() {
                 durable: None,
                 unsealed: Vec::new(),
                 unsealed_rows: 0,
+                unsealed_dropped_through: None,
                 backoff: None,
                 retry: crate::runtime::sink_retry::RetryState::new(Default::default()),
                 sink: if id == buggy {
