@@ -200,14 +200,7 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                 text(
                     state
                         .iter()
-                        .map(|s| {
-                            if s.status.is_empty() {
-                                "starting"
-                            } else {
-                                s.status
-                            }
-                            .to_string()
-                        })
+                        .map(|s| sink_status(Some(s)).to_string())
                         .collect(),
                 ),
                 int(state.iter().map(|s| s.rows_out as i64).collect()),
@@ -219,11 +212,11 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                         .map(|s| s.committed_descriptor.clone())
                         .collect(),
                 ),
-                opt_text(state.iter().map(|s| s.error.clone()).collect()),
-                int(state.iter().map(|s| s.retries as i64).collect()),
-                opt_text(state.iter().map(next_retry_at).collect()),
-                text(defs.iter().map(|d| d.create_statement()).collect()),
             ]
+            .into_iter()
+            .chain(retry_columns(&state))
+            .chain([text(defs.iter().map(|d| d.create_statement()).collect())])
+            .collect()
         }
         "destinations" => {
             let defs: Vec<_> = snapshot
@@ -278,11 +271,13 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                         .map(|(_, x)| serde_json::to_string(&x.records).expect("records serialize"))
                         .collect(),
                 ),
-                opt_text(state.iter().map(|s| s.error.clone()).collect()),
-                int(state.iter().map(|s| s.retries as i64).collect()),
-                opt_text(state.iter().map(next_retry_at).collect()),
-                text(defs.iter().map(|(d, _)| d.create_statement()).collect()),
             ]
+            .into_iter()
+            .chain(retry_columns(&state))
+            .chain([text(
+                defs.iter().map(|(d, _)| d.create_statement()).collect(),
+            )])
+            .collect()
         }
         "connectors" => {
             let rows = connector_rows();
@@ -328,10 +323,10 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                         .map(|d| destination_status(&snapshot.catalog, &status, d).to_string())
                         .collect(),
                 ),
-                opt_text(state.iter().map(|s| s.error.clone()).collect()),
-                int(state.iter().map(|s| s.retries as i64).collect()),
-                opt_text(state.iter().map(next_retry_at).collect()),
             ]
+            .into_iter()
+            .chain(retry_columns(&state))
+            .collect()
         }
         "secrets" => {
             let catalog = &snapshot.catalog;
@@ -427,6 +422,22 @@ pub fn sink_status(state: Option<&weir_engine::runtime::streams::SinkStatus>) ->
         Some(status) if !status.is_empty() => status,
         _ => "starting",
     }
+}
+
+/// `error`, `retries`, `next_retry_at` of sinks in `state`, as the sink
+/// tables show them.
+fn retry_columns(state: &[weir_engine::runtime::streams::SinkStatus]) -> [ArrayRef; 3] {
+    [
+        Arc::new(StringArray::from(
+            state.iter().map(|s| s.error.clone()).collect::<Vec<_>>(),
+        )),
+        Arc::new(Int64Array::from(
+            state.iter().map(|s| s.retries as i64).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            state.iter().map(next_retry_at).collect::<Vec<_>>(),
+        )),
+    ]
 }
 
 /// When a backing-off sink tries again, as a UTC timestamp.
