@@ -142,6 +142,7 @@ pub struct RandomInput {
     spec: &'static str,
     cells: Vec<Vec<&'static str>>,
     contents: std::collections::BTreeMap<String, i64>,
+    inserts_only: bool,
 }
 
 impl RandomInput {
@@ -150,7 +151,14 @@ impl RandomInput {
             spec,
             cells: cells.iter().map(|c| c.to_vec()).collect(),
             contents: Default::default(),
+            inserts_only: false,
         }
+    }
+
+    /// Changes that only insert, as an append-only source makes.
+    pub fn inserts_only(mut self) -> Self {
+        self.inserts_only = true;
+        self
     }
 
     /// The next change: a few inserts and retractions, sometimes none.
@@ -164,7 +172,7 @@ impl RandomInput {
                 .filter(|&(row, &count)| count + delta.get(row).copied().unwrap_or(0) > 0)
                 .map(|(row, _)| row)
                 .collect();
-            if !live.is_empty() && rng.below(3) == 0 {
+            if !self.inserts_only && !live.is_empty() && rng.below(3) == 0 {
                 let row = live[rng.below(live.len())].clone();
                 *delta.entry(row).or_default() -= 1;
             } else {

@@ -10,8 +10,9 @@
 //!   counts, ordered, so retracting the current extreme finds the next one
 //!   in O(log n).
 //! - `distinct`: count, sum and avg over DISTINCT keep each group's values
-//!   with their counts and feed the running accumulator a value when its
-//!   count leaves or returns to zero.
+//!   with their counts, hashed, and feed the running accumulator a value
+//!   when its count leaves or returns to zero; over an input that never
+//!   retracts, only the values (a set: a value seen again costs a lookup).
 //! - `recompute`: every other call (string_agg, array_agg, stddev, ordered
 //!   aggregates, ...) is recomputed from the group's rows with DataFusion's
 //!   own accumulator whenever the group changes.
@@ -20,7 +21,6 @@
 //! keys are `arrow_row` bytes, whose order is the values' order (floats by
 //! total order, as arrow's own min/max kernels).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -33,6 +33,7 @@ use datafusion_functions_aggregate_common::utils::DecimalAverager;
 use weir_common::ChangeBatch;
 
 use super::exact_sum::{ExactSum, take};
+use super::values::Values;
 use super::{AggregateCall, NAME};
 use crate::EngineError;
 use crate::rows::{RowCodec, where_true};
@@ -185,8 +186,9 @@ pub(super) struct CallState {
     /// Integer and decimal sums; false inputs for bool_and/bool_or.
     sum: i128,
     float_sum: Option<Box<ExactSum>>,
-    /// Min/max: the values; DISTINCT: the distinct values. With counts.
-    pub values: BTreeMap<Box<[u8]>, i64>,
+    /// Min/max: the values, ordered; DISTINCT: the distinct values,
+    /// hashed. With counts (over an append-only input, DISTINCT's are 1).
+    pub values: Values,
 }
 
 /// One call's view of an input batch: what each row contributes.
@@ -213,7 +215,8 @@ pub(super) struct Call {
     pub strategy: Strategy,
     /// Encodes the argument for min/max values and DISTINCT keys.
     pub values: Option<RowCodec>,
-    /// The input never retracts: min/max keep only the extreme value.
+    /// The input never retracts: min/max keep only the extreme value,
+    /// DISTINCT only whether a value was seen.
     pub append_only: bool,
 }
 
@@ -259,6 +262,7 @@ impl Call {
     pub fn describe(&self) -> &'static str {
         match self.strategy {
             Strategy::Min | Strategy::Max if self.append_only => "extreme value",
+            Strategy::Distinct(_) if self.append_only => "distinct set",
             strategy => strategy.describe(),
         }
     }
@@ -270,6 +274,11 @@ impl Call {
                 Some(Running::SumFloat | Running::AvgFloat)
             )
             .then(Box::default),
+            values: if matches!(self.strategy, Strategy::Distinct(_)) {
+                Values::hashed()
+            } else {
+                Values::default()
+            },
             ..CallState::default()
         }
     }
@@ -365,31 +374,41 @@ impl Call {
         if let Some(keys) = &prepared.keys {
             let key = keys.row(i);
             let key = key.as_ref();
-            if self.append_only && matches!(self.strategy, Strategy::Min | Strategy::Max) {
-                return self.apply_extreme(state, key, weight);
-            }
-            let before = state.values.get(key).copied().unwrap_or(0);
-            let after = before + weight;
-            match after {
-                0 => {
-                    state.values.remove(key);
-                }
-                a if a > 0 => match state.values.get_mut(key) {
-                    Some(count) => *count = a,
-                    None => {
-                        state.values.insert(key.into(), a);
-                    }
-                },
-                _ => return Err(retracted_too_often()),
-            }
-            changed = ValuesChanged::Row;
             match self.strategy {
-                // The running accumulator sees a distinct value once.
-                Strategy::Distinct(_) => weight = (after > 0) as i64 - (before > 0) as i64,
-                _ => return Ok(changed),
-            }
-            if weight == 0 {
-                return Ok(changed);
+                Strategy::Min | Strategy::Max if self.append_only => {
+                    return self.apply_extreme(state, key, weight);
+                }
+                // Over an input that never retracts, a value is kept or
+                // not: seeing it again changes nothing, not even a count,
+                // so a checkpoint carries only the values that are new.
+                Strategy::Distinct(_) if self.append_only => {
+                    if weight < 0 {
+                        return Err(retraction_over_append_only("count/sum/avg DISTINCT"));
+                    }
+                    if weight == 0 || state.values.get(key).is_some() {
+                        return Ok(ValuesChanged::No);
+                    }
+                    state.values.set(key, 1);
+                    changed = ValuesChanged::Row;
+                    weight = 1;
+                }
+                _ => {
+                    let before = state.values.get(key).unwrap_or(0);
+                    let after = before + weight;
+                    if after < 0 {
+                        return Err(retracted_too_often());
+                    }
+                    state.values.set(key, after);
+                    changed = ValuesChanged::Row;
+                    match self.strategy {
+                        // The running accumulator sees a distinct value once.
+                        Strategy::Distinct(_) => weight = (after > 0) as i64 - (before > 0) as i64,
+                        _ => return Ok(changed),
+                    }
+                    if weight == 0 {
+                        return Ok(changed);
+                    }
+                }
             }
         }
         let Some(running) = self.strategy.running() else {
@@ -438,26 +457,24 @@ impl Call {
         weight: i64,
     ) -> Result<ValuesChanged, EngineError> {
         if weight < 0 {
-            return Err(EngineError::Invariant {
-                operator: NAME,
-                message: "a retraction reached a min/max over an append-only input".into(),
-            });
+            return Err(retraction_over_append_only("min/max"));
         }
         let max = self.strategy == Strategy::Max;
+        let values = state.values.ordered_mut().ok_or_else(min_max_unordered)?;
         let current = if max {
-            state.values.last_key_value()
+            values.last_key_value()
         } else {
-            state.values.first_key_value()
+            values.first_key_value()
         };
         match current {
             Some((k, _)) if k.as_ref() == key => {
-                *state.values.get_mut(key).expect("present") += weight;
+                *values.get_mut(key).expect("present") += weight;
                 Ok(ValuesChanged::Row)
             }
             Some((k, _)) if (key > k.as_ref()) != max => Ok(ValuesChanged::No),
             _ => {
-                let replaced = std::mem::take(&mut state.values).into_keys().next();
-                state.values.insert(key.into(), weight);
+                let replaced = std::mem::take(values).into_keys().next();
+                values.insert(key.into(), weight);
                 Ok(replaced.map_or(ValuesChanged::Row, ValuesChanged::Replaced))
             }
         }
@@ -474,17 +491,18 @@ impl Call {
             Strategy::Recompute => return Ok(None),
             Strategy::Min | Strategy::Max => {
                 let codec = self.values.as_ref().expect("min/max keep values");
-                let extremes: Vec<Option<&[u8]>> = states
+                let extremes = states
                     .iter()
                     .map(|s| {
+                        let values = s.values.ordered().ok_or_else(min_max_unordered)?;
                         let entry = if self.strategy == Strategy::Min {
-                            s.values.first_key_value()
+                            values.first_key_value()
                         } else {
-                            s.values.last_key_value()
+                            values.last_key_value()
                         };
-                        entry.map(|(k, _)| k.as_ref())
+                        Ok(entry.map(|(k, _)| k.as_ref()))
                     })
-                    .collect();
+                    .collect::<Result<Vec<Option<&[u8]>>, EngineError>>()?;
                 let present: Vec<&[u8]> = extremes.iter().flatten().copied().collect();
                 let decoded = codec.decode_bytes(present)?.column(0).clone();
                 // Put the NULLs of empty groups back in place.
@@ -630,6 +648,20 @@ fn retracted_too_often() -> EngineError {
     EngineError::Invariant {
         operator: NAME,
         message: "a row was retracted more often than it was inserted".into(),
+    }
+}
+
+fn retraction_over_append_only(function: &str) -> EngineError {
+    EngineError::Invariant {
+        operator: NAME,
+        message: format!("a retraction reached a {function} over an append-only input"),
+    }
+}
+
+fn min_max_unordered() -> EngineError {
+    EngineError::Invariant {
+        operator: NAME,
+        message: "a min/max call kept its values unordered".into(),
     }
 }
 

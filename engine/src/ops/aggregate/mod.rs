@@ -5,7 +5,8 @@
 //! bool_or keep running accumulators; min and max keep their group's values
 //! ordered with counts, so retracting the current extreme finds the next
 //! (over an input that only inserts, just the extreme value);
-//! count/sum/avg over DISTINCT keep the distinct values with counts; any
+//! count/sum/avg over DISTINCT keep the distinct values with counts
+//! (over an input that only inserts, just the set of values); any
 //! other function is recomputed from its group's rows by DataFusion's own
 //! accumulator ([`recompute`]), and only then are the rows kept. An epoch
 //! costs O(input rows) plus O(changed groups) to emit, except for the
@@ -32,6 +33,7 @@ mod exact_sum;
 mod recompute;
 #[cfg(test)]
 pub(crate) mod tests;
+mod values;
 
 use std::sync::Arc;
 
@@ -157,7 +159,8 @@ impl Aggregate {
 
     /// Declares that the input only ever inserts (an append-only source
     /// through maps, unions and inner joins): min and max then keep one
-    /// value per group instead of every value. A retraction is an error.
+    /// value per group instead of every value, and DISTINCT each value
+    /// once without a count. A retraction is an error.
     pub fn over_append_only(mut self) -> Self {
         for call in &mut self.calls {
             call.append_only = true;
@@ -166,7 +169,8 @@ impl Aggregate {
     }
 
     /// How each call is maintained, in call order, for EXPLAIN: `running`,
-    /// `ordered values`, `extreme value`, `distinct values` or `recompute`.
+    /// `ordered values`, `extreme value`, `distinct values`, `distinct set`
+    /// or `recompute`.
     pub fn strategies(&self) -> Vec<&'static str> {
         self.calls.iter().map(Call::describe).collect()
     }
@@ -476,7 +480,7 @@ impl Operator for Aggregate {
                 ));
             }
             for (c, state) in group.calls.iter().enumerate() {
-                for (value, &count) in &state.values {
+                for (value, count) in state.values.iter() {
                     entries.push(StateEntry::set(
                         state_key(VALUE, key, &value_rest(c, value)),
                         count_value(count),
@@ -517,12 +521,7 @@ impl Operator for Aggregate {
                         .map(|(c, v)| (u16::from_be_bytes(*c) as usize, v))
                         .filter(|(c, _)| *c < self.calls.len())
                         .ok_or_else(|| unreadable(NAME, "a malformed value key"))?;
-                    let values = &mut self.group_mut(slot).calls[call].values;
-                    if count == 0 {
-                        values.remove(value);
-                    } else {
-                        values.insert(value.into(), count);
-                    }
+                    self.group_mut(slot).calls[call].values.set(value, count);
                 }
                 ROW => {
                     let count = read_count(NAME, value)?;
@@ -616,7 +615,7 @@ impl Aggregate {
                 group
                     .and_then(|g| g.calls.get(u16::from_be_bytes(*call) as usize))
                     .and_then(|c| c.values.get(value))
-                    .map(|&count| count_value(count))
+                    .map(count_value)
             }
             ROW => group
                 .map(|g| g.input.count_of(key.rest))

@@ -292,9 +292,9 @@ pub(crate) mod differential {
         entries
     }
 
-    fn run(seed: u64, grouped: bool) {
+    fn run(seed: u64, grouped: bool, append_only: bool) {
         let mut rng = Rng::new(seed);
-        let mut input = RandomInput::new(
+        let input = RandomInput::new(
             SPEC,
             &[
                 &["a", "b", "c"],
@@ -302,9 +302,18 @@ pub(crate) mod differential {
                 &["null", "-1.5", "0", "0.25", "2.5", "1e10"],
             ],
         );
-        let mut incremental = aggregate(grouped);
+        let (mut input, mut incremental, mut replica) = if append_only {
+            let strategies = aggregate(grouped).over_append_only();
+            assert!(strategies.strategies().contains(&"distinct set"));
+            (
+                input.inserts_only(),
+                strategies,
+                aggregate(grouped).over_append_only(),
+            )
+        } else {
+            (input, aggregate(grouped), aggregate(grouped))
+        };
         let mut recomputed = oracle(grouped);
-        let mut replica = aggregate(grouped);
         let mut result = BTreeMap::new();
         let mut expected = BTreeMap::new();
         assert!(incremental.strategies().iter().all(|s| *s != "recompute"));
@@ -342,8 +351,18 @@ pub(crate) mod differential {
     #[test]
     fn incremental_strategies_equal_recomputing() {
         for seed in 0..40 {
-            run(seed, true);
-            run(seed, false);
+            run(seed, true, false);
+            run(seed, false, false);
+        }
+    }
+
+    /// Over an input that only inserts: min/max keep the extreme value and
+    /// DISTINCT a set of values.
+    #[test]
+    fn append_only_strategies_equal_recomputing() {
+        for seed in 0..40 {
+            run(seed, true, true);
+            run(seed, false, true);
         }
     }
 }

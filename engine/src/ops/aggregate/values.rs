@@ -1,0 +1,95 @@
+//! [`Values`]: the values a call keeps per group, each with its count.
+//!
+//! min and max need their values in order (the extreme is the first or
+//! the last, and retracting it finds the next), so they keep an ordered
+//! map. DISTINCT never reads an order, only whether a value is there, so
+//! it keeps a hash map whose short keys (an integer's row bytes are 9)
+//! live inline, without an allocation or a chain of byte comparisons per
+//! lookup.
+
+use std::collections::BTreeMap;
+
+use smallvec::SmallVec;
+
+/// A value's `arrow_row` bytes, inline up to 16 bytes.
+type InlineKey = SmallVec<[u8; 16]>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Values {
+    Ordered(BTreeMap<Box<[u8]>, i64>),
+    Hashed(hashbrown::HashMap<InlineKey, i64>),
+}
+
+impl Default for Values {
+    fn default() -> Self {
+        Self::Ordered(BTreeMap::new())
+    }
+}
+
+impl Values {
+    pub fn hashed() -> Self {
+        Self::Hashed(hashbrown::HashMap::new())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Self::Ordered(map) => map.is_empty(),
+            Self::Hashed(map) => map.is_empty(),
+        }
+    }
+
+    /// The count of `value` (`None`: not kept).
+    pub fn get(&self, value: &[u8]) -> Option<i64> {
+        match self {
+            Self::Ordered(map) => map.get(value).copied(),
+            Self::Hashed(map) => map.get(value).copied(),
+        }
+    }
+
+    /// Sets the count of `value`; 0 removes it.
+    pub fn set(&mut self, value: &[u8], count: i64) {
+        match self {
+            Self::Ordered(map) if count == 0 => {
+                map.remove(value);
+            }
+            Self::Ordered(map) => match map.get_mut(value) {
+                Some(c) => *c = count,
+                None => {
+                    map.insert(value.into(), count);
+                }
+            },
+            Self::Hashed(map) if count == 0 => {
+                map.remove(value);
+            }
+            Self::Hashed(map) => match map.get_mut(value) {
+                Some(c) => *c = count,
+                None => {
+                    map.insert(InlineKey::from_slice(value), count);
+                }
+            },
+        }
+    }
+
+    /// Every kept value with its count, in no particular order.
+    pub fn iter(&self) -> Box<dyn Iterator<Item = (&[u8], i64)> + '_> {
+        match self {
+            Self::Ordered(map) => Box::new(map.iter().map(|(v, &c)| (v.as_ref(), c))),
+            Self::Hashed(map) => Box::new(map.iter().map(|(v, &c)| (v.as_slice(), c))),
+        }
+    }
+
+    /// The ordered map of min/max (`None` for DISTINCT's hashed values).
+    pub fn ordered(&self) -> Option<&BTreeMap<Box<[u8]>, i64>> {
+        match self {
+            Self::Ordered(map) => Some(map),
+            Self::Hashed(_) => None,
+        }
+    }
+
+    pub fn ordered_mut(&mut self) -> Option<&mut BTreeMap<Box<[u8]>, i64>> {
+        match self {
+            Self::Ordered(map) => Some(map),
+            Self::Hashed(_) => None,
+        }
+    }
+}
