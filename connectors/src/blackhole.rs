@@ -29,6 +29,7 @@ static SPEC: ConnectorSpec = ConnectorSpec {
         replayable: false,
         bounded: false,
         delivery: &[Delivery::ExactlyOnce],
+        skips: false,
     },
 };
 
@@ -178,6 +179,7 @@ mod tests {
             options: &options,
             sealed,
             generation: 1,
+            failures: 0,
         };
         let mut sink = BlackholeConnector.open_sink(open(None)).unwrap();
         sink.write(1, &change(3)).await.unwrap();
@@ -224,6 +226,7 @@ mod tests {
                 options: &options,
                 sealed: None,
                 generation: 1,
+                failures: 0,
             })
             .unwrap();
         for (epoch, rows) in epochs.iter().enumerate() {

@@ -59,6 +59,7 @@ static SPEC: ConnectorSpec = ConnectorSpec {
         replayable: true,
         bounded: false,
         delivery: &[Delivery::ExactlyOnce],
+        skips: false,
     },
 };
 

@@ -76,6 +76,12 @@ pub enum ConnectorError {
     /// the same call will not help.
     #[error("connector \"{connector}\": {message}")]
     Rejected { connector: String, message: String },
+    /// The target refused the data of one unit (an epoch): a constraint,
+    /// a value it cannot hold, a key that is not unique. Retrying the same
+    /// data may only help if the target changes meanwhile; skipping the
+    /// unit (`on_error = 'skip'`) lets the rest through.
+    #[error("connector \"{connector}\": {message}")]
+    Refused { connector: String, message: String },
     /// The upstream lost changes the source had not read yet (a dropped
     /// replication slot, a truncated topic): a retention gap. The source
     /// stops until someone decides (`ALTER DESTINATION ... ACCEPT GAP`).
@@ -92,6 +98,11 @@ impl ConnectorError {
         matches!(self, Self::Transient { .. })
     }
 
+    /// Whether the target refused one unit's data ([`Self::Refused`]).
+    pub fn is_refused_data(&self) -> bool {
+        matches!(self, Self::Refused { .. })
+    }
+
     /// The SQLSTATE a client sees for this error at CREATE time.
     pub fn sqlstate(&self) -> &'static str {
         match self {
@@ -103,7 +114,7 @@ impl ConnectorError {
             Self::ColumnMismatch { .. } => "42804",
             Self::UnknownColumn { .. } => "42703",
             Self::BadPosition { .. } | Self::Arrow { .. } | Self::Panicked { .. } => "XX000",
-            Self::Transient { .. } | Self::Rejected { .. } => "58000",
+            Self::Transient { .. } | Self::Rejected { .. } | Self::Refused { .. } => "58000",
             Self::Gap { .. } => "55000",
             Self::Stopped { .. } => "57P01",
         }

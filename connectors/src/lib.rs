@@ -52,7 +52,7 @@ mod postgres;
 use arrow::datatypes::SchemaRef;
 
 pub use error::ConnectorError;
-pub use sink::{Sink, SinkOpen};
+pub use sink::{Sink, SinkOpen, Skips};
 pub use source::{Offsets, Source, SourceBatch, SourceEvent, SourceOpen};
 pub use spec::{Capabilities, ConnectorKind, ConnectorSpec, Delivery, OptionSpec, OptionType};
 

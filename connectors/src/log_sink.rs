@@ -20,6 +20,7 @@ const CAPABILITIES: Capabilities = Capabilities {
     replayable: false,
     bounded: false,
     delivery: &[Delivery::AtMostOnce],
+    skips: false,
 };
 
 static LOG_SPEC: ConnectorSpec = ConnectorSpec {

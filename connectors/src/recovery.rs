@@ -11,12 +11,24 @@
 //! - `on_error = 'fail'`: the first error fails the sink.
 //! - `on_error = 'retry_and_fail(n, delay)'` (`retry_and_fail` alone: 5
 //!   times, 1 s apart): `n` retries `delay` apart, then the sink fails.
+//! - `on_error = 'skip'`: an epoch whose changes the target refuses (a
+//!   constraint, a value it cannot hold, a key that is not unique) is
+//!   skipped: its offset is committed without its changes, which are
+//!   counted and, with `dead_letter = 'table'`, kept in a table beside the
+//!   target. Other errors back off as with no `on_error`.
+//! - `on_error = 'retry_and_skip(n, delay)'` (alone: 5 times, 1 s apart):
+//!   a refused epoch is retried `n` times `delay` apart (a constraint may
+//!   hold later, when a parent row arrives), then skipped; an unreachable
+//!   target is retried as often, then the sink fails (nothing can be
+//!   committed where it cannot be reached, not even an offset).
 //!
 //! The unit retried is the sink's epoch: the sink is opened again from
 //! its latest seal and handed every epoch since, so nothing is lost or
-//! applied twice. An error that retrying cannot fix (a constraint, a
-//! missing column, a key that is not unique) fails the sink at once
-//! whatever `on_error` says.
+//! applied twice. The unit skipped is an epoch too (all of its changes or
+//! none), and only sinks that can commit an offset alone offer skipping
+//! (`Capabilities::skips`). An error that retrying cannot fix (a missing
+//! column, a deposed writer) fails the sink at once whatever `on_error`
+//! says; so does a refused epoch under `fail` and `retry_and_fail`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -30,6 +42,29 @@ pub enum OnError {
     Fail,
     /// Retry `times` times, `delay` apart, then fail.
     RetryAndFail { times: u32, delay: Duration },
+    /// Skip a refused epoch at once; back off otherwise.
+    Skip,
+    /// Retry `times` times, `delay` apart, then skip a refused epoch (or
+    /// fail when the target cannot be reached).
+    RetryAndSkip { times: u32, delay: Duration },
+}
+
+impl OnError {
+    /// Whether an epoch the target refuses is skipped by a sink opened
+    /// after `failures` failures in a row (`false`: the error fails the
+    /// sink, or is retried first).
+    pub fn skips_after(&self, failures: u32) -> bool {
+        match self {
+            Self::Skip => true,
+            Self::RetryAndSkip { times, .. } => failures > *times,
+            _ => false,
+        }
+    }
+
+    /// Whether the strategy skips at all (`dead_letter` needs one that does).
+    pub fn skips(&self) -> bool {
+        matches!(self, Self::Skip | Self::RetryAndSkip { .. })
+    }
 }
 
 /// A sink's recovery options.
@@ -42,6 +77,8 @@ pub struct Recovery {
     /// Retries allowed within `restart_window` (or in all) before failing.
     pub restart_max: Option<u32>,
     pub restart_window: Option<Duration>,
+    /// `dead_letter = 'table'`: skipped epochs' changes are kept.
+    pub dead_letter: bool,
 }
 
 impl Default for Recovery {
@@ -53,6 +90,7 @@ impl Default for Recovery {
             random_factor: 0.2,
             restart_max: None,
             restart_window: None,
+            dead_letter: false,
         }
     }
 }
@@ -109,6 +147,22 @@ impl Recovery {
                 )
             })?);
         }
+        match options.get("dead_letter").map(|t| t.trim()) {
+            None | Some("none") => {}
+            Some("table") if out.on_error.skips() => out.dead_letter = true,
+            Some("table") => {
+                return Err(bad(
+                    "dead_letter",
+                    "a dead letter keeps what was skipped, and nothing is: set on_error = 'skip' or 'retry_and_skip(n, delay)' too".into(),
+                ));
+            }
+            Some(other) => {
+                return Err(bad(
+                    "dead_letter",
+                    format!("{other}: expected 'table' or 'none'"),
+                ));
+            }
+        }
         Ok(out)
     }
 
@@ -119,7 +173,10 @@ impl Recovery {
         match self.on_error {
             OnError::Fail => None,
             OnError::RetryAndFail { times, delay } => (failures <= times).then_some(delay),
-            OnError::Backoff => {
+            // One try more than `times`: the sink opened after the last
+            // retry is the one that skips.
+            OnError::RetryAndSkip { times, delay } => (failures <= times + 1).then_some(delay),
+            OnError::Backoff | OnError::Skip => {
                 if self.restart_max.is_some_and(|max| recent > max) {
                     return None;
                 }
@@ -149,30 +206,34 @@ fn parse_on_error(text: &str) -> Result<OnError, String> {
     };
     match (name, args) {
         ("fail", None) => Ok(OnError::Fail),
-        ("retry_and_fail", None) => Ok(OnError::RetryAndFail {
-            times: 5,
-            delay: Duration::from_secs(1),
-        }),
-        ("retry_and_fail", Some(args)) => {
-            let (times, delay) = args.split_once(',').ok_or_else(|| {
-                format!("{text}: retry_and_fail(times, delay), like retry_and_fail(5, 1s)")
-            })?;
-            let times = times
-                .trim()
-                .parse::<u32>()
-                .map_err(|_| format!("{text}: the number of retries is not a count"))?;
-            Ok(OnError::RetryAndFail {
-                times,
-                delay: parse_duration(delay)?,
-            })
+        ("skip", None) => Ok(OnError::Skip),
+        ("retry_and_fail", args) => {
+            let (times, delay) = retries(&text, "retry_and_fail", args)?;
+            Ok(OnError::RetryAndFail { times, delay })
         }
-        ("skip" | "retry_and_skip", _) => Err(format!(
-            "{text}: skipping a failed write is not supported by sinks yet; use 'fail' or 'retry_and_fail(n, delay)', or leave on_error out to back off and retry"
-        )),
+        ("retry_and_skip", args) => {
+            let (times, delay) = retries(&text, "retry_and_skip", args)?;
+            Ok(OnError::RetryAndSkip { times, delay })
+        }
         _ => Err(format!(
-            "{text}: expected 'fail' or 'retry_and_fail(n, delay)'"
+            "{text}: expected 'fail', 'skip', 'retry_and_fail(n, delay)' or 'retry_and_skip(n, delay)'"
         )),
     }
+}
+
+/// The `(times, delay)` of `retry_and_*`: 5 times 1 s apart when absent.
+fn retries(text: &str, name: &str, args: Option<&str>) -> Result<(u32, Duration), String> {
+    let Some(args) = args else {
+        return Ok((5, Duration::from_secs(1)));
+    };
+    let (times, delay) = args
+        .split_once(',')
+        .ok_or_else(|| format!("{text}: {name}(times, delay), like {name}(5, 1s)"))?;
+    let times = times
+        .trim()
+        .parse::<u32>()
+        .map_err(|_| format!("{text}: the number of retries is not a count"))?;
+    Ok((times, parse_duration(delay)?))
 }
 
 /// `500ms`, `3s`, `2m`, `1h`, or a number of seconds.
@@ -240,9 +301,27 @@ mod tests {
                 delay: Duration::from_secs(1)
             }
         );
-        let (option, message) = recovery(&[("on_error", "retry_and_skip(3, 1s)")]).unwrap_err();
+        let skip = recovery(&[("on_error", "retry_and_skip(3, 1s)")]).unwrap();
+        assert!(!skip.on_error.skips_after(3));
+        assert!(skip.on_error.skips_after(4));
+        assert_eq!(skip.delay(4, 4, 0.0), Some(Duration::from_secs(1)));
+        assert_eq!(skip.delay(5, 5, 0.0), None);
+        assert!(
+            recovery(&[("on_error", "skip")])
+                .unwrap()
+                .on_error
+                .skips_after(0)
+        );
+        assert!(
+            recovery(&[("on_error", "skip"), ("dead_letter", "table")])
+                .unwrap()
+                .dead_letter
+        );
+        let (option, _) = recovery(&[("dead_letter", "table")]).unwrap_err();
+        assert_eq!(option, "dead_letter");
+        let (option, message) = recovery(&[("on_error", "skip_all")]).unwrap_err();
         assert_eq!(option, "on_error");
-        assert!(message.contains("not supported"), "{message}");
+        assert!(message.contains("retry_and_skip"), "{message}");
         assert!(recovery(&[("on_error", "retry_and_fail(x, 1s)")]).is_err());
         assert!(recovery(&[("restart_min_backoff", "soon")]).is_err());
         assert!(

@@ -40,6 +40,23 @@ pub trait Sink: Send {
     /// Drops what was written or pre-committed after `epoch` (never
     /// committed). Idempotent.
     async fn abort(&mut self, epoch: u64) -> Result<(), ConnectorError>;
+
+    /// What the sink skipped in all (`on_error = 'skip'`), as of its latest
+    /// commit and as durable as its commits; `None` for a sink that does
+    /// not skip.
+    fn skipped(&self) -> Option<Skips> {
+        None
+    }
+}
+
+/// Epochs and row changes a sink skipped because its target refused
+/// them, and the latest refusal.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Skips {
+    /// Epochs with at least one skipped change.
+    pub epochs: u64,
+    pub rows: u64,
+    pub last_error: Option<String>,
 }
 
 const _: Option<&dyn Sink> = None;
@@ -57,4 +74,7 @@ pub struct SinkOpen<'a> {
     /// process that takes the state over, so a sink can fence writes of a
     /// deposed one where it writes.
     pub generation: u64,
+    /// Failed attempts in a row before this open (0 unless the runtime
+    /// reopens it to retry): `retry_and_skip(n, ..)` skips from the n-th.
+    pub failures: u32,
 }

@@ -177,6 +177,10 @@ pub struct Capabilities {
     /// Delivery guarantees a sink can honour (sources: the guarantee its
     /// offsets give with the seal).
     pub delivery: &'static [Delivery],
+    /// Whether a sink can skip an epoch its target refuses, committing
+    /// its offset alone, and keep the epoch in a dead-letter table
+    /// (`on_error = 'skip' | 'retry_and_skip'`, `dead_letter`).
+    pub skips: bool,
 }
 
 /// Everything Weir knows about a connector before it runs.
@@ -207,7 +211,12 @@ pub const SINK_OPTIONS: &[OptionSpec] = &[
     OptionSpec::optional(
         "on_error",
         OptionType::Text,
-        "after an error retrying may fix: unset (back off and retry, see restart_*), 'fail', or 'retry_and_fail(n, delay)' ('retry_and_fail': 5 times, 1s apart)",
+        "after an error: unset (back off and retry, see restart_*), 'fail', 'retry_and_fail(n, delay)', 'skip' (an epoch the target refuses is skipped, its offset committed alone) or 'retry_and_skip(n, delay)' (retried n times, then skipped); without arguments 5 times, 1s apart",
+    ),
+    OptionSpec::optional(
+        "dead_letter",
+        OptionType::OneOf(&["none", "table"]),
+        "table: the changes of every skipped epoch are kept, with the error, in a dead-letter table beside the target (needs on_error = 'skip' or 'retry_and_skip')",
     ),
     OptionSpec::optional(
         "restart_min_backoff",
@@ -326,13 +335,24 @@ impl ConnectorSpec {
             });
         }
         if self.kind == ConnectorKind::Sink {
-            crate::recovery::Recovery::from_options(given).map_err(|(option, message)| {
-                ConnectorError::BadOption {
+            let recovery =
+                crate::recovery::Recovery::from_options(given).map_err(|(option, message)| {
+                    ConnectorError::BadOption {
+                        connector: self.name.to_string(),
+                        option,
+                        message,
+                    }
+                })?;
+            if recovery.on_error.skips() && !self.capabilities.skips {
+                return Err(ConnectorError::BadOption {
                     connector: self.name.to_string(),
-                    option,
-                    message,
-                }
-            })?;
+                    option: "on_error".into(),
+                    message: format!(
+                        "{}: this sink cannot skip an epoch (it cannot commit an offset without the epoch's changes); use 'fail' or 'retry_and_fail(n, delay)', or leave on_error out to back off and retry (sinks that can skip: postgres and destinations)",
+                        given.get("on_error").map_or("", String::as_str)
+                    ),
+                });
+            }
         }
         if self.kind == ConnectorKind::Sink
             && let Some(delivery) = given.get("delivery")
@@ -492,6 +512,7 @@ mod tests {
             replayable: false,
             bounded: false,
             delivery: &[Delivery::AtMostOnce],
+            skips: false,
         },
     };
 

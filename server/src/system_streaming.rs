@@ -11,7 +11,8 @@
 //!   gaps) and last error;
 //! - `sink_offsets`: sinks and destinations alike, with what each has
 //!   delivered: generation, committed epoch and rows, the connector's
-//!   committed descriptor (its offsets), status, error and retries;
+//!   committed descriptor (its offsets), status, error, retries and what
+//!   it skipped (`on_error = 'skip'`);
 //! - `connectors`: every connector's spec (options and capabilities),
 //!   also what `SHOW CONNECTORS` prints;
 //! - `secrets`: every secret's name and the id of the key that sealed it
@@ -41,6 +42,7 @@ pub fn fields(name: &str) -> Option<Vec<Field>> {
     let utf8 = |n: &str| Field::new(n, DataType::Utf8, false);
     let opt_utf8 = |n: &str| Field::new(n, DataType::Utf8, true);
     let int8 = |n: &str| Field::new(n, DataType::Int64, false);
+    let opt_int8 = |n: &str| Field::new(n, DataType::Int64, true);
     Some(match name {
         "sources" => vec![
             utf8("schema"),
@@ -112,6 +114,9 @@ pub fn fields(name: &str) -> Option<Vec<Field>> {
             opt_utf8("error"),
             int8("retries"),
             opt_utf8("next_retry_at"),
+            opt_int8("skipped_epochs"),
+            opt_int8("skipped_rows"),
+            opt_utf8("last_skip_error"),
         ],
         "connections" => vec![
             utf8("name"),
@@ -326,6 +331,7 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
             ]
             .into_iter()
             .chain(retry_columns(&state))
+            .chain(skip_columns(&state))
             .collect()
         }
         "secrets" => {
@@ -440,6 +446,29 @@ fn retry_columns(state: &[weir_engine::runtime::streams::SinkStatus]) -> [ArrayR
     ]
 }
 
+/// `skipped_epochs`, `skipped_rows` and `last_skip_error`: NULL for a
+/// sink that does not skip.
+fn skip_columns(state: &[weir_engine::runtime::streams::SinkStatus]) -> [ArrayRef; 3] {
+    let skips = |f: fn(&weir_connectors::Skips) -> i64| {
+        Arc::new(Int64Array::from(
+            state
+                .iter()
+                .map(|s| s.skipped.as_ref().map(f))
+                .collect::<Vec<_>>(),
+        )) as ArrayRef
+    };
+    [
+        skips(|s| s.epochs as i64),
+        skips(|s| s.rows as i64),
+        Arc::new(StringArray::from(
+            state
+                .iter()
+                .map(|s| s.skipped.as_ref().and_then(|s| s.last_error.clone()))
+                .collect::<Vec<_>>(),
+        )),
+    ]
+}
+
 /// When a backing-off sink tries again, as a UTC timestamp.
 fn next_retry_at(state: &weir_engine::runtime::streams::SinkStatus) -> Option<String> {
     state.next_retry_ms.map(|ms| format_micros(ms * 1000))
@@ -503,6 +532,9 @@ pub fn connector_rows() -> Vec<Vec<String>> {
                     .collect::<Vec<_>>()
                     .join("/")
             ));
+            if caps.skips {
+                capabilities.push("skips".into());
+            }
             vec![
                 spec.name.to_string(),
                 spec.kind.as_str().to_string(),

@@ -108,6 +108,7 @@ static SPEC: ConnectorSpec = ConnectorSpec {
         bounded: false,
         // At-least-once is honoured by the same protocol.
         delivery: &[Delivery::AtLeastOnce, Delivery::ExactlyOnce],
+        skips: false,
     },
 };
 

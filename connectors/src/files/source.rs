@@ -88,6 +88,7 @@ static SPEC: ConnectorSpec = ConnectorSpec {
         replayable: true,
         bounded: false,
         delivery: &[Delivery::ExactlyOnce],
+        skips: false,
     },
 };
 

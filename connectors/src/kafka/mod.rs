@@ -93,6 +93,7 @@ static SOURCE_SPEC: ConnectorSpec = ConnectorSpec {
         replayable: true,
         bounded: false,
         delivery: &[Delivery::ExactlyOnce],
+        skips: false,
     },
 };
 
@@ -122,6 +123,7 @@ static SINK_SPEC: ConnectorSpec = ConnectorSpec {
         // process between pre-commit and commit, which librdkafka cannot
         // resume after a restart.
         delivery: &[Delivery::AtLeastOnce],
+        skips: false,
     },
 };
 

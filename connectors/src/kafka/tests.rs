@@ -208,6 +208,7 @@ async fn the_sink_has_every_message_in_the_topic_before_the_seal() {
         options: &opts,
         sealed: None,
         generation: 1,
+        failures: 0,
     })
     .unwrap();
     let rows = RecordBatch::try_new(

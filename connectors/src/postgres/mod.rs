@@ -90,6 +90,7 @@ static SPEC: ConnectorSpec = ConnectorSpec {
         bounded: false,
         // At-least-once is honoured by the same protocol.
         delivery: &[Delivery::AtLeastOnce, Delivery::ExactlyOnce],
+        skips: true,
     },
 };
 
@@ -233,6 +234,8 @@ pub(crate) struct Target {
     /// Set for a destination: the generation its fill writes, recorded
     /// in the progress row for whoever reads the target.
     destination_generation: Option<u64>,
+    /// `on_error` and `dead_letter`: whether refused epochs are skipped.
+    recovery: crate::recovery::Recovery,
 }
 
 impl Target {
@@ -302,6 +305,8 @@ impl Target {
             })?),
             None => None,
         };
+        let recovery = crate::recovery::Recovery::from_options(options)
+            .map_err(|(option, message)| bad_option(&option, message))?;
         Ok(Self {
             config,
             tls,
@@ -314,6 +319,7 @@ impl Target {
             on_existing,
             create_table: options.get("create_table").is_some_and(|v| v == "true"),
             destination_generation,
+            recovery,
         })
     }
 
@@ -536,6 +542,12 @@ pub(crate) fn pg_error_of(
                 message: format!("{doing}: {} (SQLSTATE {})", db.message(), db.code().code()),
             }
         }
+        // Data exceptions (22) and integrity constraints (23): this data
+        // is refused, other data may not be.
+        Some(db) if ["22", "23"].contains(&&db.code().code()[..2]) => ConnectorError::Refused {
+            connector: connector.into(),
+            message: format!("{doing}: {} (SQLSTATE {})", db.message(), db.code().code()),
+        },
         Some(db) => ConnectorError::Rejected {
             connector: connector.into(),
             message: format!("{doing}: {} (SQLSTATE {})", db.message(), db.code().code()),

@@ -32,11 +32,20 @@
 //! checks that the stage holds exactly the rows staged since the last
 //! commit, so a stage changed outside Weir fails the sink instead of
 //! delivering a partial epoch.
+//!
+//! Skipping ([`skip`]): with `on_error = 'skip'` an epoch the target
+//! refuses is set aside instead of failing the sink, and recorded by the
+//! commit that passes it.
+//!
+//! Also here: [`lines`] (changes as COPY text), [`take_over`] (the first
+//! connection's transaction).
+
+mod lines;
+mod skip;
+mod take_over;
 
 use std::collections::HashSet;
-use std::io::Write;
 
-use arrow::row::{RowConverter, SortField};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::SinkExt;
@@ -44,10 +53,10 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::{Client, Transaction};
 use weir_common::ChangeBatch;
 
-use super::copy_text::{ColumnText, format_options};
-use super::target::{check_target, create_target, target_exists, target_holds_rows};
-use super::{Mode, NAME, OnExisting, Target, pg_error, quote};
-use crate::{ConnectorError, Sink, SinkOpen};
+use self::skip::DEAD_LETTER;
+use super::target::{check_target, create_target, target_exists};
+use super::{Mode, NAME, Target, pg_error, quote};
+use crate::{ConnectorError, Sink, SinkOpen, Skips};
 
 /// The progress table's name, in the target's schema.
 const PROGRESS: &str = "weir_sink_progress";
@@ -82,6 +91,15 @@ struct Tables {
     /// `"schema"."weir_sink_progress"` and `"schema"."weir_stage_<table>"`.
     progress: String,
     stage: String,
+    /// `on_error` skips (so the refused table exists and commits read it),
+    /// and whether this open skips already (`retry_and_skip` skips only
+    /// once its retries are spent).
+    skips: bool,
+    skip_now: bool,
+    dead_letter: bool,
+    /// `"schema"."weir_refused_<table>"` and `"schema"."weir_dead_letter"`.
+    refused: String,
+    dead_letters: String,
 }
 
 pub(crate) struct PostgresSink {
@@ -92,6 +110,14 @@ pub(crate) struct PostgresSink {
     /// COPY lines of changes written and not yet staged.
     pending: Vec<u8>,
     pending_rows: u64,
+    /// Where each epoch's lines start in `pending`, and how many there
+    /// are: a refused epoch is staged apart from the others.
+    pending_epochs: Vec<(u64, usize, u64)>,
+    /// Lines of rows refused as written (a NULL key), with the error,
+    /// staged into the refused table at the next pre-commit.
+    pending_refused: Vec<u8>,
+    pending_refused_error: Option<String>,
+
     /// Rows staged in all (what the next descriptor says).
     staged_rows: u64,
     /// The latest epoch staged, and the latest committed.
@@ -102,6 +128,8 @@ pub(crate) struct PostgresSink {
     keys_epoch: u64,
     /// The first fill's truncate is still to be committed.
     truncate_pending: bool,
+    /// What it skipped in all, as of the latest commit.
+    skipped: Skips,
 }
 
 impl PostgresSink {
@@ -113,24 +141,34 @@ impl PostgresSink {
         let progress = target.beside(PROGRESS);
         let stage = target.beside(&stage_name(&target.table));
         let committed = sealed.map_or(0, |(epoch, _)| epoch);
+        let on_error = target.recovery.on_error;
         Ok(Self {
             tables: Tables {
                 name: open.name.to_string(),
-                target,
                 generation: open.generation,
                 progress,
                 stage,
+                skips: on_error.skips(),
+                skip_now: on_error.skips_after(open.failures),
+                dead_letter: target.recovery.dead_letter,
+                refused: target.beside(&name_beside("weir_refused_", &target.table)),
+                dead_letters: target.beside(DEAD_LETTER),
+                target,
             },
             sealed,
             client: None,
             pending: Vec::new(),
             pending_rows: 0,
+            pending_epochs: Vec::new(),
+            pending_refused: Vec::new(),
+            pending_refused_error: None,
             staged_rows: sealed.map_or(0, |(_, d)| d.staged_rows),
             staged_through: committed,
             committed,
             keys: HashSet::new(),
             keys_epoch: 0,
             truncate_pending: false,
+            skipped: Skips::default(),
         })
     }
 
@@ -149,10 +187,12 @@ impl PostgresSink {
                     create_target(&client, target).await?;
                 }
                 let types = check_target(&client, &self.tables.target).await?;
-                self.truncate_pending = self
+                let (truncate_pending, skipped) = self
                     .tables
                     .take_over(&mut client, &types, self.sealed)
                     .await?;
+                self.truncate_pending = truncate_pending;
+                self.skipped = skipped;
                 self.sealed = None;
                 client
             }
@@ -167,221 +207,9 @@ impl PostgresSink {
         })
         .expect("descriptors serialize")
     }
-
-    /// Encodes `changes` as stage lines of `epoch`.
-    fn encode(&mut self, epoch: u64, changes: &ChangeBatch) -> Result<(), ConnectorError> {
-        let rows = changes.rows();
-        let weights = changes.weights().values();
-        let options = format_options();
-        let columns = rows
-            .columns()
-            .iter()
-            .map(|a| ColumnText::new(NAME, a, &options))
-            .collect::<Result<Vec<_>, _>>()?;
-        let keys = if self.tables.target.mode == Mode::Upsert {
-            if self.keys_epoch != epoch {
-                self.keys.clear();
-                self.keys_epoch = epoch;
-            }
-            let key_columns: Vec<_> = self
-                .tables
-                .target
-                .key
-                .iter()
-                .map(|&k| rows.column(k).clone())
-                .collect();
-            for (&k, column) in self.tables.target.key.iter().zip(&key_columns) {
-                if column.null_count() > 0 {
-                    return Err(ConnectorError::Rejected {
-                        connector: NAME.into(),
-                        message: format!(
-                            "sink {} got a row whose key column {} is NULL; an upsert needs every key",
-                            self.tables.name,
-                            rows.schema().field(k).name()
-                        ),
-                    });
-                }
-            }
-            let converter = RowConverter::new(
-                key_columns
-                    .iter()
-                    .map(|c| SortField::new(c.data_type().clone()))
-                    .collect(),
-            )
-            .map_err(|e| ConnectorError::arrow(NAME, e))?;
-            Some(
-                converter
-                    .convert_columns(&key_columns)
-                    .map_err(|e| ConnectorError::arrow(NAME, e))?,
-            )
-        } else {
-            None
-        };
-        let mut scratch = String::new();
-        let mut line = |out: &mut Vec<u8>, row: usize, weight: i64| {
-            // Writing into a Vec cannot fail; no String per row.
-            let _ = write!(out, "{epoch}\t{weight}");
-            for column in &columns {
-                out.push(b'\t');
-                column.write(row, out, &mut scratch);
-            }
-            out.push(b'\n');
-        };
-        for (row, &weight) in weights.iter().enumerate() {
-            match self.tables.target.mode {
-                Mode::Append if !self.tables.target.changelog && weight < 0 => {
-                    return Err(ConnectorError::Rejected {
-                        connector: NAME.into(),
-                        message: format!(
-                            "append sink {} got a retraction, which it cannot write: use mode = 'upsert' with a key, or format = 'changelog'",
-                            self.tables.name
-                        ),
-                    });
-                }
-                Mode::Append => {
-                    let sign = weight.signum();
-                    for _ in 0..weight.unsigned_abs() {
-                        line(&mut self.pending, row, sign);
-                        self.pending_rows += 1;
-                    }
-                }
-                Mode::Upsert => {
-                    if weight > 0
-                        && let Some(keys) = &keys
-                    {
-                        if weight > 1 || !self.keys.insert(keys.row(row).as_ref().into()) {
-                            return Err(ConnectorError::Rejected {
-                                connector: NAME.into(),
-                                message: format!(
-                                    "sink {} got two rows with one key ({}) in epoch {epoch}: the key is not unique in its input",
-                                    self.tables.name,
-                                    self.tables.key_list()
-                                ),
-                            });
-                        }
-                    }
-                    if weight != 0 {
-                        line(&mut self.pending, row, weight.signum());
-                        self.pending_rows += 1;
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
 }
 
 impl Tables {
-    /// Takes the sink's progress row over from whoever wrote it before:
-    /// re-commits `sealed` if the row lags it, deletes what was staged
-    /// after it and sets this process's generation, in one transaction.
-    /// Returns whether the first fill's truncate is still to commit.
-    async fn take_over(
-        &self,
-        client: &mut Client,
-        types: &[String],
-        sealed: Option<(u64, Descriptor)>,
-    ) -> Result<bool, ConnectorError> {
-        // The last two columns came with destinations: added to a
-        // progress table made before them.
-        client
-            .batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {p} (target text PRIMARY KEY, sink text NOT NULL, \
-                 generation bigint NOT NULL, epoch bigint NOT NULL, rows bigint NOT NULL, \
-                 updated_at timestamptz NOT NULL DEFAULT now()); \
-                 ALTER TABLE {p} ADD COLUMN IF NOT EXISTS destination_generation bigint, \
-                 ADD COLUMN IF NOT EXISTS truncate_pending boolean NOT NULL DEFAULT false",
-                p = self.progress
-            ))
-            .await
-            .map_err(|e| pg_error("creating the progress table", e))?;
-        let stage_columns: String = self
-            .target
-            .columns
-            .fields()
-            .iter()
-            .zip(types)
-            .map(|(f, ty)| format!(", {} {ty}", quote(f.name())))
-            .collect();
-        let create_stage = format!(
-            "CREATE TABLE IF NOT EXISTS {} (weir_epoch bigint NOT NULL, weir_weight bigint NOT NULL{stage_columns})",
-            self.stage
-        );
-        let target = self.target.qualified();
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| pg_error("starting a transaction", e))?;
-        tx.execute(
-            &format!(
-                "INSERT INTO {} (target, sink, generation, epoch, rows) VALUES ($1, $2, $3, 0, 0) \
-                 ON CONFLICT (target) DO NOTHING",
-                self.progress
-            ),
-            &[&target, &self.name, &(self.generation as i64)],
-        )
-        .await
-        .map_err(|e| pg_error("adding the progress row", e))?;
-        let stored = self.lock_progress(&tx).await?;
-        let mut truncate_pending = stored.truncate_pending;
-        match sealed {
-            None => {
-                // Nothing of this sink was ever sealed, so nothing of it was
-                // committed: a row or a stage left here is an earlier sink's.
-                tx.batch_execute(&format!(
-                    "DROP TABLE IF EXISTS {}; {create_stage}",
-                    self.stage
-                ))
-                .await
-                .map_err(|e| pg_error("creating the stage table", e))?;
-                truncate_pending = match self.target.on_existing {
-                    OnExisting::Keep => false,
-                    OnExisting::Truncate => true,
-                    OnExisting::Error => {
-                        if target_holds_rows(&tx, &self.target).await? {
-                            return Err(ConnectorError::Rejected {
-                                connector: NAME.into(),
-                                message: format!(
-                                    "{target} holds rows that sink {} did not write: empty it, or recreate the sink with on_existing = 'truncate'",
-                                    self.name
-                                ),
-                            });
-                        }
-                        false
-                    }
-                };
-                self.set_progress(&tx, 0, 0, truncate_pending).await?;
-            }
-            Some((epoch, descriptor)) => {
-                tx.batch_execute(&create_stage)
-                    .await
-                    .map_err(|e| pg_error("creating the stage table", e))?;
-                if stored.epoch > epoch {
-                    return Err(ConnectorError::Rejected {
-                        connector: NAME.into(),
-                        message: format!(
-                            "{target} holds sink {}'s epoch {} but Weir's latest seal is epoch {epoch}: another Weir writes this target, or this one's state was reset; drop and create the sink again to start over",
-                            self.name, stored.epoch
-                        ),
-                    });
-                }
-                if stored.epoch < epoch {
-                    self.apply(&tx, stored, epoch, descriptor.staged_rows)
-                        .await?;
-                    truncate_pending = false;
-                }
-                // Applied, or staged after the seal and produced again.
-                self.clear_stage(&tx, None).await?;
-                self.set_progress(&tx, epoch, descriptor.staged_rows, truncate_pending)
-                    .await?;
-            }
-        }
-        tx.commit()
-            .await
-            .map_err(|e| pg_error("taking the sink over", e))?;
-        Ok(truncate_pending)
-    }
-
     /// Locks the progress row for update and fails if a newer generation
     /// holds it.
     async fn lock_progress(&self, tx: &Transaction<'_>) -> Result<Progress, ConnectorError> {
@@ -432,39 +260,51 @@ impl Tables {
         epoch: u64,
         rows: u64,
         truncate_pending: bool,
-    ) -> Result<(), ConnectorError> {
-        tx.execute(
-            &format!(
-                "UPDATE {} SET generation = $2, epoch = $3, rows = $4, sink = $5, \
-                 destination_generation = $6, truncate_pending = $7, updated_at = now() \
-                 WHERE target = $1",
-                self.progress
-            ),
-            &[
-                &self.target.qualified(),
-                &(self.generation as i64),
-                &(epoch as i64),
-                &(rows as i64),
-                &self.name,
-                &self.target.destination_generation.map(|g| g as i64),
-                &truncate_pending,
-            ],
-        )
-        .await
-        .map_err(|e| pg_error("updating the progress row", e))?;
-        Ok(())
+        skipped: &Skips,
+    ) -> Result<Skips, ConnectorError> {
+        let row = tx
+            .query_one(
+                &format!(
+                    "UPDATE {} SET generation = $2, epoch = $3, rows = $4, sink = $5, \
+                 destination_generation = $6, truncate_pending = $7, updated_at = now(), \
+                 skipped_epochs = skipped_epochs + $8, skipped_rows = skipped_rows + $9, \
+                 last_skip_error = coalesce($10, last_skip_error) \
+                 WHERE target = $1 RETURNING skipped_epochs, skipped_rows, last_skip_error",
+                    self.progress
+                ),
+                &[
+                    &self.target.qualified(),
+                    &(self.generation as i64),
+                    &(epoch as i64),
+                    &(rows as i64),
+                    &self.name,
+                    &self.target.destination_generation.map(|g| g as i64),
+                    &truncate_pending,
+                    &(skipped.epochs as i64),
+                    &(skipped.rows as i64),
+                    &skipped.last_error,
+                ],
+            )
+            .await
+            .map_err(|e| pg_error("updating the progress row", e))?;
+        Ok(Skips {
+            epochs: row.get::<_, i64>(0) as u64,
+            rows: row.get::<_, i64>(1) as u64,
+            last_error: row.get(2),
+        })
     }
 
     /// Moves the staged epochs after `from.epoch` up to `to` into the
     /// target, checking the stage holds the `staged_rows - from.rows` rows
-    /// staged since; the caller clears them from the stage.
+    /// staged since; the caller clears them from the stage. Skipping, an
+    /// epoch the target refuses is set aside; returns what was skipped.
     async fn apply(
         &self,
         tx: &Transaction<'_>,
         from: Progress,
         to: u64,
         staged_rows: u64,
-    ) -> Result<(), ConnectorError> {
+    ) -> Result<Skips, ConnectorError> {
         let (after, through) = (from.epoch as i64, to as i64);
         let range: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&after, &through];
         let within = "weir_epoch > $1 AND weir_epoch <= $2";
@@ -493,6 +333,28 @@ impl Tables {
                 .await
                 .map_err(|e| pg_error(&format!("emptying {target} for the first fill"), e))?;
         }
+        if self.skip_now {
+            self.move_skipping(tx, from.epoch, to).await?;
+        } else {
+            self.move_epochs(tx, from.epoch, to).await?;
+        }
+        if self.skips {
+            return self.take_refused(tx, from.epoch, to).await;
+        }
+        Ok(Skips::default())
+    }
+
+    /// Moves the staged epochs of `(after, through]` into the target.
+    async fn move_epochs(
+        &self,
+        tx: &Transaction<'_>,
+        after: u64,
+        through: u64,
+    ) -> Result<(), ConnectorError> {
+        let (after, through) = (after as i64, through as i64);
+        let range: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&after, &through];
+        let within = "weir_epoch > $1 AND weir_epoch <= $2";
+        let target = self.target.qualified();
         if self.target.mode == Mode::Upsert {
             self.check_keys_stay_unique(tx, &range).await?;
         }
@@ -563,7 +425,7 @@ impl Tables {
             .map_err(|e| pg_error("checking the upsert keys", e))?;
         match duplicate {
             None => Ok(()),
-            Some(row) => Err(ConnectorError::Rejected {
+            Some(row) => Err(ConnectorError::Refused {
                 connector: NAME.into(),
                 message: format!(
                     "sink {} would hold two rows with key ({key}) = {}: the key does not identify one row of its input (for a GROUP BY, key by the grouping columns)",
@@ -645,26 +507,35 @@ impl Tables {
             .await
             .map_err(|e| pg_error("starting a transaction", e))?;
         self.lock(&tx, "SHARE").await?;
-        let copy = tx
-            .copy_in(&statement)
-            .await
-            .map_err(|e| pg_error("staging an epoch", e))?;
-        futures::pin_mut!(copy);
-        let mut at = 0;
-        while at < pending.len() {
-            let end = (at + COPY_CHUNK).min(pending.len());
-            copy.send(pending.slice(at..end))
-                .await
-                .map_err(|e| pg_error("staging an epoch", e))?;
-            at = end;
-        }
-        copy.finish()
-            .await
-            .map_err(|e| pg_error("staging an epoch", e))?;
+        copy_lines(&tx, &statement, pending, "staging an epoch").await?;
         tx.commit()
             .await
             .map_err(|e| pg_error("staging an epoch", e))
     }
+}
+
+/// Sends `lines` to `statement` (a `COPY ... FROM STDIN`) in pieces.
+async fn copy_lines(
+    tx: &Transaction<'_>,
+    statement: &str,
+    lines: Bytes,
+    doing: &str,
+) -> Result<(), ConnectorError> {
+    let copy = tx
+        .copy_in(statement)
+        .await
+        .map_err(|e| pg_error(doing, e))?;
+    futures::pin_mut!(copy);
+    let mut at = 0;
+    while at < lines.len() {
+        let end = (at + COPY_CHUNK).min(lines.len());
+        copy.send(lines.slice(at..end))
+            .await
+            .map_err(|e| pg_error(doing, e))?;
+        at = end;
+    }
+    copy.finish().await.map_err(|e| pg_error(doing, e))?;
+    Ok(())
 }
 
 /// The progress row as read.
@@ -684,16 +555,45 @@ impl Sink for PostgresSink {
     }
 
     async fn pre_commit(&mut self, epoch: u64) -> Result<String, ConnectorError> {
-        if self.pending.is_empty() {
+        let epochs = std::mem::take(&mut self.pending_epochs);
+        if self.pending.is_empty() && self.pending_refused.is_empty() {
             // Nothing to stage, but a first call still takes the sink over.
             self.connected().await?;
             return Ok(self.descriptor());
         }
         let pending = Bytes::from(std::mem::take(&mut self.pending));
         let rows = std::mem::take(&mut self.pending_rows);
+        let refused = Bytes::from(std::mem::take(&mut self.pending_refused));
+        let refused_error = self.pending_refused_error.take().unwrap_or_default();
         let (client, tables) = self.connected().await?;
-        tables.stage_pending(client, pending).await?;
-        self.staged_rows += rows;
+        if !refused.is_empty() {
+            tables.refuse(client, refused, &refused_error).await?;
+        }
+        let staged = match tables.stage_pending(client, pending.clone()).await {
+            Ok(()) => rows,
+            Err(e) if e.is_refused_data() && tables.skip_now => {
+                // Stage epoch by epoch, setting aside those refused.
+                let mut staged = 0;
+                for (i, &(_, start, rows)) in epochs.iter().enumerate() {
+                    let end = epochs.get(i + 1).map_or(pending.len(), |next| next.1);
+                    let lines = pending.slice(start..end);
+                    if lines.is_empty() {
+                        continue;
+                    }
+                    match tables.stage_pending(client, lines.clone()).await {
+                        Ok(()) => staged += rows,
+                        Err(e) if e.is_refused_data() => {
+                            tables.refuse(client, lines, &e.to_string()).await?;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                staged
+            }
+            Err(e) => return Err(e),
+        };
+        self.staged_rows += staged;
+        // Even with every row refused: the commit records the refusal.
         self.staged_through = epoch;
         Ok(self.descriptor())
     }
@@ -717,28 +617,40 @@ impl Sink for PostgresSink {
             .await
             .map_err(|e| pg_error("starting a transaction", e))?;
         let stored = tables.lock_progress(&tx).await?;
+        let mut totals = None;
         if stored.epoch < epoch {
-            tables
+            let skipped = tables
                 .apply(&tx, stored, epoch, descriptor.staged_rows)
                 .await?;
             tables
                 .clear_stage(&tx, later_staged.then_some(epoch))
                 .await?;
-            tables
-                .set_progress(&tx, epoch, descriptor.staged_rows, false)
-                .await?;
+            totals = Some(
+                tables
+                    .set_progress(&tx, epoch, descriptor.staged_rows, false, &skipped)
+                    .await?,
+            );
         }
         tx.commit()
             .await
             .map_err(|e| pg_error("committing an epoch", e))?;
+        if let Some(totals) = totals {
+            self.skipped = totals;
+        }
         self.committed = epoch;
         self.truncate_pending = false;
         Ok(())
     }
 
+    fn skipped(&self) -> Option<Skips> {
+        self.tables.skips.then(|| self.skipped.clone())
+    }
+
     async fn abort(&mut self, epoch: u64) -> Result<(), ConnectorError> {
         self.pending.clear();
         self.pending_rows = 0;
+        self.pending_epochs.clear();
+        self.pending_refused.clear();
         let (client, tables) = self.connected().await?;
         let tx = client
             .transaction()
@@ -751,6 +663,14 @@ impl Sink for PostgresSink {
         )
         .await
         .map_err(|e| pg_error("dropping staged changes", e))?;
+        if tables.skips {
+            tx.execute(
+                &format!("DELETE FROM {} WHERE weir_epoch > $1", tables.refused),
+                &[&(epoch as i64)],
+            )
+            .await
+            .map_err(|e| pg_error("dropping refused changes", e))?;
+        }
         tx.commit()
             .await
             .map_err(|e| pg_error("dropping staged changes", e))
@@ -761,7 +681,13 @@ impl Sink for PostgresSink {
 /// PostgreSQL cuts names at 63 bytes, so a long one keeps a hash of the
 /// whole to stay distinct.
 fn stage_name(table: &str) -> String {
-    let full = format!("weir_stage_{table}");
+    name_beside("weir_stage_", table)
+}
+
+/// `prefix` + `table`, cut to PostgreSQL's 63 bytes with a hash of the
+/// whole when longer.
+fn name_beside(prefix: &str, table: &str) -> String {
+    let full = format!("{prefix}{table}");
     if full.len() <= 63 {
         return full;
     }

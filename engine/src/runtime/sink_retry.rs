@@ -11,6 +11,11 @@
 //! it is opened again from the durable entry (which re-commits
 //! that entry and drops whatever it staged after it, as after a restart)
 //! and handed every collected epoch in order, then goes on as before.
+//! A sink that skips refused epochs (`on_error = 'skip'`) does so itself
+//! (the connector knows its unit and where to commit an offset alone);
+//! under `retry_and_skip(n, ..)` a refused epoch is retried like an
+//! unreachable target, and the sink opened after the n-th failure in a
+//! row ([`weir_connectors::SinkOpen::failures`]) skips it.
 //! Any other error fails the sink for good, as does a backlog beyond
 //! [`MAX_WAITING_ROWS`] (memory is not unbounded). A healthy sink keeps at
 //! most as many: past that (a fast stream between two seals) it drops
@@ -27,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use weir_common::{ChangeBatch, ObjectId};
 use weir_connectors::ConnectorError;
-use weir_connectors::recovery::Recovery;
+use weir_connectors::recovery::{OnError, Recovery};
 
 use super::streams::Streams;
 
@@ -94,12 +99,17 @@ fn unit_random() -> f64 {
 impl Streams {
     /// A sink's call failed: back off if retrying may help, else fail it.
     pub(super) fn sink_error(&mut self, id: ObjectId, error: ConnectorError) {
-        if !error.is_retryable() {
-            return self.sink_failed(id, &error.to_string());
-        }
         let Some(slot) = self.sinks.get_mut(&id) else {
             return;
         };
+        // A refused epoch is retried only by a strategy that retries it
+        // before skipping it; the sink reopened after the last retry skips.
+        let retried = error.is_retryable()
+            || error.is_refused_data()
+                && matches!(slot.retry.recovery.on_error, OnError::RetryAndSkip { .. });
+        if !retried {
+            return self.sink_failed(id, &error.to_string());
+        }
         if slot.unsealed_dropped_through.is_some() {
             return self.sink_failed(
                 id,
@@ -180,7 +190,8 @@ impl Streams {
         };
         let durable = slot.durable.clone();
         let spec = slot.spec.clone();
-        let sink = match self.connect_sink(&spec, durable.as_ref()) {
+        let failures = slot.retry.failures;
+        let sink = match self.connect_sink(&spec, durable.as_ref(), failures) {
             Ok(sink) => sink,
             Err(e) => {
                 self.sink_error(id, e);

@@ -191,6 +191,8 @@ pub struct SinkStatus {
     pub retries: u64,
     /// When a backing-off sink tries again, ms since the Unix epoch.
     pub next_retry_ms: Option<i64>,
+    /// What it skipped (`on_error = 'skip'`), as of its latest commit.
+    pub skipped: Option<weir_connectors::Skips>,
 }
 
 /// Status of every source and sink, shared with the system tables.
@@ -412,7 +414,7 @@ impl Streams {
                 return self.sink_failed(id, &format!("option {option}: {message}"));
             }
         };
-        let sink = match self.connect_sink(spec, sealed.as_ref()) {
+        let sink = match self.connect_sink(spec, sealed.as_ref(), 0) {
             Ok(sink) => sink,
             Err(e) => return self.sink_failed(id, &e.to_string()),
         };
@@ -455,11 +457,13 @@ impl Streams {
         self.pre_commit(id, epoch).await;
     }
 
-    /// Opens `spec`'s connector with the seal entry `sealed`.
+    /// Opens `spec`'s connector with the seal entry `sealed`, after
+    /// `failures` failed attempts in a row.
     pub(super) fn connect_sink(
         &self,
         spec: &SinkToOpen,
         sealed: Option<&SinkSeal>,
+        failures: u32,
     ) -> Result<Box<dyn Sink>, ConnectorError> {
         let connector = weir_connectors::connector(&spec.connector, ConnectorKind::Sink)?;
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -469,6 +473,7 @@ impl Streams {
                 options: &spec.options,
                 sealed: sealed.map(|s| (s.epoch, s.descriptor.as_str())),
                 generation: self.generation,
+                failures,
             })
         }))
         .unwrap_or_else(|panic| Err(ConnectorError::panicked(&spec.connector, &*panic)))
@@ -697,6 +702,7 @@ impl Streams {
                     s.retries = 0;
                     if let Some(slot) = self.sinks.get_mut(&id) {
                         slot.retry.failures = 0;
+                        s.skipped = slot.sink.skipped();
                     }
                 }
                 Err(e) => self.sink_error(id, e),

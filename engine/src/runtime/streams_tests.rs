@@ -52,6 +52,7 @@ async fn a_panicking_sink_fails_alone_and_the_loop_goes_on() {
                             options: &BTreeMap::new(),
                             sealed: None,
                             generation: 1,
+                            failures: 0,
                         })
                         .unwrap()
                 },

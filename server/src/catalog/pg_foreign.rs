@@ -174,6 +174,7 @@ mod tests {
                 replayable: true,
                 bounded: false,
                 delivery: &[],
+                skips: false,
             },
         };
         let options = BTreeMap::from([

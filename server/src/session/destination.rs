@@ -39,6 +39,7 @@ const WITH_OPTIONS: &[&str] = &[
     "on_existing",
     "delivery",
     "on_error",
+    "dead_letter",
     "restart_min_backoff",
     "restart_max_backoff",
     "restart_random_factor",

@@ -113,19 +113,19 @@ async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation()
     .await;
     assert_eq!(code, "22023");
     assert!(
-        message.contains("on_existing, delivery, on_error"),
+        message.contains("on_existing, delivery, on_error, dead_letter"),
         "{message}"
     );
     let (code, message) = error_of(
         &client,
         &format!(
-            "{} WITH (on_error = 'retry_and_skip(3, 1s)')",
+            "{} WITH (on_error = 'retry_and_skip(often, 1s)')",
             create("d", "top", "postgres", "table = 'x') KEY (bidder")
         ),
     )
     .await;
     assert_eq!(code, "22023");
-    assert!(message.contains("not supported by sinks yet"), "{message}");
+    assert!(message.contains("not a count"), "{message}");
     upstream
         .batch_execute(
             "CREATE TABLE occupied (bidder bigint PRIMARY KEY, n bigint, best bigint);

@@ -66,6 +66,7 @@ mod nexmark;
 mod pg_cdc;
 mod pg_cursors_copy;
 mod pg_sink;
+mod pg_sink_skip;
 mod point_reads;
 mod projections;
 mod projections_diff;

@@ -148,6 +148,7 @@ fn open(
             options,
             sealed,
             generation,
+            failures: 0,
         })
         .unwrap()
 }

@@ -45,6 +45,7 @@ fn open(
         options,
         sealed,
         generation,
+        failures: 0,
     };
     FilesSink::new(open.clone(), Target::parse(open.options).unwrap()).unwrap()
 }

@@ -239,6 +239,7 @@ async fn a_files_source_reads_what_a_files_sink_committed() {
             options: &sink_options,
             sealed: None,
             generation: 1,
+            failures: 0,
         },
         super::super::Target::parse(&sink_options).unwrap(),
     )

@@ -86,6 +86,7 @@ pub(crate) static SPEC: ConnectorSpec = ConnectorSpec {
         replayable: false,
         bounded: false,
         delivery: &[Delivery::ExactlyOnce],
+        skips: false,
     },
 };
 
