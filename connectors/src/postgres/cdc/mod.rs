@@ -3,7 +3,8 @@
 //!
 //! - `mod.rs` (here): the spec, the upstream (connections, the table's
 //!   shape) and what CREATE SOURCE checks against the live database.
-//! - [`source`]: the protocol (snapshot segments, the stream, offsets);
+//! - [`source`]: the protocol (snapshot segments, the stream, offsets),
+//!   and its gaps (a lost slot, a table dropped or created again);
 //!   [`keys`]: snapshot pages in primary-key order, and that order over
 //!   keys from pages and from the stream.
 //! - [`pgoutput`]: the logical replication messages between Begin and
@@ -438,6 +439,49 @@ impl Upstream {
                     self.qualified()
                 ),
             ));
+        }
+        Ok(())
+    }
+
+    /// The table's OID now (`None`: there is no such table).
+    pub(crate) async fn table_oid(&self, client: &Client) -> Result<Option<u32>, ConnectorError> {
+        Ok(client
+            .query_opt(
+                "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = $1 AND c.relname = $2",
+                &[&self.schema, &self.table],
+            )
+            .await
+            .map_err(|e| pg_error("looking up the table", e))?
+            .map(|r| r.get(0)))
+    }
+
+    /// Creates the publication if it does not exist, and adds the table
+    /// to it if it does and lacks it (a table created again after the
+    /// publication lost it).
+    pub(crate) async fn ensure_publication_covers(
+        &self,
+        client: &Client,
+    ) -> Result<(), ConnectorError> {
+        self.ensure_publication(client).await?;
+        let covers = client
+            .query_opt(
+                "SELECT 1 FROM pg_publication_tables
+                 WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
+                &[&self.publication, &self.schema, &self.table],
+            )
+            .await
+            .map_err(|e| pg_error("reading the publication's tables", e))?
+            .is_some();
+        if !covers {
+            client
+                .batch_execute(&format!(
+                    "ALTER PUBLICATION {} ADD TABLE {}",
+                    quote(&self.publication),
+                    self.qualified()
+                ))
+                .await
+                .map_err(|e| pg_error("adding the table to the publication", e))?;
         }
         Ok(())
     }

@@ -25,7 +25,11 @@
 //!
 //! A slot that is gone, or that was confirmed past the sealed position by
 //! someone else, is a gap: the source fails, saying so, instead of
-//! silently losing changes.
+//! silently losing changes. So is a table dropped (and perhaps created
+//! again under its name): the progress records the table's OID, checked
+//! at every connection, against every relation message naming the table,
+//! and every [`IDENTITY_CHECK`] while streaming (a table dropped from a
+//! `FOR TABLE` publication sends nothing at all).
 
 use std::time::Duration;
 
@@ -46,6 +50,9 @@ use crate::{ConnectorError, Offsets, Source, SourceBatch, SourceEvent, SourceOpe
 
 /// How long `next` waits for the stream before answering Idle.
 const POLL: Duration = Duration::from_millis(500);
+/// How often a streaming source checks that its table is still the one
+/// it read.
+const IDENTITY_CHECK: Duration = Duration::from_secs(5);
 
 /// What one split's offset holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +64,10 @@ struct Progress {
     /// Retention gaps accepted: the source went on past each.
     #[serde(default)]
     gaps_accepted: u32,
+    /// The upstream table's OID: a table of the same name with another
+    /// is another table. (Absent in offsets sealed before it was kept.)
+    #[serde(default)]
+    table_oid: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +95,9 @@ struct Stream {
     /// The transaction being received: its rows, each `(weight, values)`
     /// in upstream column order.
     txn: Option<Vec<(i64, Vec<Value>)>>,
+    /// A session for the periodic identity check, and when it ran.
+    checker: Option<Client>,
+    checked_at: tokio::time::Instant,
 }
 
 /// Where the columns the source needs sit in an upstream row.
@@ -178,12 +192,24 @@ impl CdcSource {
             }
         }
         self.keys = Some(KeyOrder::new(&shape)?);
+        let oid = shape.oid;
         self.shape = Some(shape);
         let Some(progress) = self.progress.clone() else {
             return self.create_slot(client).await;
         };
-        let slot = self.slot_state(&client).await?;
         let accepting = self.upstream.gaps_accepted > progress.gaps_accepted;
+        let recreated = progress.table_oid.is_some_and(|old| old != oid);
+        if recreated && !accepting {
+            return Err(self.table_replaced(progress.table_oid, Some(oid), progress.lsn));
+        }
+        if recreated {
+            // Accepted: read on from the table there is now (its changes
+            // before it joined the publication are part of the gap).
+            self.upstream.ensure_publication_covers(&client).await?;
+            tracing::warn!(source = %self.name, old = ?progress.table_oid, new = oid, "going on past an accepted gap with a table created again");
+        }
+        self.progress.as_mut().expect("checked above").table_oid = Some(oid);
+        let slot = self.slot_state(&client).await?;
         let Some((confirmed, active)) = slot else {
             if accepting {
                 return self.go_on_after_gap(client).await;
@@ -212,6 +238,14 @@ impl CdcSource {
             self.phase = Phase::Connect;
             return Ok(Some(SourceEvent::Batch(batch)));
         }
+        if recreated {
+            // The slot is fine: the acceptance is sealed with the new OID.
+            let progress = self.progress.as_mut().expect("checked above");
+            progress.gaps_accepted = self.upstream.gaps_accepted;
+            let batch = self.batch(self.empty()?)?;
+            self.phase = Phase::Connect;
+            return Ok(Some(SourceEvent::Batch(batch)));
+        }
         if let Some(pid) = active {
             return Err(ConnectorError::Transient {
                 connector: NAME.into(),
@@ -227,56 +261,6 @@ impl CdcSource {
         }
         self.start_stream(progress.lsn).await?;
         Ok(None)
-    }
-
-    /// Goes on past a lost slot, the gap accepted: a new slot at the
-    /// current end of the WAL, from which the stream resumes. Keys a
-    /// snapshot cut short had not read are part of the gap.
-    async fn go_on_after_gap(
-        &mut self,
-        client: Client,
-    ) -> Result<Option<SourceEvent>, ConnectorError> {
-        self.upstream.ensure_publication(&client).await?;
-        let row = client
-            .query_one(
-                "SELECT (lsn - '0/0')::int8 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
-                &[&self.upstream.slot],
-            )
-            .await
-            .map_err(|e| pg_error("creating the replication slot again", e))?;
-        let start = row.get::<_, i64>(0) as u64;
-        let progress = self.progress.as_mut().expect("a gap has progress");
-        tracing::warn!(source = %self.name, from = %Lsn::from_u64(progress.lsn), to = %Lsn::from_u64(start), "going on past an accepted retention gap with a new slot");
-        progress.lsn = start;
-        progress.snapshot_done = true;
-        progress.gaps_accepted = self.upstream.gaps_accepted;
-        self.sealed_lsn = Some(start);
-        // Seal the new position, so a restart streams from it.
-        let batch = self.batch(self.empty()?)?;
-        self.phase = Phase::Connect;
-        Ok(Some(SourceEvent::Batch(batch)))
-    }
-
-    /// The slot's confirmed position and the process holding it, if any;
-    /// None when it does not exist.
-    async fn slot_state(
-        &self,
-        client: &Client,
-    ) -> Result<Option<(u64, Option<i32>)>, ConnectorError> {
-        let row = client
-            .query_opt(
-                "SELECT (confirmed_flush_lsn - '0/0')::int8, active_pid
-                 FROM pg_replication_slots WHERE slot_name = $1",
-                &[&self.upstream.slot],
-            )
-            .await
-            .map_err(|e| pg_error("looking up the slot", e))?;
-        Ok(row.map(|r| {
-            (
-                r.get::<_, Option<i64>>(0).unwrap_or(0) as u64,
-                r.get::<_, Option<i32>>(1),
-            )
-        }))
     }
 
     /// First start: the publication, the slot, and (unless `snapshot =
@@ -301,6 +285,7 @@ impl CdcSource {
                 snapshot_done: true,
                 lsn: start,
                 gaps_accepted: 0,
+                table_oid: self.shape.as_ref().map(|s| s.oid),
             });
             // Seal the start, so a restart streams from it.
             let batch = self.batch(self.empty()?)?;
@@ -319,6 +304,7 @@ impl CdcSource {
             snapshot_done: false,
             lsn: point,
             gaps_accepted: 0,
+            table_oid: self.shape.as_ref().map(|s| s.oid),
         });
         self.phase = Phase::Snapshot(client);
         Ok(None)
@@ -458,6 +444,8 @@ impl CdcSource {
             client,
             relation: None,
             txn: None,
+            checker: None,
+            checked_at: tokio::time::Instant::now(),
         }));
         Ok(())
     }
@@ -471,7 +459,10 @@ impl CdcSource {
                 unreachable!("stream outside the stream phase")
             };
             let event = match tokio::time::timeout_at(deadline, stream.client.recv()).await {
-                Err(_) => return Ok(SourceEvent::Idle),
+                Err(_) => {
+                    self.check_identity().await?;
+                    return Ok(SourceEvent::Idle);
+                }
                 Ok(Ok(Some(event))) => event,
                 Ok(Ok(None)) => {
                     self.phase = Phase::Connect;
@@ -523,6 +514,14 @@ impl CdcSource {
         let ours = |relation: u32| relation == shape.oid;
         let txn = stream.txn.get_or_insert_with(Vec::new);
         match message {
+            Message::Relation(relation)
+                if relation.oid != shape.oid
+                    && relation.namespace == self.upstream.schema
+                    && relation.name == self.upstream.table =>
+            {
+                let lsn = self.progress.as_ref().map_or(0, |p| p.lsn);
+                return Err(self.table_replaced(Some(shape.oid), Some(relation.oid), lsn));
+            }
             Message::Relation(relation) if ours(relation.oid) => {
                 stream.relation = Some(layout(&self.upstream, &self.schema, shape, &relation)?);
             }
@@ -792,6 +791,8 @@ impl Source for CdcSource {
         Ok(())
     }
 }
+
+mod gaps;
 
 #[cfg(test)]
 #[path = "source_tests.rs"]

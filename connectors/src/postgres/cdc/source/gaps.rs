@@ -1,0 +1,114 @@
+//! Gaps: what the source does when the upstream lost changes it had
+//! not read (its slot gone, or confirmed past the seal by someone else)
+//! or its table is no longer the one it read (dropped, or created again
+//! under the name), and how it goes on once a gap is accepted.
+
+use pgwire_replication::Lsn;
+use tokio_postgres::Client;
+
+use super::{CdcSource, IDENTITY_CHECK, Phase};
+use crate::postgres::cdc::{gap, pg_error};
+use crate::{ConnectorError, SourceEvent};
+
+impl CdcSource {
+    /// Goes on past a lost slot, the gap accepted: a new slot at the
+    /// current end of the WAL, from which the stream resumes. Keys a
+    /// snapshot cut short had not read are part of the gap.
+    pub(super) async fn go_on_after_gap(
+        &mut self,
+        client: Client,
+    ) -> Result<Option<SourceEvent>, ConnectorError> {
+        self.upstream.ensure_publication(&client).await?;
+        let row = client
+            .query_one(
+                "SELECT (lsn - '0/0')::int8 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&self.upstream.slot],
+            )
+            .await
+            .map_err(|e| pg_error("creating the replication slot again", e))?;
+        let start = row.get::<_, i64>(0) as u64;
+        let progress = self.progress.as_mut().expect("a gap has progress");
+        tracing::warn!(source = %self.name, from = %Lsn::from_u64(progress.lsn), to = %Lsn::from_u64(start), "going on past an accepted retention gap with a new slot");
+        progress.lsn = start;
+        progress.snapshot_done = true;
+        progress.gaps_accepted = self.upstream.gaps_accepted;
+        self.sealed_lsn = Some(start);
+        // Seal the new position, so a restart streams from it.
+        let batch = self.batch(self.empty()?)?;
+        self.phase = Phase::Connect;
+        Ok(Some(SourceEvent::Batch(batch)))
+    }
+
+    /// The slot's confirmed position and the process holding it, if any;
+    /// None when it does not exist.
+    pub(super) async fn slot_state(
+        &self,
+        client: &Client,
+    ) -> Result<Option<(u64, Option<i32>)>, ConnectorError> {
+        let row = client
+            .query_opt(
+                "SELECT (confirmed_flush_lsn - '0/0')::int8, active_pid
+                 FROM pg_replication_slots WHERE slot_name = $1",
+                &[&self.upstream.slot],
+            )
+            .await
+            .map_err(|e| pg_error("looking up the slot", e))?;
+        Ok(row.map(|r| {
+            (
+                r.get::<_, Option<i64>>(0).unwrap_or(0) as u64,
+                r.get::<_, Option<i32>>(1),
+            )
+        }))
+    }
+
+    /// Every [`IDENTITY_CHECK`] while streaming: the table is still there,
+    /// and still the one read. A failed lookup is left to the stream to
+    /// notice (the server down ends it too).
+    pub(super) async fn check_identity(&mut self) -> Result<(), ConnectorError> {
+        let Phase::Stream(stream) = &mut self.phase else {
+            return Ok(());
+        };
+        if stream.checked_at.elapsed() < IDENTITY_CHECK {
+            return Ok(());
+        }
+        stream.checked_at = tokio::time::Instant::now();
+        if stream.checker.as_ref().is_none_or(|c| c.is_closed()) {
+            stream.checker = self.upstream.connect().await.ok();
+        }
+        let Some(checker) = &stream.checker else {
+            return Ok(());
+        };
+        let Ok(now) = self.upstream.table_oid(checker).await else {
+            return Ok(());
+        };
+        let read = self.shape.as_ref().map(|s| s.oid);
+        if now != read {
+            let lsn = self.progress.as_ref().map_or(0, |p| p.lsn);
+            self.phase = Phase::Connect;
+            return Err(self.table_replaced(read, now, lsn));
+        }
+        Ok(())
+    }
+
+    /// The gap of a table dropped (`now` None) or replaced by another of
+    /// its name.
+    pub(super) fn table_replaced(
+        &self,
+        read: Option<u32>,
+        now: Option<u32>,
+        lsn: u64,
+    ) -> ConnectorError {
+        let table = self.upstream.qualified();
+        let what = match now {
+            None => format!("table {table} was dropped upstream"),
+            Some(now) => format!(
+                "table {table} was dropped and created again upstream (OID {} is now {now})",
+                read.map_or("?".into(), |o| o.to_string())
+            ),
+        };
+        gap(format!(
+            "{what}: its changes after LSN {} are lost to this source (a retention gap); ALTER DESTINATION ... ACCEPT GAP to go on with the table there is now, or DROP and CREATE the source to read it again",
+            Lsn::from_u64(lsn)
+        ))
+    }
+}
