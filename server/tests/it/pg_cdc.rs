@@ -528,6 +528,14 @@ async fn a_dropped_slot_is_a_gap_that_blocks_a_destination_until_accepted() {
         .unwrap();
 }
 
+/// Waits until `sql` returns `want`.
+async fn returns(client: &tokio_postgres::Client, sql: &str, want: &str) {
+    eventually(Duration::from_secs(60), sql, || async {
+        (value(client, sql).await == want).then_some(())
+    })
+    .await
+}
+
 /// Waits until source `name` is `gap`; returns its error.
 async fn gap_of(client: &tokio_postgres::Client, name: &str) -> String {
     eventually(Duration::from_secs(60), "the gap seen", || async {
@@ -616,28 +624,18 @@ async fn a_table_dropped_and_created_again_is_a_gap_never_read_as_the_same_table
         .batch_execute("ALTER DESTINATION total_pg ACCEPT GAP")
         .await
         .unwrap();
-    eventually(Duration::from_secs(60), "the source running", || async {
-        let status = value(
-            &client,
-            "SELECT status FROM weir_catalog.sources WHERE name = 'items_cdc'",
-        )
-        .await;
-        (status == "running").then_some(())
-    })
+    returns(
+        &client,
+        "SELECT status FROM weir_catalog.sources WHERE name = 'items_cdc'",
+        "running",
+    )
     .await;
     // Changes made before the source added the table to its publication
     // again are part of the gap too.
-    eventually(
-        Duration::from_secs(60),
-        "the table published again",
-        || async {
-            let n = value(
-                &upstream,
-                "SELECT count(*) FROM pg_publication_tables WHERE pubname = 'weir_recreated'",
-            )
-            .await;
-            (n == "1").then_some(())
-        },
+    returns(
+        &upstream,
+        "SELECT count(*) FROM pg_publication_tables WHERE pubname = 'weir_recreated'",
+        "1",
     )
     .await;
     upstream

@@ -414,12 +414,9 @@ impl Upstream {
             .is_some())
     }
 
-    /// The publication, if it exists, covers the table.
-    async fn check_publication(&self, client: &Client) -> Result<(), ConnectorError> {
-        if !self.publication_exists(client).await? {
-            return Ok(());
-        }
-        let covers = client
+    /// Whether the publication lists the table.
+    async fn publication_covers_table(&self, client: &Client) -> Result<bool, ConnectorError> {
+        Ok(client
             .query_opt(
                 "SELECT 1 FROM pg_publication_tables
                  WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
@@ -427,7 +424,15 @@ impl Upstream {
             )
             .await
             .map_err(|e| pg_error("reading the publication's tables", e))?
-            .is_some();
+            .is_some())
+    }
+
+    /// The publication, if it exists, covers the table.
+    async fn check_publication(&self, client: &Client) -> Result<(), ConnectorError> {
+        if !self.publication_exists(client).await? {
+            return Ok(());
+        }
+        let covers = self.publication_covers_table(client).await?;
         if !covers {
             return Err(bad_option(
                 "publication",
@@ -464,15 +469,7 @@ impl Upstream {
         client: &Client,
     ) -> Result<(), ConnectorError> {
         self.ensure_publication(client).await?;
-        let covers = client
-            .query_opt(
-                "SELECT 1 FROM pg_publication_tables
-                 WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
-                &[&self.publication, &self.schema, &self.table],
-            )
-            .await
-            .map_err(|e| pg_error("reading the publication's tables", e))?
-            .is_some();
+        let covers = self.publication_covers_table(client).await?;
         if !covers {
             client
                 .batch_execute(&format!(
