@@ -53,7 +53,7 @@ use arrow::datatypes::SchemaRef;
 
 pub use error::ConnectorError;
 pub use sink::{Sink, SinkOpen, Skips};
-pub use source::{Offsets, Source, SourceBatch, SourceEvent, SourceOpen};
+pub use source::{GAPS_ACCEPTED, Offsets, Source, SourceBatch, SourceEvent, SourceOpen};
 pub use spec::{Capabilities, ConnectorKind, ConnectorSpec, Delivery, OptionSpec, OptionType};
 
 /// One connector: its spec and how to open it.

@@ -13,6 +13,12 @@ use crate::ConnectorError;
 /// log an LSN). Stored in each seal, so a restart resumes exactly there.
 pub type Offsets = BTreeMap<String, String>;
 
+/// The option the server adds to a source's options with the number of
+/// retention gaps accepted for it (`ALTER DESTINATION ... ACCEPT GAP`):
+/// one more than the source's offsets record lets it go on past a gap.
+/// Not the user's (no spec declares it).
+pub const GAPS_ACCEPTED: &str = "weir.gaps_accepted";
+
 /// One batch a source produced.
 #[derive(Debug, Clone)]
 pub struct SourceBatch {

@@ -214,7 +214,8 @@ fn kafka_error(what: &str, e: rdkafka::error::KafkaError) -> ConnectorError {
 }
 
 /// One partition of a topic: its id and the offset of its earliest kept
-/// message (its low watermark).
+/// message (its low watermark). Not its high watermark: tansu's is not
+/// exact, so a sealed offset past it proves nothing there.
 #[derive(Debug, Clone, Copy)]
 struct Partition {
     id: i32,

@@ -7,8 +7,12 @@
 //! sealed too (split `<partition>.start`), and a replay (a projection
 //! created after the source was read) reads from there up to the offsets
 //! it is given. A sealed offset that the broker no longer
-//! has (retention deleted it) fails the source, naming the partition: it
-//! is never silently skipped to the earliest message. Messages that reach one
+//! has (retention deleted it, or the topic was deleted and created again)
+//! is a gap: the source stops with status `gap`, naming the partition,
+//! and never skips silently to the earliest message. Once the gap is
+//! accepted (`weir.gaps_accepted` above the count sealed as split
+//! `gaps_accepted`), the source goes on from the earliest message the
+//! broker keeps, and seals the new count. Messages that reach one
 //! `next` call are delivered as one transaction of per-partition batches.
 //! With `group_id`, the sealed offsets are committed to that consumer
 //! group after each seal, for tools that watch consumer lag.
@@ -27,13 +31,15 @@ use weir_common::ChangeBatch;
 
 use super::{NAME, Partition, SOURCE_SPEC, client_config, csv_delimiter, kafka_error, partitions};
 use crate::spec::Options;
-use crate::{ConnectorError, Offsets, Source, SourceBatch, SourceEvent, SourceOpen};
+use crate::{ConnectorError, GAPS_ACCEPTED, Offsets, Source, SourceBatch, SourceEvent, SourceOpen};
 
 /// The one split name the runtime is told about (a topic never ends);
 /// batches name their partition.
 const SPLIT: &str = "kafka";
 /// The suffix of the split that records where a partition started.
 const START: &str = ".start";
+/// The split sealing how many gaps the source has gone on past.
+const GAPS: &str = "gaps_accepted";
 /// Messages gathered into one event at most.
 const MAX_MESSAGES: usize = 8192;
 /// After the first message, how long to wait for more before delivering.
@@ -75,6 +81,8 @@ pub(crate) struct KafkaSource {
     /// `on_error = 'skip'`: a message that does not parse is dropped and
     /// counted, not the end of the source.
     skip_bad: bool,
+    /// Going on past an accepted gap: the count to seal, until sealed.
+    accepting: Option<u32>,
     assigned: bool,
     ended: bool,
 }
@@ -86,14 +94,24 @@ impl KafkaSource {
             Some("csv") => Format::Csv(csv_delimiter(open.options)?),
             _ => Format::Json,
         };
-        let (next, first, until) = match open.until {
+        let accepted: u32 = open
+            .options
+            .get(GAPS_ACCEPTED)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let (next, first, until, accepting) = match open.until {
             None => {
-                let (next, first) = parse_offsets(open.offsets)?;
-                (next, first, None)
+                let (next, first, sealed_gaps) = parse_offsets(open.offsets)?;
+                (
+                    next,
+                    first,
+                    None,
+                    (accepted > sealed_gaps).then_some(accepted),
+                )
             }
             // A replay reads from where each partition first started.
             Some(until) => {
-                let (end, from) = parse_offsets(until)?;
+                let (end, from, _) = parse_offsets(until)?;
                 if let Some(p) = end.keys().find(|p| !from.contains_key(p)) {
                     return Err(ConnectorError::BadPosition {
                         connector: NAME.into(),
@@ -101,7 +119,7 @@ impl KafkaSource {
                         message: "a replay needs where the partition started".into(),
                     });
                 }
-                (from.clone(), from, Some(end))
+                (from.clone(), from, Some(end), None)
             }
         };
         let mut config = client_config(opts.get("brokers").unwrap_or_default());
@@ -113,9 +131,17 @@ impl KafkaSource {
             )
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            // A sealed offset the broker no longer has is an error, not a
-            // silent jump to the earliest or latest message.
-            .set("auto.offset.reset", "error")
+            // A sealed offset the broker no longer has is an error (a gap),
+            // not a silent jump to the earliest or latest message, unless
+            // this run goes on past an accepted gap.
+            .set(
+                "auto.offset.reset",
+                if accepting.is_some() {
+                    "earliest"
+                } else {
+                    "error"
+                },
+            )
             .set("enable.partition.eof", "false")
             // librdkafka pauses fetching for this long once its prefetch
             // queue is full (1 s by default): at a full queue the reader
@@ -141,6 +167,7 @@ impl KafkaSource {
             },
             commit_group: group.is_some() && open.until.is_none(),
             skip_bad: opts.get("on_error") == Some("skip"),
+            accepting,
             assigned: false,
             ended: false,
         })
@@ -153,19 +180,25 @@ impl KafkaSource {
         // A partition the seal names that the topic lacks: the topic was
         // created again with fewer partitions, and that partition's
         // messages are gone.
-        if let Some(missing) = self
+        let missing: Vec<i32> = self
             .next
             .keys()
-            .find(|p| !found.iter().any(|f| f.id == **p))
-        {
-            return Err(ConnectorError::Rejected {
-                connector: NAME.into(),
-                message: format!(
-                    "topic {} has no partition {missing}, which source {} read before: the topic was \
-                     deleted and created again; DROP and CREATE the source to start again",
+            .copied()
+            .filter(|p| !found.iter().any(|f| f.id == *p))
+            .collect();
+        if let Some(first_missing) = missing.first() {
+            if self.accepting.is_none() {
+                return Err(self.gap(format!(
+                    "topic {} has no partition {first_missing}, which source {} read before: the topic was \
+                     deleted and created again, and the messages it had not read are lost to it",
                     self.topic, self.name
-                ),
-            });
+                )));
+            }
+            for p in &missing {
+                tracing::warn!(source = %self.name, topic = %self.topic, partition = p, "going on past an accepted gap without a partition");
+                self.next.remove(p);
+                self.first.remove(p);
+            }
         }
         let mut list = TopicPartitionList::new();
         for partition in found {
@@ -173,6 +206,11 @@ impl KafkaSource {
                 continue;
             }
             let at = match self.next.get(&partition.id) {
+                Some(&next) if next < partition.low && self.accepting.is_some() => {
+                    tracing::warn!(source = %self.name, topic = %self.topic, partition = partition.id,
+                        from = next, to = partition.low, "going on past an accepted gap");
+                    Offset::Offset(partition.low)
+                }
                 Some(&next) => {
                     self.check_sealed(partition, next)?;
                     Offset::Offset(next)
@@ -196,10 +234,12 @@ impl KafkaSource {
     }
 
     /// A sealed offset below the partition's earliest kept message means
-    /// retention deleted messages Weir had not read: a gap, not to be
-    /// skipped silently. (One past the end is left to the broker's
-    /// out-of-range error, [`Self::failed_read`]: not every compatible
-    /// broker reports its end exactly.)
+    /// retention deleted messages Weir had not read: a gap, never skipped
+    /// silently. One past the end (a topic deleted and created again,
+    /// shorter) is left to the broker's out-of-range answer,
+    /// [`Self::failed_read`]: not every compatible broker reports its end
+    /// exactly (tansu's high watermark lags), and one that answers nothing
+    /// leaves that case unseen.
     pub(super) fn check_sealed(
         &self,
         partition: Partition,
@@ -208,25 +248,33 @@ impl KafkaSource {
         if next >= partition.low {
             return Ok(());
         }
-        let message = if self.until.is_some() {
-            format!(
-                "topic {} partition {}: a projection or sink created after source {} was read must \
-                 read it again from offset {next}, but the earliest offset the broker keeps is {}: \
-                 retention deleted messages, so it cannot be built",
-                self.topic, partition.id, self.name, partition.low
-            )
-        } else {
-            format!(
-                "topic {} partition {}: source {} sealed offset {next}, but the earliest offset the broker keeps is {}: \
-                 retention deleted messages it had not read, and they are lost to it; \
-                 DROP and CREATE the source to start again",
-                self.topic, partition.id, self.name, partition.low
-            )
-        };
-        Err(ConnectorError::Rejected {
+        if self.until.is_some() {
+            return Err(ConnectorError::Rejected {
+                connector: NAME.into(),
+                message: format!(
+                    "topic {} partition {}: a projection or sink created after source {} was read must \
+                     read it again from offset {next}, but the earliest offset the broker keeps is {}: \
+                     retention deleted messages, so it cannot be built",
+                    self.topic, partition.id, self.name, partition.low
+                ),
+            });
+        }
+        Err(self.gap(format!(
+            "topic {} partition {}: source {} sealed offset {next}, but the earliest offset the broker keeps is {}: \
+             retention deleted messages it had not read, and they are lost to it",
+            self.topic, partition.id, self.name, partition.low
+        )))
+    }
+
+    /// A retention gap, with what to do about it.
+    fn gap(&self, what: String) -> ConnectorError {
+        ConnectorError::Gap {
             connector: NAME.into(),
-            message,
-        })
+            message: format!(
+                "{what} (a retention gap); ALTER DESTINATION ... ACCEPT GAP to go on from the earliest \
+                 message the broker keeps, or DROP and CREATE the source to start again"
+            ),
+        }
     }
 
     /// Payloads (newline-separated) as rows of the declared columns.
@@ -296,13 +344,18 @@ impl KafkaSource {
             e.rdkafka_error_code(),
             Some(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange)
         );
-        if gap {
+        if gap && self.until.is_none() {
+            self.gap(format!(
+                "topic {}: an offset Weir sealed is out of the broker's range (retention deleted \
+                 messages, or the topic was deleted and created again), so messages are lost to source {}: {e}",
+                self.topic, self.name
+            ))
+        } else if gap {
             ConnectorError::Rejected {
                 connector: NAME.into(),
                 message: format!(
-                    "topic {}: an offset Weir sealed is out of the broker's range (retention deleted \
-                     messages, or the topic was created again), so messages are lost to source {}: {e}; \
-                     DROP and CREATE the source to start again",
+                    "topic {}: a projection or sink created after source {} was read must read it \
+                     again, but an offset is out of the broker's range: {e}",
                     self.topic, self.name
                 ),
             }
@@ -321,6 +374,19 @@ impl Source for KafkaSource {
     async fn next(&mut self) -> Result<SourceEvent, ConnectorError> {
         if !self.assigned {
             self.assign().await?;
+        }
+        if let Some(accepted) = self.accepting.take() {
+            // Sealed, so a restart knows the gap is behind it.
+            return Ok(SourceEvent::Transaction {
+                batches: vec![SourceBatch {
+                    split: GAPS.to_string(),
+                    changes: ChangeBatch::inserts(RecordBatch::new_empty(self.schema.clone())),
+                    offset: accepted.to_string(),
+                    max_event_time: None,
+                    skipped: 0,
+                }],
+                position: String::new(),
+            });
         }
         if let Some(until) = &self.until
             && until.keys().all(|p| self.replay_done(*p))
@@ -439,13 +505,20 @@ impl Source for KafkaSource {
 /// where it started (split `<p>.start`).
 type PartitionOffsets = BTreeMap<i32, i64>;
 
+/// Offsets as sealed: the next offsets, the first ones, and the gaps
+/// gone on past.
 fn parse_offsets(
     offsets: &Offsets,
-) -> Result<(PartitionOffsets, PartitionOffsets), ConnectorError> {
+) -> Result<(PartitionOffsets, PartitionOffsets, u32), ConnectorError> {
     let mut next = BTreeMap::new();
     let mut first = BTreeMap::new();
+    let mut gaps = 0;
     for (split, offset) in offsets {
         if split == SPLIT {
+            continue;
+        }
+        if split == GAPS {
+            gaps = offset.parse().unwrap_or(0);
             continue;
         }
         let bad = || ConnectorError::BadPosition {
@@ -462,5 +535,5 @@ fn parse_offsets(
             offset.parse::<i64>().map_err(|_| bad())?,
         );
     }
-    Ok((next, first))
+    Ok((next, first, gaps))
 }

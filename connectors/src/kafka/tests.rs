@@ -12,7 +12,7 @@ use super::Partition;
 use super::sink::KafkaSink;
 use super::source::KafkaSource;
 use crate::testing::{Tansu, start_tansu};
-use crate::{Offsets, Sink, SinkOpen, Source, SourceEvent, SourceOpen};
+use crate::{ConnectorError, Offsets, Sink, SinkOpen, Source, SourceEvent, SourceOpen};
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -145,7 +145,7 @@ async fn the_source_reads_every_partition_and_resumes_at_sealed_offsets() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_source_fails_on_a_retention_gap_a_bad_message_and_a_missing_topic() {
+async fn the_source_stops_at_a_retention_gap_and_fails_on_a_bad_message_and_a_missing_topic() {
     let tansu = start_tansu();
     tansu.create_topic("t", 1);
     tansu.produce("t", 1, &json(0..10)).await;
@@ -154,7 +154,7 @@ async fn the_source_fails_on_a_retention_gap_a_bad_message_and_a_missing_topic()
     let gap = source(&opts, &Offsets::new());
     let kept = Partition { id: 0, low: 5 };
     let err = gap.check_sealed(kept, 3).unwrap_err();
-    assert!(!err.is_retryable(), "{err}");
+    assert!(matches!(err, ConnectorError::Gap { .. }), "{err}");
     assert!(
         err.to_string()
             .contains("earliest offset the broker keeps is 5"),
@@ -190,7 +190,36 @@ async fn the_source_fails_on_a_retention_gap_a_bad_message_and_a_missing_topic()
     // A partition the seal names that the topic does not have.
     let gone: Offsets = [("3".to_string(), "0".to_string())].into_iter().collect();
     let err = source(&opts, &gone).next().await.unwrap_err();
+    assert!(matches!(err, ConnectorError::Gap { .. }), "{err}");
     assert!(err.to_string().contains("has no partition 3"), "{err}");
+
+    // The gap accepted: the source seals the count first, then reads on
+    // from the earliest message kept; a partition gone is left behind.
+    let accepted = options(
+        &tansu,
+        "t",
+        &[(crate::GAPS_ACCEPTED, "1"), ("on_error", "skip")],
+    );
+    let mut going_on = source(&accepted, &gone);
+    let SourceEvent::Transaction { batches, .. } = going_on.next().await.unwrap() else {
+        panic!("a transaction")
+    };
+    assert_eq!(batches.len(), 1);
+    assert_eq!(
+        (batches[0].split.as_str(), batches[0].offset.as_str()),
+        ("gaps_accepted", "1")
+    );
+    let (rows, offsets) = read(&mut going_on, 12).await;
+    let mut want = expected(0..10);
+    want.extend(["100|good".to_string(), "102|good".to_string()]);
+    want.sort();
+    assert_eq!(rows, want);
+    assert!(!offsets.contains_key("3"), "{offsets:?}");
+    // Once sealed, the same count is no gap to accept again.
+    let mut sealed = gone.clone();
+    sealed.insert("gaps_accepted".into(), "1".into());
+    let err = source(&accepted, &sealed).next().await.unwrap_err();
+    assert!(matches!(err, ConnectorError::Gap { .. }), "{err}");
 
     let missing = options(&tansu, "nope", &[]);
     let err = source(&missing, &Offsets::new()).next().await.unwrap_err();

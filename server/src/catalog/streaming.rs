@@ -45,7 +45,7 @@ pub struct SourceDef {
 
 /// The option the server passes a source's accepted gaps in; `weir.`
 /// options are never a user's (validation refuses them).
-pub const GAPS_ACCEPTED_OPTION: &str = "weir.gaps_accepted";
+pub const GAPS_ACCEPTED_OPTION: &str = weir_connectors::GAPS_ACCEPTED;
 
 impl SourceDef {
     pub fn arrow_schema(&self) -> SchemaRef {

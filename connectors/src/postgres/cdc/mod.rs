@@ -34,7 +34,7 @@ use crate::spec::{
     Capabilities, ConnectorKind, ConnectorSpec, Delivery, OptionSpec, OptionType, Options,
     fit_columns,
 };
-use crate::{Connector, ConnectorError, Source, SourceOpen};
+use crate::{Connector, ConnectorError, GAPS_ACCEPTED, Source, SourceOpen};
 
 pub(crate) const NAME: &str = "postgres-cdc";
 
@@ -150,10 +150,6 @@ fn bad_option(option: &str, message: impl Into<String>) -> ConnectorError {
         message: message.into(),
     }
 }
-
-/// The option the server passes the gaps accepted in (not the user's:
-/// the spec does not declare it).
-const GAPS_ACCEPTED: &str = "weir.gaps_accepted";
 
 /// Changes lost upstream: the source stops until the gap is accepted.
 fn gap(message: impl Into<String>) -> ConnectorError {

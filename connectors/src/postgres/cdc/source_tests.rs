@@ -19,9 +19,16 @@ fn progress_round_trips_as_json() {
         snapshot_done: false,
         lsn: 10,
         gaps_accepted: 1,
+        table_oid: Some(16385),
     };
     let text = serde_json::to_string(&p).unwrap();
     assert_eq!(serde_json::from_str::<Progress>(&text).unwrap(), p);
+    // Offsets sealed before the table's OID was kept still read.
+    let old = r#"{"start":1,"segments":[],"snapshot_done":true,"lsn":1}"#;
+    assert_eq!(
+        serde_json::from_str::<Progress>(old).unwrap().table_oid,
+        None
+    );
 }
 
 #[test]
