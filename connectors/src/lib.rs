@@ -8,7 +8,8 @@
 //!   offset after them, the end of a split, acknowledgement after a seal.
 //! - [`Sink`] ([`sink`]): write per epoch, `pre_commit` at the barrier,
 //!   idempotent `commit` after the seal, idempotent `abort`; [`recovery`]:
-//!   the `on_error` and restart options every sink takes.
+//!   the `on_error` and restart options every sink takes; [`grouping`]:
+//!   `group_size` and `group_max_wait` (a commit per group of epochs).
 //! - [`Connector`] and [`registry`]: every connector compiled in, each a
 //!   module behind its Cargo feature: `nexmark`, `datagen`, `files`,
 //!   `kafka` and `postgres-cdc` (sources), `blackhole`, `log`/`stdout`, `postgres`, `files`
@@ -27,6 +28,7 @@
 #[cfg(any(feature = "files", feature = "kafka"))]
 mod changelog;
 mod error;
+pub mod grouping;
 pub mod recovery;
 pub mod sink;
 pub mod source;

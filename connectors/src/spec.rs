@@ -219,6 +219,16 @@ pub const SINK_OPTIONS: &[OptionSpec] = &[
         "table: the changes of every skipped epoch are kept, with the error, in a dead-letter table beside the target (needs on_error = 'skip' or 'retry_and_skip')",
     ),
     OptionSpec::optional(
+        "group_size",
+        OptionType::Count,
+        "grouped delivery: commit once this many row changes wait (with group_max_wait, whichever comes first; default: every checkpoint)",
+    ),
+    OptionSpec::optional(
+        "group_max_wait",
+        OptionType::Text,
+        "grouped delivery: commit once the oldest waiting epoch has waited this long, like 10s (default 5s when group_size is given)",
+    ),
+    OptionSpec::optional(
         "restart_min_backoff",
         OptionType::Text,
         "the first retry's delay, doubled for each next one (default 3s)",
@@ -343,6 +353,13 @@ impl ConnectorSpec {
                         message,
                     }
                 })?;
+            crate::grouping::Grouping::from_options(given).map_err(|(option, message)| {
+                ConnectorError::BadOption {
+                    connector: self.name.to_string(),
+                    option,
+                    message,
+                }
+            })?;
             if recovery.on_error.skips() && !self.capabilities.skips {
                 return Err(ConnectorError::BadOption {
                     connector: self.name.to_string(),

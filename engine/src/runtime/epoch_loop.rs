@@ -121,6 +121,9 @@ impl Loop {
                 } else {
                     self.shared.covered.store(self.received, Ordering::Release);
                 }
+                // A grouped sink's last group commits when it is old
+                // enough, whether or not another seal comes.
+                self.streams.commit_waiting_groups().await;
             }
             Some(Command::TableLog(commit)) => self.commit_received(commit).await,
             Some(Command::Source(message)) => match message {

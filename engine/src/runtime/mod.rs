@@ -14,7 +14,8 @@
 //!   covers it, whatever path the rows took to get there.
 //! - [`streams`]: one shared reader per source, one writer per sink, and
 //!   the offsets and descriptors every seal records; `sink_retry`: a sink
-//!   whose target is unreachable backs off and catches up.
+//!   whose target is unreachable backs off and catches up; `sink_commit`:
+//!   when a sink commits (each seal, or grouped).
 //! - [`checkpoints`]: writes each completed epoch as per-vnode partials,
 //!   then its seal (with the table-log LSN, source offsets, sink
 //!   descriptors and state fingerprints).
@@ -34,6 +35,7 @@ mod compactor;
 mod epoch_loop;
 mod reader;
 mod restore;
+mod sink_commit;
 mod sink_retry;
 pub mod streams;
 mod table_log;

@@ -33,6 +33,7 @@ use parking_lot::RwLock;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use weir_common::{ChangeBatch, ObjectId};
+use weir_connectors::grouping::Grouping;
 use weir_connectors::{ConnectorError, ConnectorKind, Offsets, Sink, SinkOpen, SourceBatch};
 
 use super::Command;
@@ -230,6 +231,10 @@ pub(super) struct SinkSlot {
     pub backoff: Option<super::sink_retry::Backoff>,
     /// Its recovery options and failures so far.
     pub retry: super::sink_retry::RetryState,
+    /// Grouped delivery: commits wait for a group to fill or age.
+    pub grouping: Option<Grouping>,
+    /// Since when a sealed entry has waited for its group's commit.
+    pub waiting_since: Option<std::time::Instant>,
     pub failed: bool,
 }
 
@@ -414,6 +419,12 @@ impl Streams {
                 return self.sink_failed(id, &format!("option {option}: {message}"));
             }
         };
+        let grouping = match Grouping::from_options(&spec.options) {
+            Ok(grouping) => grouping,
+            Err((option, message)) => {
+                return self.sink_failed(id, &format!("option {option}: {message}"));
+            }
+        };
         let sink = match self.connect_sink(spec, sealed.as_ref(), 0) {
             Ok(sink) => sink,
             Err(e) => return self.sink_failed(id, &e.to_string()),
@@ -445,6 +456,8 @@ impl Streams {
                 unsealed_dropped_through: None,
                 backoff: None,
                 retry: super::sink_retry::RetryState::new(recovery),
+                grouping,
+                waiting_since: None,
                 failed: false,
             },
         );
@@ -687,26 +700,10 @@ impl Streams {
                 // Its reopening commits the entry.
                 continue;
             }
-            match guarded(
-                &slot.connector,
-                slot.sink.commit(entry.epoch, &entry.descriptor),
-            )
-            .await
-            {
-                Ok(()) => {
-                    let mut status = self.status.write();
-                    let s = status.sinks.entry(id).or_default();
-                    s.committed_rows = entry.rows;
-                    s.committed_epoch = entry.epoch;
-                    s.committed_descriptor = Some(entry.descriptor.clone());
-                    s.retries = 0;
-                    if let Some(slot) = self.sinks.get_mut(&id) {
-                        slot.retry.failures = 0;
-                        s.skipped = slot.sink.skipped();
-                    }
-                }
-                Err(e) => self.sink_error(id, e),
+            if !self.group_due(id, &entry) {
+                continue;
             }
+            self.commit(id, entry).await;
         }
         let Some((_, covered)) = self.sealing.take().filter(|(e, _)| *e == epoch) else {
             return;

@@ -40,6 +40,8 @@ const WITH_OPTIONS: &[&str] = &[
     "delivery",
     "on_error",
     "dead_letter",
+    "group_size",
+    "group_max_wait",
     "restart_min_backoff",
     "restart_max_backoff",
     "restart_random_factor",

@@ -17,7 +17,8 @@ use tokio_postgres::NoTls;
 use crate::harness::{WeirServer, eventually, try_rows as rows};
 use crate::postgres::PgCluster;
 use crate::sources::{
-    ROUNDS, Rng, crash_rng, crash_server, error_of, kill_at_a_random_moment, sinks_committed, value,
+    ROUNDS, Rng, crash_rng, crash_server, error_of, kill_at_a_random_moment, sinks_committed,
+    until_returns, value,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -528,14 +529,6 @@ async fn a_dropped_slot_is_a_gap_that_blocks_a_destination_until_accepted() {
         .unwrap();
 }
 
-/// Waits until `sql` returns `want`.
-async fn returns(client: &tokio_postgres::Client, sql: &str, want: &str) {
-    eventually(Duration::from_secs(60), sql, || async {
-        (value(client, sql).await == want).then_some(())
-    })
-    .await
-}
-
 /// Waits until source `name` is `gap`; returns its error.
 async fn gap_of(client: &tokio_postgres::Client, name: &str) -> String {
     eventually(Duration::from_secs(60), "the gap seen", || async {
@@ -624,7 +617,7 @@ async fn a_table_dropped_and_created_again_is_a_gap_never_read_as_the_same_table
         .batch_execute("ALTER DESTINATION total_pg ACCEPT GAP")
         .await
         .unwrap();
-    returns(
+    until_returns(
         &client,
         "SELECT status FROM weir_catalog.sources WHERE name = 'items_cdc'",
         "running",
@@ -632,7 +625,7 @@ async fn a_table_dropped_and_created_again_is_a_gap_never_read_as_the_same_table
     .await;
     // Changes made before the source added the table to its publication
     // again are part of the gap too.
-    returns(
+    until_returns(
         &upstream,
         "SELECT count(*) FROM pg_publication_tables WHERE pubname = 'weir_recreated'",
         "1",

@@ -16,7 +16,9 @@ use weir_connectors::{ConnectorKind, Sink, SinkOpen};
 
 use crate::harness::{WeirServer, try_rows as rows};
 use crate::postgres::PgCluster;
-use crate::sources::{ROUNDS, crash_rng, crash_server, error_of, killed_then_every_bid, value};
+use crate::sources::{
+    ROUNDS, crash_rng, crash_server, error_of, killed_then_every_bid, until_returns, value,
+};
 
 /// Fixed so every run and every restart generates the same events.
 const BASE_TIME: &str = "1700000000000";
@@ -349,4 +351,83 @@ async fn postgres_sinks_are_exact_after_kill_9_at_random_moments() {
 
 async fn value_of(client: &Client, sql: &str) -> i64 {
     client.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_sink_commits_once_its_group_is_full_or_old_and_loses_nothing_to_kill_9() {
+    let pg = PgCluster::start();
+    let upstream = pg.connect().await;
+    upstream
+        .batch_execute(
+            "CREATE TABLE by_size (id bigint PRIMARY KEY, v bigint);
+             CREATE TABLE by_time (id bigint PRIMARY KEY, v bigint)",
+        )
+        .await
+        .unwrap();
+    let mut server = WeirServer::start();
+    let client = server.connect().await;
+    let dsn = pg.dsn();
+    let sink = |name: &str, table: &str, grouping: &str| {
+        format!(
+            "CREATE SINK {name} AS SELECT id, v FROM src WITH (connector = 'postgres', dsn = '{dsn}',
+                 table = '{table}', key = 'id', {grouping})"
+        )
+    };
+    client
+        .batch_execute("CREATE TABLE src (id bigint PRIMARY KEY, v bigint)")
+        .await
+        .unwrap();
+    let (code, message) = error_of(&client, &sink("bad", "by_size", "group_size = '0'")).await;
+    assert_eq!(code, "22023", "{message}");
+    assert!(message.contains("group_size"), "{message}");
+    client
+        .batch_execute(&sink(
+            "sized",
+            "by_size",
+            "group_size = '5', group_max_wait = '1h'",
+        ))
+        .await
+        .unwrap();
+    client
+        .batch_execute(&sink("timed", "by_time", "group_max_wait = '300ms'"))
+        .await
+        .unwrap();
+    for i in 1..=4 {
+        client
+            .batch_execute(&format!("INSERT INTO src VALUES ({i}, {i}); FLUSH"))
+            .await
+            .unwrap();
+    }
+    // The timed sink's last group commits though no more epochs come;
+    // the same seals hold the sized sink's four rows, which wait for a
+    // fifth.
+    until_returns(&upstream, "SELECT count(*) FROM by_time", "4").await;
+    assert_eq!(value(&upstream, "SELECT count(*) FROM by_size").await, "0");
+    assert_eq!(
+        value(
+            &client,
+            "SELECT rows_out, committed_rows FROM weir_catalog.sinks WHERE name = 'sized'"
+        )
+        .await,
+        "4|0"
+    );
+    client
+        .batch_execute("INSERT INTO src VALUES (5, 5); FLUSH")
+        .await
+        .unwrap();
+    until_returns(&upstream, "SELECT count(*) FROM by_size", "5").await;
+
+    // A group waiting when Weir is killed is committed by the restart:
+    // its epochs are sealed.
+    client
+        .batch_execute("INSERT INTO src VALUES (6, 6); FLUSH")
+        .await
+        .unwrap();
+    until_returns(&upstream, "SELECT count(*) FROM by_time", "6").await;
+    assert_eq!(value(&upstream, "SELECT count(*) FROM by_size").await, "5");
+    drop(client);
+    server.kill();
+    server.restart();
+    let _client = server.connect().await;
+    until_returns(&upstream, "SELECT sum(v) FROM by_size", "21").await;
 }

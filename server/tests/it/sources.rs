@@ -34,6 +34,14 @@ pub(crate) async fn value(client: &Client, sql: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Waits until `sql` (run on `client`) returns `want`.
+pub(crate) async fn until_returns(client: &Client, sql: &str, want: &str) {
+    eventually(Duration::from_secs(60), sql, || async {
+        (value(client, sql).await == want).then_some(())
+    })
+    .await
+}
+
 /// Waits until every source something reads (the others are `idle`) is
 /// `completed`, then for an epoch covering
 /// all of it, then until every sink has committed what it received.
