@@ -41,6 +41,8 @@ async fn a_panicking_sink_fails_alone_and_the_loop_goes_on() {
                 unsealed_dropped_through: None,
                 backoff: None,
                 retry: crate::runtime::sink_retry::RetryState::new(Default::default()),
+                grouping: None,
+                waiting_since: None,
                 sink: if id == buggy {
                     Box::new(Panics)
                 } else {
