@@ -12,7 +12,7 @@
 //!   `group_size` and `group_max_wait` (a commit per group of epochs).
 //! - [`Connector`] and [`registry`]: every connector compiled in, each a
 //!   module behind its Cargo feature: `nexmark`, `datagen`, `files`,
-//!   `kafka` and `postgres-cdc` (sources), `blackhole`, `log`/`stdout`, `postgres`, `files`
+//!   `kafka`, `postgres-cdc` and `postgres` (sources), `blackhole`, `log`/`stdout`, `postgres`, `files`
 //!   and `kafka` (sinks; `postgres` writes exactly once through a stage
 //!   table and a fenced progress row, `files` through staged files renamed
 //!   after the seal, `kafka` at least once).
@@ -181,6 +181,8 @@ pub fn registry() -> Vec<&'static dyn Connector> {
     all.push(&kafka::KafkaSourceConnector);
     #[cfg(feature = "postgres")]
     all.push(&postgres::cdc::PostgresCdcConnector);
+    #[cfg(feature = "postgres")]
+    all.push(&postgres::table_source::PostgresTableConnector);
     #[cfg(feature = "blackhole")]
     all.push(&blackhole::BlackholeConnector);
     #[cfg(feature = "log")]

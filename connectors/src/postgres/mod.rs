@@ -1,6 +1,8 @@
 //! PostgreSQL: the `postgres` sink, a sink object's changes written to a
 //! table of an external database exactly once across crashes and restarts,
-//! and the `postgres-cdc` source ([`cdc`]), a table's snapshot and changes.
+//! the `postgres-cdc` source ([`cdc`]), a table's snapshot and changes,
+//! and the `postgres` source ([`table_source`]), a table read with plain
+//! queries, once or by a cursor column.
 //!
 //! - `mod.rs` (here): the spec, the options a CREATE SINK is checked
 //!   against (and, at CREATE, the target table itself), the connection.
@@ -22,6 +24,7 @@
 pub(crate) mod cdc;
 mod copy_text;
 mod sink;
+pub(crate) mod table_source;
 mod target;
 pub(crate) mod tls;
 

@@ -67,6 +67,7 @@ mod pg_cdc;
 mod pg_cursors_copy;
 mod pg_sink;
 mod pg_sink_skip;
+mod pg_table;
 mod point_reads;
 mod projections;
 mod projections_diff;

@@ -9,59 +9,68 @@ use arrow::row::{OwnedRow, RowConverter, SortField};
 use super::pgoutput::Value;
 use super::source::{RowLayout, value_bytes};
 use super::text::{self, field_of};
-use super::{NAME, Shape, Upstream, rejected};
+use super::{NAME, Shape, rejected};
 use crate::ConnectorError;
 use crate::postgres::quote;
 
-/// The snapshot query for the page after `after` (the last key read).
-pub(super) fn page_query(
-    upstream: &Upstream,
+/// The query for the page of `batch_rows` rows of `table` (qualified)
+/// after `after` (the last key read), in key order: `schema`'s columns,
+/// then the key columns as text.
+pub(crate) fn page_query(
+    table: &str,
+    batch_rows: u64,
     shape: &Shape,
     schema: &SchemaRef,
     after: Option<&[String]>,
 ) -> String {
-    let key_expr = |name: &str| {
-        let c = shape.column(name).expect("key column");
-        if collatable(c.type_oid) {
-            format!("{} COLLATE \"C\"", quote(name))
-        } else {
-            quote(name)
-        }
-    };
     let select: Vec<String> = schema
         .fields()
         .iter()
         .map(|f| quote(f.name()))
         .chain(shape.key.iter().map(|k| quote(k)))
         .collect();
-    let order: Vec<String> = shape.key.iter().map(|k| key_expr(k)).collect();
+    let order: Vec<String> = shape.key.iter().map(|k| ordered_key(shape, k)).collect();
     let filter = match after {
         None => String::new(),
-        Some(values) => {
-            let literals: Vec<String> = shape
-                .key
-                .iter()
-                .zip(values)
-                .map(|(k, v)| {
-                    let c = shape.column(k).expect("key column");
-                    let literal = format!("'{}'::{}", v.replace('\'', "''"), c.type_name);
-                    if collatable(c.type_oid) {
-                        format!("{literal} COLLATE \"C\"")
-                    } else {
-                        literal
-                    }
-                })
-                .collect();
-            format!(" WHERE ({}) > ({})", order.join(", "), literals.join(", "))
-        }
+        Some(values) => format!(
+            " WHERE ({}) > ({})",
+            order.join(", "),
+            key_literals(shape, values).join(", ")
+        ),
     };
     format!(
-        "SELECT {} FROM {}{filter} ORDER BY {} LIMIT {}",
+        "SELECT {} FROM {table}{filter} ORDER BY {} LIMIT {batch_rows}",
         select.join(", "),
-        upstream.qualified(),
         order.join(", "),
-        upstream.batch_rows
     )
+}
+
+/// Key column `name` as it is ordered (bytewise for text).
+pub(crate) fn ordered_key(shape: &Shape, name: &str) -> String {
+    let c = shape.column(name).expect("key column");
+    if collatable(c.type_oid) {
+        format!("{} COLLATE \"C\"", quote(name))
+    } else {
+        quote(name)
+    }
+}
+
+/// A key read as text (`values`), as literals ordered like [`ordered_key`].
+pub(crate) fn key_literals(shape: &Shape, values: &[String]) -> Vec<String> {
+    shape
+        .key
+        .iter()
+        .zip(values)
+        .map(|(k, v)| {
+            let c = shape.column(k).expect("key column");
+            let literal = format!("'{}'::{}", v.replace('\'', "''"), c.type_name);
+            if collatable(c.type_oid) {
+                format!("{literal} COLLATE \"C\"")
+            } else {
+                literal
+            }
+        })
+        .collect()
 }
 
 /// Text types, whose order depends on a collation: keys compare bytewise

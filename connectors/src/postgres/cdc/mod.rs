@@ -18,10 +18,10 @@
 //! source emits `-old/+new` without keeping a copy of the table. Both are
 //! checked at CREATE, with the statement that fixes them.
 
-mod keys;
+pub(crate) mod keys;
 mod pgoutput;
 mod source;
-mod text;
+pub(crate) mod text;
 
 use std::collections::BTreeMap;
 
@@ -171,7 +171,7 @@ fn pg_error(doing: &str, e: tokio_postgres::Error) -> ConnectorError {
 }
 
 /// Session settings that make both sessions' text values parse the same.
-const SESSION_OPTIONS: &str = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c extra_float_digits=3 -c client_encoding=UTF8 -c standard_conforming_strings=on";
+pub(crate) const SESSION_OPTIONS: &str = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c extra_float_digits=3 -c client_encoding=UTF8 -c standard_conforming_strings=on";
 
 /// Everything the options say about the upstream.
 #[derive(Debug, Clone)]
@@ -303,78 +303,15 @@ impl Upstream {
         Ok(())
     }
 
-    /// The table as it is now: its columns, key and replica identity.
+    /// The table as it is now: its columns and key, with a replica
+    /// identity that logs whole old rows.
     pub(crate) async fn shape(&self, client: &Client) -> Result<Shape, ConnectorError> {
-        let qualified = self.qualified();
-        let Some(row) = client
-            .query_opt(
-                "SELECT c.oid, c.relreplident::text, c.relkind::text FROM pg_class c
-                 JOIN pg_namespace n ON n.oid = c.relnamespace
-                 WHERE n.nspname = $1 AND c.relname = $2",
-                &[&self.schema, &self.table],
-            )
-            .await
-            .map_err(|e| pg_error("looking up the table", e))?
-        else {
-            return Err(rejected(format!("table {qualified} does not exist")));
-        };
-        let oid: u32 = row.get(0);
-        let identity: String = row.get(1);
-        if row.get::<_, String>(2) != "r" {
-            return Err(rejected(format!("{qualified} is not a plain table")));
-        }
-        let columns = client
-            .query(
-                "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attnotnull,
-                        format_type(a.atttypid, a.atttypmod)
-                 FROM pg_attribute a
-                 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
-                 ORDER BY a.attnum",
-                &[&oid],
-            )
-            .await
-            .map_err(|e| pg_error("reading the table's columns", e))?
-            .into_iter()
-            .map(|r| UpstreamColumn {
-                name: r.get(0),
-                type_oid: r.get(1),
-                type_modifier: r.get(2),
-                not_null: r.get(3),
-                type_name: r.get(4),
-            })
-            .collect::<Vec<_>>();
-        let key: Vec<String> = client
-            .query(
-                "SELECT a.attname::text FROM pg_index i
-                 JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, n) ON true
-                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-                 WHERE i.indrelid = $1 AND i.indisprimary ORDER BY k.n",
-                &[&oid],
-            )
-            .await
-            .map_err(|e| pg_error("reading the table's primary key", e))?
-            .into_iter()
-            .map(|r| r.get(0))
-            .collect();
-        if key.is_empty() {
-            return Err(rejected(format!(
-                "table {qualified} has no primary key; a CDC source reads its snapshot in key order and resumes after the last key read: ALTER TABLE {qualified} ADD PRIMARY KEY (...)"
-            )));
-        }
+        let (shape, identity) = table_shape(client, &self.schema, &self.table, NAME).await?;
         if identity != "f" {
+            let qualified = self.qualified();
             return Err(rejected(format!(
                 "table {qualified} does not log whole old rows, so an update or delete would not say what it replaced: ALTER TABLE {qualified} REPLICA IDENTITY FULL"
             )));
-        }
-        let shape = Shape { oid, columns, key };
-        for name in &shape.key {
-            let c = shape.column(name).expect("a key column is a column");
-            if text::field_of(name, c.type_oid, c.type_modifier, false).is_none() {
-                return Err(rejected(format!(
-                    "key column \"{name}\" of {qualified} is of type {}, which Weir cannot read yet",
-                    c.type_name
-                )));
-            }
         }
         Ok(shape)
     }
@@ -531,6 +468,89 @@ impl Upstream {
     }
 }
 
+/// `schema.table` as it is now: its columns and primary key (checked:
+/// a plain table with a key of types Weir reads), and its replica
+/// identity (`relreplident`), for errors of `connector`.
+pub(crate) async fn table_shape(
+    client: &Client,
+    schema: &str,
+    table: &str,
+    connector: &'static str,
+) -> Result<(Shape, String), ConnectorError> {
+    let qualified = format!("{}.{}", quote(schema), quote(table));
+    let rejected = |message: String| ConnectorError::Rejected {
+        connector: connector.into(),
+        message,
+    };
+    let pg_error = |doing: &str, e| super::pg_error_of(connector, doing, e);
+    let Some(row) = client
+        .query_opt(
+            "SELECT c.oid, c.relreplident::text, c.relkind::text FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = $2",
+            &[&schema, &table],
+        )
+        .await
+        .map_err(|e| pg_error("looking up the table", e))?
+    else {
+        return Err(rejected(format!("table {qualified} does not exist")));
+    };
+    let oid: u32 = row.get(0);
+    let identity: String = row.get(1);
+    if row.get::<_, String>(2) != "r" {
+        return Err(rejected(format!("{qualified} is not a plain table")));
+    }
+    let columns = client
+        .query(
+            "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attnotnull,
+                    format_type(a.atttypid, a.atttypmod)
+             FROM pg_attribute a
+             WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+             ORDER BY a.attnum",
+            &[&oid],
+        )
+        .await
+        .map_err(|e| pg_error("reading the table's columns", e))?
+        .into_iter()
+        .map(|r| UpstreamColumn {
+            name: r.get(0),
+            type_oid: r.get(1),
+            type_modifier: r.get(2),
+            not_null: r.get(3),
+            type_name: r.get(4),
+        })
+        .collect::<Vec<_>>();
+    let key: Vec<String> = client
+        .query(
+            "SELECT a.attname::text FROM pg_index i
+             JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, n) ON true
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+             WHERE i.indrelid = $1 AND i.indisprimary ORDER BY k.n",
+            &[&oid],
+        )
+        .await
+        .map_err(|e| pg_error("reading the table's primary key", e))?
+        .into_iter()
+        .map(|r| r.get(0))
+        .collect();
+    if key.is_empty() {
+        return Err(rejected(format!(
+            "table {qualified} has no primary key; a source reads the table in key order and resumes after the last key read: ALTER TABLE {qualified} ADD PRIMARY KEY (...)"
+        )));
+    }
+    let shape = Shape { oid, columns, key };
+    for name in &shape.key {
+        let c = shape.column(name).expect("a key column is a column");
+        if text::field_of(name, c.type_oid, c.type_modifier, false).is_none() {
+            return Err(rejected(format!(
+                "key column \"{name}\" of {qualified} is of type {}, which Weir cannot read yet",
+                c.type_name
+            )));
+        }
+    }
+    Ok((shape, identity))
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct UpstreamColumn {
     pub name: String,
@@ -558,7 +578,10 @@ impl Shape {
     /// declared (a type Weir cannot read is then an error naming it),
     /// else the ones Weir can read (declared columns are checked
     /// against them).
-    fn produced(&self, declared: Option<&SchemaRef>) -> Result<SchemaRef, ConnectorError> {
+    pub(crate) fn produced(
+        &self,
+        declared: Option<&SchemaRef>,
+    ) -> Result<SchemaRef, ConnectorError> {
         let mut fields = Vec::new();
         for c in &self.columns {
             match text::field_of(&c.name, c.type_oid, c.type_modifier, !c.not_null) {

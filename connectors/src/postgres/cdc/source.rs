@@ -381,7 +381,13 @@ impl CdcSource {
         let shape = self.shape.as_ref().expect("shape after connect");
         let progress = self.progress.as_ref().expect("progress in a snapshot");
         let after = progress.segments.iter().rev().find_map(|s| s.upto.clone());
-        let sql = page_query(&self.upstream, shape, &self.schema, after.as_deref());
+        let sql = page_query(
+            &self.upstream.qualified(),
+            self.upstream.batch_rows,
+            shape,
+            &self.schema,
+            after.as_deref(),
+        );
         let messages = client
             .simple_query(&sql)
             .await
