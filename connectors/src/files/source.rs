@@ -15,6 +15,12 @@
 //! `'false'` the source ends after the files present when it starts.
 //! A replay (`until`) reads exactly the files and rows the offsets name,
 //! so a projection created later backfills the rows read before it.
+//!
+//! CSV and JSON-lines files may be gzip-compressed (`compression`: by a
+//! `.gz` suffix, or always). A line that does not parse fails the source
+//! naming the file and row, or with `on_error = 'skip'` is dropped and
+//! counted ([`decode_skipping`]); offsets count the rows kept, which a
+//! restart decodes again the same way.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -81,6 +87,18 @@ static SPEC: ConnectorSpec = ConnectorSpec {
             "the field delimiter, one character",
         )
         .with_default(","),
+        OptionSpec::optional(
+            "compression",
+            OptionType::OneOf(&["auto", "none", "gzip"]),
+            "csv and json: auto reads files ending in .gz (like data.csv.gz) as gzip; gzip reads every file as gzip",
+        )
+        .with_default("auto"),
+        OptionSpec::optional(
+            "on_error",
+            OptionType::OneOf(&["fail", "skip"]),
+            "csv and json: a line that does not parse as the declared columns fails the source (fail) or is dropped and counted in rows_skipped (skip)",
+        )
+        .with_default("fail"),
     ],
     capabilities: Capabilities {
         read_modes: &[],
@@ -117,6 +135,16 @@ struct Settings {
     poll: Duration,
     csv_header: bool,
     csv_delimiter: u8,
+    compression: Compression,
+    skip_bad: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Compression {
+    /// By the `.gz` suffix.
+    Auto,
+    None,
+    Gzip,
 }
 
 impl Settings {
@@ -132,8 +160,23 @@ impl Settings {
                 ));
             }
         };
+        let format = Format::parse(opts.get("format"));
+        let compression = match opts.get("compression") {
+            Some("gzip") => Compression::Gzip,
+            Some("none") => Compression::None,
+            _ => Compression::Auto,
+        };
+        let skip_bad = opts.get("on_error") == Some("skip");
+        if format == Format::Parquet && (compression == Compression::Gzip || skip_bad) {
+            return Err(bad_option(
+                if skip_bad { "on_error" } else { "compression" },
+                "is for csv and json files; Parquet compresses its own pages and its values are typed",
+            ));
+        }
         Ok(Self {
-            format: Format::parse(opts.get("format")),
+            format,
+            compression,
+            skip_bad,
             watch: opts.get("watch") != Some("false"),
             poll: Duration::from_millis(opts.u64("poll_interval_ms")?.unwrap_or(1000).max(10)),
             csv_header: opts.get("csv.header") != Some("false"),
@@ -151,7 +194,20 @@ impl Settings {
             Format::Csv => &[".csv"],
             Format::Json => &[".json", ".jsonl", ".ndjson"],
         };
-        !hidden && extensions.iter().any(|e| relative.ends_with(e))
+        let name = match self.format {
+            Format::Parquet => relative,
+            _ => relative.strip_suffix(".gz").unwrap_or(relative),
+        };
+        !hidden && extensions.iter().any(|e| name.ends_with(e))
+    }
+
+    /// Whether the file `name` is read through gzip.
+    fn gzipped(&self, name: &str) -> bool {
+        match self.compression {
+            Compression::Gzip => true,
+            Compression::None => false,
+            Compression::Auto => self.format != Format::Parquet && name.ends_with(".gz"),
+        }
     }
 }
 
@@ -199,6 +255,8 @@ type Batches = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send>;
 struct OpenFile {
     name: String,
     batches: Batches,
+    /// Lines dropped by `on_error = 'skip'`, counted when the file ends.
+    skipped: u64,
     /// Rows read from the file so far (skipped ones included).
     rows: u64,
     /// Rows still to skip (read before a restart).
@@ -289,8 +347,20 @@ impl FilesSource {
             }
             Err(e) => return Err(transient(&format!("reading {location}"), e)),
         };
-        let batches =
-            decode(&self.settings, bytes, &self.schema).map_err(|e| rejected(&name, 0, e))?;
+        let bytes = if self.settings.gzipped(&name) {
+            gunzip(&bytes).map_err(|e| rejected(&name, 0, e))?
+        } else {
+            bytes
+        };
+        let (batches, skipped) = if self.settings.skip_bad {
+            decode_skipping(&self.settings, bytes, &self.schema)
+                .map_err(|e| rejected(&name, 0, e))?
+        } else {
+            (
+                decode(&self.settings, bytes, &self.schema).map_err(|e| rejected(&name, 0, e))?,
+                0,
+            )
+        };
         let skip = self.offsets.get(&name).map_or(0, |o| o.rows);
         let limit = self
             .until
@@ -301,6 +371,7 @@ impl FilesSource {
         self.current = Some(OpenFile {
             name,
             batches,
+            skipped,
             rows: 0,
             skip: if self.until.is_some() { 0 } else { skip },
             limit,
@@ -320,6 +391,7 @@ impl FilesSource {
                 return Ok(None);
             }
             let Some(batch) = file.batches.next() else {
+                let skipped = file.skipped;
                 let offset = FileOffset {
                     rows: file.rows,
                     done: true,
@@ -331,7 +403,12 @@ impl FilesSource {
                 }
                 self.offsets.insert(name.clone(), offset);
                 let empty = RecordBatch::new_empty(self.schema.clone());
-                return Ok(Some(batch_event(name, empty, offset)));
+                // Counted once per file, with the mark that ends it.
+                let mut event = batch_event(name, empty, offset);
+                if let SourceEvent::Batch(b) = &mut event {
+                    b.skipped = skipped;
+                }
+                return Ok(Some(event));
             };
             let mut batch = batch.map_err(|e| rejected(&file.name, file.rows, e))?;
             let start = file.rows;
@@ -505,6 +582,68 @@ fn decode(settings: &Settings, bytes: Bytes, schema: &SchemaRef) -> Result<Batch
             Ok(Box::new(reader))
         }
     }
+}
+
+/// A gzip file's bytes, decompressed.
+fn gunzip(bytes: &[u8]) -> Result<Bytes, ArrowError> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::MultiGzDecoder::new(bytes)
+        .read_to_end(&mut out)
+        .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
+    Ok(Bytes::from(out))
+}
+
+/// [`decode`] under `on_error = 'skip'` (CSV and JSON lines): the whole
+/// file when it parses; else line by line, dropping the lines that do not
+/// (a quoted CSV field with a line break in it counts as bad lines then).
+/// Returns the batches and how many lines were dropped.
+fn decode_skipping(
+    settings: &Settings,
+    bytes: Bytes,
+    schema: &SchemaRef,
+) -> Result<(Batches, u64), ArrowError> {
+    let whole = decode(settings, bytes.clone(), schema)
+        .and_then(|batches| batches.collect::<Result<Vec<_>, _>>());
+    if let Ok(batches) = whole {
+        return Ok((Box::new(batches.into_iter().map(Ok)), 0));
+    }
+    let mut lines = bytes.split(|b| *b == b'\n');
+    let header = match settings.format {
+        Format::Csv if settings.csv_header => lines.next().map(|h| h.to_vec()),
+        _ => None,
+    };
+    let mut kept = Vec::new();
+    let mut skipped = 0;
+    for line in lines {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let mut text = header.clone().map_or_else(Vec::new, |mut h| {
+            h.push(b'\n');
+            h
+        });
+        text.extend_from_slice(line);
+        text.push(b'\n');
+        let row = decode(settings, Bytes::from(text), schema)
+            .and_then(|batches| batches.collect::<Result<Vec<_>, _>>())
+            .and_then(|batches| {
+                let batches: Vec<RecordBatch> = batches
+                    .into_iter()
+                    .map(|b| conform(b, schema))
+                    .collect::<Result<_, _>>()?;
+                arrow::compute::concat_batches(schema, &batches)
+            });
+        match row {
+            Ok(row) if row.num_rows() == 1 => kept.push(row),
+            _ => skipped += 1,
+        }
+    }
+    let mut batches = Vec::new();
+    for chunk in kept.chunks(BATCH_ROWS) {
+        batches.push(arrow::compute::concat_batches(schema, chunk));
+    }
+    Ok((Box::new(batches.into_iter()), skipped))
 }
 
 /// `batch` with the declared columns, in their order, cast to their types.

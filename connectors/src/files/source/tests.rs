@@ -263,3 +263,76 @@ async fn a_files_source_reads_what_a_files_sink_committed() {
     let (read, _) = drain(&mut open(&source_options, &Offsets::new(), None)).await;
     assert_eq!(read, vec!["1|a", "2|b"], "epoch 2 is staged, not committed");
 }
+
+fn gzip(text: &str) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(text.as_bytes()).unwrap();
+    encoder.finish().unwrap()
+}
+
+#[tokio::test]
+async fn gzip_files_are_read_and_bad_lines_skipped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("a.csv.gz"),
+        gzip("id,name\n1,one\nnot a number,two\n3,three\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("b.csv"), "id,name\n4,four\n").unwrap();
+    // Without on_error = 'skip', the bad line fails the source, naming it.
+    let failing = options(dir.path(), &[("format", "csv"), ("watch", "false")]);
+    let mut source = open(&failing, &Offsets::new(), None);
+    let error = loop {
+        match source.next().await {
+            Err(e) => break e.to_string(),
+            Ok(SourceEvent::SplitEnd { .. }) => panic!("the bad line was read"),
+            Ok(_) => {}
+        }
+    };
+    assert!(error.contains("a.csv.gz"), "{error}");
+
+    let skipping = options(
+        dir.path(),
+        &[("format", "csv"), ("watch", "false"), ("on_error", "skip")],
+    );
+    let mut source = open(&skipping, &Offsets::new(), None);
+    let mut rows = Vec::new();
+    let mut skipped = 0;
+    loop {
+        match source.next().await.unwrap() {
+            SourceEvent::Batch(batch) => {
+                skipped += batch.skipped;
+                rows.extend(show(batch.changes.rows()));
+            }
+            SourceEvent::SplitEnd { .. } => break,
+            _ => {}
+        }
+    }
+    assert_eq!(rows, ["1|one", "3|three", "4|four"]);
+    assert_eq!(skipped, 1);
+
+    // JSON lines, gzip by the option whatever the name.
+    let json = tempfile::tempdir().unwrap();
+    std::fs::write(
+        json.path().join("c.jsonl"),
+        gzip("{\"id\": 5, \"name\": \"five\"}\n{\"id\": \"six\"}\n{\"id\": 7}\n"),
+    )
+    .unwrap();
+    let opts = options(
+        json.path(),
+        &[
+            ("format", "json"),
+            ("watch", "false"),
+            ("compression", "gzip"),
+            ("on_error", "skip"),
+        ],
+    );
+    let (rows, offsets) = drain(&mut open(&opts, &Offsets::new(), None)).await;
+    assert_eq!(rows, ["5|five", "7|NULL"]);
+    assert_eq!(offsets["c.jsonl"], "done:2");
+
+    // Parquet is typed and compressed already.
+    let bad = options(dir.path(), &[("format", "parquet"), ("on_error", "skip")]);
+    assert!(Settings::parse(&bad).is_err());
+}
