@@ -271,6 +271,13 @@ async fn a_changing_table_reaches_a_projection_a_sink_and_a_destination_exactly_
         (left == "0").then_some(())
     })
     .await;
+    // The publication it created goes with it.
+    until_returns(
+        &upstream,
+        "SELECT count(*) FROM pg_publication WHERE pubname = 'weir_orders'",
+        "0",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

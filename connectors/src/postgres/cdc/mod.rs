@@ -127,7 +127,8 @@ impl Connector for PostgresCdcConnector {
         Box::pin(async move {
             let upstream = Upstream::parse(options)?;
             let client = upstream.connect().await?;
-            upstream.drop_slot(&client).await
+            upstream.drop_slot(&client).await?;
+            upstream.drop_own_publication(&client).await
         })
     }
 
@@ -416,13 +417,44 @@ impl Upstream {
         Ok(())
     }
 
+    /// The comment Weir sets on a publication it created (for this slot),
+    /// so DROP SOURCE drops that one and never a user's.
+    fn own_publication_comment(&self) -> String {
+        format!("created by Weir for replication slot {}", self.slot)
+    }
+
+    /// Drops the publication if this source created it (its comment says
+    /// so); a publication the user made stays.
+    pub(crate) async fn drop_own_publication(&self, client: &Client) -> Result<(), ConnectorError> {
+        let ours = client
+            .query_opt(
+                "SELECT 1 FROM pg_publication p
+                 WHERE p.pubname = $1 AND obj_description(p.oid, 'pg_publication') = $2",
+                &[&self.publication, &self.own_publication_comment()],
+            )
+            .await
+            .map_err(|e| pg_error("looking up the publication", e))?
+            .is_some();
+        if ours {
+            client
+                .batch_execute(&format!(
+                    "DROP PUBLICATION IF EXISTS {}",
+                    quote(&self.publication)
+                ))
+                .await
+                .map_err(|e| pg_error("dropping the publication", e))?;
+        }
+        Ok(())
+    }
+
     /// Creates the publication if it does not exist.
     pub(crate) async fn ensure_publication(&self, client: &Client) -> Result<(), ConnectorError> {
         if !self.publication_exists(client).await? {
             let sql = format!(
-                "CREATE PUBLICATION {} FOR TABLE {}",
-                quote(&self.publication),
-                self.qualified()
+                "CREATE PUBLICATION {p} FOR TABLE {}; COMMENT ON PUBLICATION {p} IS '{}'",
+                self.qualified(),
+                self.own_publication_comment().replace('\'', "''"),
+                p = quote(&self.publication),
             );
             match client.batch_execute(&sql).await {
                 Ok(()) => {}
