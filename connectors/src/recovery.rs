@@ -99,11 +99,35 @@ impl Recovery {
     /// Reads the recovery options out of a sink's options; an error names
     /// the option and says what is wrong.
     pub fn from_options(options: &BTreeMap<String, String>) -> Result<Self, (String, String)> {
-        let mut out = Self::default();
+        let mut out = Self::restarts(options)?;
         let bad = |option: &str, message: String| (option.to_string(), message);
         if let Some(text) = options.get("on_error") {
             out.on_error = parse_on_error(text).map_err(|m| bad("on_error", m))?;
         }
+        match options.get("dead_letter").map(|t| t.trim()) {
+            None | Some("none") => {}
+            Some("table") if out.on_error.skips() => out.dead_letter = true,
+            Some("table") => {
+                return Err(bad(
+                    "dead_letter",
+                    "a dead letter keeps what was skipped, and nothing is: set on_error = 'skip' or 'retry_and_skip(n, delay)' too".into(),
+                ));
+            }
+            Some(other) => {
+                return Err(bad(
+                    "dead_letter",
+                    format!("{other}: expected 'table' or 'none'"),
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Only the `restart_*` options (a source's: its `on_error`, if any,
+    /// is about rows, not retries), with `on_error` left to back off.
+    pub fn restarts(options: &BTreeMap<String, String>) -> Result<Self, (String, String)> {
+        let mut out = Self::default();
+        let bad = |option: &str, message: String| (option.to_string(), message);
         let duration = |option: &str| -> Result<Option<Duration>, (String, String)> {
             options
                 .get(option)
@@ -146,22 +170,6 @@ impl Recovery {
                     format!("{text}: a number of retries, like 10"),
                 )
             })?);
-        }
-        match options.get("dead_letter").map(|t| t.trim()) {
-            None | Some("none") => {}
-            Some("table") if out.on_error.skips() => out.dead_letter = true,
-            Some("table") => {
-                return Err(bad(
-                    "dead_letter",
-                    "a dead letter keeps what was skipped, and nothing is: set on_error = 'skip' or 'retry_and_skip(n, delay)' too".into(),
-                ));
-            }
-            Some(other) => {
-                return Err(bad(
-                    "dead_letter",
-                    format!("{other}: expected 'table' or 'none'"),
-                ));
-            }
         }
         Ok(out)
     }

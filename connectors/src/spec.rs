@@ -193,12 +193,46 @@ pub struct ConnectorSpec {
     pub capabilities: Capabilities,
 }
 
-/// Options every source takes, whatever its connector.
-pub const SOURCE_OPTIONS: &[OptionSpec] = &[OptionSpec::optional(
-    "read_mode",
-    OptionType::OneOf(&["full", "incremental", "cdc"]),
-    "how the source reads: full (a snapshot), incremental (rows past a cursor) or cdc (a snapshot, then every change); refused at CREATE if the connector does not offer it",
-)];
+/// Options every source takes, whatever its connector: how it reads,
+/// and how it backs off after a retryable error ([`crate::recovery`]).
+pub const SOURCE_OPTIONS: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "read_mode",
+        OptionType::OneOf(&["full", "incremental", "cdc"]),
+        "how the source reads: full (a snapshot), incremental (rows past a cursor) or cdc (a snapshot, then every change); refused at CREATE if the connector does not offer it",
+    ),
+    RESTART_MIN_BACKOFF,
+    RESTART_MAX_BACKOFF,
+    RESTART_RANDOM_FACTOR,
+    RESTART_MAX,
+    RESTART_WINDOW,
+];
+
+const RESTART_MIN_BACKOFF: OptionSpec = OptionSpec::optional(
+    "restart_min_backoff",
+    OptionType::Text,
+    "after a retryable error, the first retry's delay, doubled for each next one (default 3s)",
+);
+const RESTART_MAX_BACKOFF: OptionSpec = OptionSpec::optional(
+    "restart_max_backoff",
+    OptionType::Text,
+    "the longest delay between retries (default 30s)",
+);
+const RESTART_RANDOM_FACTOR: OptionSpec = OptionSpec::optional(
+    "restart_random_factor",
+    OptionType::Text,
+    "each delay is lengthened by up to this fraction, at random (default 0.2)",
+);
+const RESTART_MAX: OptionSpec = OptionSpec::optional(
+    "restart_max",
+    OptionType::Count,
+    "retries allowed within restart_window before the source or sink fails (default: unlimited)",
+);
+const RESTART_WINDOW: OptionSpec = OptionSpec::optional(
+    "restart_window",
+    OptionType::Text,
+    "the window restart_max counts retries in, like 10m (default: since it started)",
+);
 
 /// Options every sink takes, whatever its connector: the delivery
 /// guarantee and how it recovers from errors ([`crate::recovery`]).
@@ -228,31 +262,11 @@ pub const SINK_OPTIONS: &[OptionSpec] = &[
         OptionType::Text,
         "grouped delivery: commit once the oldest waiting epoch has waited this long, like 10s (default 5s when group_size is given)",
     ),
-    OptionSpec::optional(
-        "restart_min_backoff",
-        OptionType::Text,
-        "the first retry's delay, doubled for each next one (default 3s)",
-    ),
-    OptionSpec::optional(
-        "restart_max_backoff",
-        OptionType::Text,
-        "the longest delay between retries (default 30s)",
-    ),
-    OptionSpec::optional(
-        "restart_random_factor",
-        OptionType::Text,
-        "each delay is lengthened by up to this fraction, at random (default 0.2)",
-    ),
-    OptionSpec::optional(
-        "restart_max",
-        OptionType::Count,
-        "retries allowed within restart_window before the sink fails (default: unlimited)",
-    ),
-    OptionSpec::optional(
-        "restart_window",
-        OptionType::Text,
-        "the window restart_max counts retries in, like 10m (default: since the sink started)",
-    ),
+    RESTART_MIN_BACKOFF,
+    RESTART_MAX_BACKOFF,
+    RESTART_RANDOM_FACTOR,
+    RESTART_MAX,
+    RESTART_WINDOW,
 ];
 
 impl ConnectorSpec {
@@ -343,6 +357,15 @@ impl ConnectorSpec {
                     )
                 },
             });
+        }
+        if self.kind == ConnectorKind::Source {
+            crate::recovery::Recovery::restarts(given).map_err(|(option, message)| {
+                ConnectorError::BadOption {
+                    connector: self.name.to_string(),
+                    option,
+                    message,
+                }
+            })?;
         }
         if self.kind == ConnectorKind::Sink {
             let recovery =

@@ -234,6 +234,7 @@ impl Runtime {
             commands: commands.downgrade(),
             stop: tokio_util::sync::CancellationToken::new(),
             sealed,
+            retry: sink_retry::RetryState::new(Default::default()),
         };
         handle.spawn(reader::read(log_reader, Ok(Box::new(log_source))));
         let checkpoint_log = Arc::default();

@@ -10,7 +10,6 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -20,6 +19,7 @@ use weir_connectors::{
 };
 
 use super::Command;
+use super::sink_retry::RetryState;
 use super::streams::{ReaderId, SourceMessage, SourceToRead, guarded};
 use crate::EngineError;
 
@@ -59,11 +59,11 @@ pub(super) struct ReaderTask {
     pub stop: CancellationToken,
     /// Seals that cover this source: `(epoch, offsets)`, in epoch order.
     pub sealed: mpsc::UnboundedReceiver<(u64, Offsets)>,
-}
-
-/// Restart backoff after retryable errors: 3 s doubling up to 30 s.
-fn backoff(failures: u32) -> Duration {
-    Duration::from_secs(3u64.saturating_mul(1 << failures.min(4)).min(30))
+    /// Its `restart_*` options and the retries so far: after a retryable
+    /// error it waits (3 s doubling to 30 s, with jitter, by default) and
+    /// reads on; past `restart_max` retries within `restart_window` it
+    /// fails. The count resets at the next event.
+    pub retry: RetryState,
 }
 
 impl ReaderTask {
@@ -127,7 +127,6 @@ pub(super) async fn read(mut task: ReaderTask, source: Result<Box<dyn Source>, C
     let splits: HashSet<String> = source.splits().into_iter().collect();
     let mut ended: HashSet<String> = HashSet::new();
     let in_flight = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
-    let mut failures = 0u32;
     loop {
         while let Ok((epoch, offsets)) = task.sealed.try_recv() {
             match guarded(&task.connector, source.on_sealed(epoch, &offsets)).await {
@@ -159,8 +158,15 @@ pub(super) async fn read(mut task: ReaderTask, source: Result<Box<dyn Source>, C
             }
             Ok(SourceEvent::Idle) => continue,
             Err(e) if e.is_retryable() => {
-                let wait = backoff(failures);
-                failures += 1;
+                let Some(wait) = task.retry.next_delay() else {
+                    let retries = task.retry.failures - 1;
+                    let error = format!(
+                        "gave up after {retries} retries (see restart_max and restart_window): {e}"
+                    );
+                    tracing::error!(source = %task.name, %error, "source failed");
+                    task.report(|id| SourceMessage::Failed(id, error)).await;
+                    return;
+                };
                 tracing::warn!(source = %task.name, error = %e, ?wait, "source failed; retrying");
                 if !task
                     .report(|id| SourceMessage::Retrying(id, e.to_string()))
@@ -189,7 +195,7 @@ pub(super) async fn read(mut task: ReaderTask, source: Result<Box<dyn Source>, C
                 return;
             }
         };
-        failures = 0;
+        task.retry.failures = 0;
         let permit = tokio::select! {
             _ = task.stop.cancelled() => return,
             permit = in_flight.clone().acquire_owned() => match permit {
@@ -277,6 +283,7 @@ mod tests {
             commands: commands.downgrade(),
             stop: CancellationToken::new(),
             sealed,
+            retry: RetryState::new(Default::default()),
         };
         read(task, Ok(Box::new(Panics))).await;
         match received.recv().await {

@@ -24,7 +24,8 @@
 //!
 //! How long to wait, and when to give up, is the sink's
 //! [`Recovery`] (its `on_error` and `restart_*` options); the count of
-//! failures resets after a successful commit.
+//! failures resets after a successful commit. [`RetryState`] also counts
+//! a source reader's retries (its `restart_*` options).
 //!
 //! [`SinkSlot::unsealed`]: super::streams
 
@@ -64,7 +65,7 @@ impl RetryState {
     }
 
     /// Counts a failure; the delay before retrying, or `None` to fail.
-    fn next_delay(&mut self) -> Option<Duration> {
+    pub fn next_delay(&mut self) -> Option<Duration> {
         self.failures += 1;
         let now = Instant::now();
         self.retried_at.push_back(now);

@@ -34,6 +34,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use weir_common::{ChangeBatch, ObjectId};
 use weir_connectors::grouping::Grouping;
+
+use super::sink_retry::RetryState;
 use weir_connectors::{ConnectorError, ConnectorKind, Offsets, Sink, SinkOpen, SourceBatch};
 
 use super::Command;
@@ -378,6 +380,12 @@ impl Streams {
                 commands: self.commands.clone(),
                 stop: stop.clone(),
                 sealed: sealed_rx,
+                // Checked at CREATE; a stored value that no longer reads
+                // (an older build's) falls back to the defaults.
+                retry: RetryState::new(
+                    weir_connectors::recovery::Recovery::restarts(&source.options)
+                        .unwrap_or_default(),
+                ),
             };
             tokio::spawn(read(task, open_source(source, &offsets, None)));
             self.readers.insert(

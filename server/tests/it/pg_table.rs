@@ -3,7 +3,8 @@
 //! pages into a projection that equals the same query upstream, and a
 //! table read by its cursor column, where new rows, updates that move the
 //! cursor and a late row within the lookback each arrive once, across a
-//! kill -9.
+//! kill -9; and a source whose database stays down giving up after its
+//! `restart_max` retries.
 
 use std::time::Duration;
 
@@ -184,4 +185,51 @@ async fn a_postgres_table_is_read_in_full_or_by_its_cursor_exactly_once() {
         .await
         .unwrap();
     reaches(&client, "119|109").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_whose_database_stays_down_gives_up_after_restart_max_retries() {
+    let pg = PgCluster::start();
+    let upstream = pg.connect().await;
+    upstream
+        .batch_execute(
+            "CREATE TABLE ticks (id bigint PRIMARY KEY, at bigint NOT NULL);
+             INSERT INTO ticks VALUES (1, 1)",
+        )
+        .await
+        .unwrap();
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    let dsn = pg.dsn();
+    let create = |rest: &str| {
+        format!(
+            "CREATE SOURCE ticks_src WITH (connector = 'postgres', dsn = '{dsn}', table = 'ticks',
+                 read_mode = 'incremental', cursor = 'at', poll_interval = '100ms'{rest})"
+        )
+    };
+    let (code, message) = error_of(&client, &create(", restart_max = 'often'")).await;
+    assert_eq!(code, "22023", "{message}");
+    assert!(message.contains("restart_max"), "{message}");
+    client
+        .batch_execute(&format!(
+            "{};
+             CREATE PROJECTION n AS SELECT count(*) AS n FROM ticks_src;",
+            create(
+                ", restart_min_backoff = '100ms', restart_max_backoff = '200ms', restart_max = '2'"
+            )
+        ))
+        .await
+        .unwrap();
+    until_returns(&client, "SELECT n FROM n", "1").await;
+    pg.stop();
+    let failed = eventually(Duration::from_secs(60), "the source gave up", || async {
+        let row = value(
+            &client,
+            "SELECT status, error FROM weir_catalog.sources WHERE name = 'ticks_src'",
+        )
+        .await;
+        row.starts_with("failed|").then_some(row)
+    })
+    .await;
+    assert!(failed.contains("gave up after 2 retries"), "{failed}");
 }
