@@ -490,6 +490,41 @@ impl Tables {
             .join(", ")
     }
 
+    /// Stages `pending` (the lines of `epochs`, `rows` in all); skipping,
+    /// when the target refuses them, stages epoch by epoch and sets the
+    /// refused epochs aside. Returns the rows staged.
+    async fn stage_or_refuse(
+        &self,
+        client: &mut Client,
+        pending: Bytes,
+        epochs: &[(u64, usize, u64)],
+        rows: u64,
+    ) -> Result<u64, ConnectorError> {
+        Ok(match self.stage_pending(client, pending.clone()).await {
+            Ok(()) => rows,
+            Err(e) if e.is_refused_data() && self.skip_now => {
+                // Stage epoch by epoch, setting aside those refused.
+                let mut staged = 0;
+                for (i, &(_, start, rows)) in epochs.iter().enumerate() {
+                    let end = epochs.get(i + 1).map_or(pending.len(), |next| next.1);
+                    let lines = pending.slice(start..end);
+                    if lines.is_empty() {
+                        continue;
+                    }
+                    match self.stage_pending(client, lines.clone()).await {
+                        Ok(()) => staged += rows,
+                        Err(e) if e.is_refused_data() => {
+                            self.refuse(client, lines, &e.to_string()).await?;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                staged
+            }
+            Err(e) => return Err(e),
+        })
+    }
+
     /// Copies `pending` into the stage, holding the progress row for
     /// share so no take-over happens between the check and the copy.
     async fn stage_pending(
@@ -569,28 +604,13 @@ impl Sink for PostgresSink {
         if !refused.is_empty() {
             tables.refuse(client, refused, &refused_error).await?;
         }
-        let staged = match tables.stage_pending(client, pending.clone()).await {
-            Ok(()) => rows,
-            Err(e) if e.is_refused_data() && tables.skip_now => {
-                // Stage epoch by epoch, setting aside those refused.
-                let mut staged = 0;
-                for (i, &(_, start, rows)) in epochs.iter().enumerate() {
-                    let end = epochs.get(i + 1).map_or(pending.len(), |next| next.1);
-                    let lines = pending.slice(start..end);
-                    if lines.is_empty() {
-                        continue;
-                    }
-                    match tables.stage_pending(client, lines.clone()).await {
-                        Ok(()) => staged += rows,
-                        Err(e) if e.is_refused_data() => {
-                            tables.refuse(client, lines, &e.to_string()).await?;
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                staged
-            }
-            Err(e) => return Err(e),
+        let staged = if pending.is_empty() {
+            // Only refused rows: nothing to stage.
+            0
+        } else {
+            tables
+                .stage_or_refuse(client, pending, &epochs, rows)
+                .await?
         };
         self.staged_rows += staged;
         // Even with every row refused: the commit records the refusal.
