@@ -10,6 +10,7 @@
 //! CREATE DESTINATION ... FROM projection INTO kind (...) KEY (...) [WITH (...)]
 //! ALTER DESTINATION name REPAIR | ACCEPT GAP | PAUSE | RESUME
 //! ALTER SOURCE name PAUSE | RESUME
+//! ALTER SINK name RESET OFFSET
 //! CREATE SECRET [IF NOT EXISTS] name AS 'value'
 //! ALTER SECRET name AS 'value'
 //! CREATE CONNECTION [IF NOT EXISTS] name TO kind (option = 'value', password = SECRET name, ...)
@@ -40,7 +41,7 @@ use serde::{Deserialize, Serialize};
 
 mod alter;
 mod destination;
-pub use alter::SourceAction;
+pub use alter::{SinkAction, SourceAction};
 pub use destination::{CreateDestination, DestinationAction};
 
 /// The function name a streaming statement travels under.
@@ -126,6 +127,10 @@ pub enum StreamingDdl {
         name: Vec<String>,
         action: SourceAction,
     },
+    AlterSink {
+        name: Vec<String>,
+        action: SinkAction,
+    },
     CreateSecret {
         if_not_exists: bool,
         name: String,
@@ -197,7 +202,7 @@ pub fn is_streaming(tokens: &[TokenWithSpan]) -> bool {
                 "SECRET" | "CONNECTION" | "DESTINATION",
                 _
             )
-            | ("ALTER", "SOURCE", _)
+            | ("ALTER", "SOURCE" | "SINK", _)
             | (
                 "SHOW",
                 "SOURCES" | "SINKS" | "DESTINATIONS" | "CONNECTORS" | "SECRETS" | "CONNECTIONS",
@@ -243,9 +248,7 @@ pub fn parse_streaming(mut tokens: Vec<TokenWithSpan>) -> Result<StreamingDdl, P
         match kind_word(&mut p)? {
             StreamingKind::Destination => destination::alter_destination(&mut p)?,
             StreamingKind::Source => alter::alter_source(&mut p)?,
-            kind => {
-                return parser_error(&format!("ALTER {} is not supported yet", kind.keyword()));
-            }
+            StreamingKind::Sink => alter::alter_sink(&mut p)?,
         }
     } else if p.parse_keyword(Keyword::DROP) {
         let kind = kind_word(&mut p)?;

@@ -207,6 +207,16 @@ fn reads_destinations() {
         }
     );
     assert!(parse("ALTER SOURCE bid STOP").is_err());
+    assert_eq!(
+        parse("ALTER SINK out RESET OFFSET").unwrap(),
+        StreamingDdl::AlterSink {
+            name: vec!["out".into()],
+            action: SinkAction::ResetOffset
+        }
+    );
+    let paused = parse("ALTER SINK out PAUSE").unwrap_err().to_string();
+    assert!(paused.contains("not supported yet"), "{paused}");
+    assert!(parse("ALTER SINK out RESET").is_err());
     assert!(matches!(
         parse("DROP DESTINATION IF EXISTS d CASCADE").unwrap(),
         StreamingDdl::Drop {

@@ -13,7 +13,9 @@ use datafusion::sql::sqlparser::parser::Parser;
 use weir_common::ObjectId;
 use weir_connectors::{ConnectorError, ConnectorKind};
 use weir_pgsem::SqlType;
-use weir_planner::streaming_ddl::{DeclaredColumn, SourceAction, StreamingDdl, StreamingKind};
+use weir_planner::streaming_ddl::{
+    DeclaredColumn, SinkAction, SourceAction, StreamingDdl, StreamingKind,
+};
 
 use super::projection::{column_def_of, column_defs, drop_readers};
 use super::{Session, StatementResult, command, show::text_rows};
@@ -60,6 +62,7 @@ impl Session {
             }
             StreamingDdl::CreateDestination(create) => self.create_destination(create).await,
             StreamingDdl::AlterSource { name, action } => self.alter_source(&name, action).await,
+            StreamingDdl::AlterSink { name, action } => self.alter_sink(&name, action).await,
             StreamingDdl::AlterDestination { name, action } => {
                 self.alter_destination(&name, action).await
             }
@@ -463,6 +466,49 @@ impl Session {
         let read = self.plan_context().source_to_read(&changed)?;
         self.db.runtime().restart_source(read).await;
         Ok(command("ALTER SOURCE"))
+    }
+
+    /// `ALTER SINK name RESET OFFSET`: the sink starts over as one created
+    /// now would (a new id, nothing sealed, its target's progress taken
+    /// over afresh), so it delivers its input from the beginning again,
+    /// then its changes. Refused before anything changes when it could not
+    /// read that input from the beginning.
+    async fn alter_sink(
+        &mut self,
+        name: &[String],
+        action: SinkAction,
+    ) -> Result<StatementResult, ServerError> {
+        let SinkAction::ResetOffset = action;
+        let (schema, name) = self.split_parts(name)?;
+        let catalog = self.snapshot().catalog.clone();
+        let def = catalog
+            .sink(&schema, &name)
+            .cloned()
+            .ok_or_else(|| undefined(StreamingKind::Sink, &name))?;
+        if def.destination.is_some() {
+            return Err(ServerError::Sqlstate {
+                code: "42809",
+                message: format!(
+                    "{} is a destination, not a sink: ALTER DESTINATION {} REPAIR refills it",
+                    def.qualified_name(),
+                    def.qualified_name()
+                ),
+            });
+        }
+        let mut reset = (*def).clone();
+        reset.id = (*catalog).clone().allocate_id();
+        let deployment = self.plan_sink_deployment(&reset).await?;
+        self.check_sources_that_cannot_replay("sink", &reset.qualified_name(), &deployment)?;
+        // The old sink goes (its deployment and seal entry with it) and
+        // the new one takes its place, in one catalog change.
+        self.write(TxnWrites {
+            ddl: vec![
+                CatalogChange::DropSink { id: def.id },
+                CatalogChange::CreateSink(reset),
+            ],
+            tables: vec![],
+        })?;
+        Ok(command("ALTER SINK"))
     }
 
     /// Plans a committed sink and starts it.

@@ -431,3 +431,71 @@ async fn a_grouped_sink_commits_once_its_group_is_full_or_old_and_loses_nothing_
     let _client = server.connect().await;
     until_returns(&upstream, "SELECT sum(v) FROM by_size", "21").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_offset_delivers_a_sink_again_from_the_beginning() {
+    let pg = PgCluster::start();
+    let upstream = pg.connect().await;
+    upstream
+        .batch_execute("CREATE TABLE copies (auction bigint, price bigint)")
+        .await
+        .unwrap();
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    let dsn = pg.dsn();
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE bid WITH (connector = 'nexmark', event = 'bid', max_events = '200',
+                 base_time = '{BASE_TIME}');
+             CREATE SINK out AS SELECT auction, price FROM bid WITH (connector = 'postgres',
+                 dsn = '{dsn}', table = 'copies', mode = 'append');"
+        ))
+        .await
+        .unwrap();
+    until_returns(
+        &client,
+        "SELECT status FROM weir_catalog.sources WHERE name = 'bid'",
+        "completed",
+    )
+    .await;
+    crate::sources::sinks_committed(&client).await;
+    let once: u64 = value(&upstream, "SELECT count(*) FROM copies")
+        .await
+        .parse()
+        .unwrap();
+    assert!(once > 0);
+    let (code, message) = error_of(&client, "ALTER SINK nowhere RESET OFFSET").await;
+    assert_eq!(code, "42704", "{message}");
+    let (_, message) = error_of(&client, "ALTER SINK out PAUSE").await;
+    assert!(message.contains("not supported yet"), "{message}");
+
+    // Delivered again from the beginning (the source replays): an append
+    // target holds every row twice.
+    client
+        .batch_execute("ALTER SINK out RESET OFFSET")
+        .await
+        .unwrap();
+    until_returns(
+        &upstream,
+        "SELECT count(*) FROM copies",
+        &(2 * once).to_string(),
+    )
+    .await;
+    assert_eq!(
+        value(
+            &upstream,
+            "SELECT count(*) FROM (SELECT auction, price, count(*) AS n FROM copies
+               GROUP BY auction, price HAVING count(*) % 2 <> 0) AS odd"
+        )
+        .await,
+        "0"
+    );
+    assert_eq!(
+        value(
+            &client,
+            "SELECT count(*) FROM weir_catalog.sinks WHERE name = 'out'"
+        )
+        .await,
+        "1"
+    );
+}
