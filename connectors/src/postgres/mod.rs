@@ -91,8 +91,13 @@ static SPEC: ConnectorSpec = ConnectorSpec {
         append_only: false,
         replayable: false,
         bounded: false,
-        // At-least-once is honoured by the same protocol.
-        delivery: &[Delivery::AtLeastOnce, Delivery::ExactlyOnce],
+        // At-least-once is honoured by the same protocol; at-most-once
+        // saves the progress row first ([`sink`]).
+        delivery: &[
+            Delivery::AtMostOnce,
+            Delivery::AtLeastOnce,
+            Delivery::ExactlyOnce,
+        ],
         skips: true,
     },
 };
@@ -239,6 +244,9 @@ pub(crate) struct Target {
     destination_generation: Option<u64>,
     /// `on_error` and `dead_letter`: whether refused epochs are skipped.
     recovery: crate::recovery::Recovery,
+    /// `delivery = 'at_most_once'`: each commit saves the progress row
+    /// before it moves the rows, in a transaction of its own.
+    at_most_once: bool,
 }
 
 impl Target {
@@ -323,6 +331,7 @@ impl Target {
             create_table: options.get("create_table").is_some_and(|v| v == "true"),
             destination_generation,
             recovery,
+            at_most_once: options.get("delivery").map(String::as_str) == Some("at_most_once"),
         })
     }
 

@@ -28,6 +28,11 @@
 //! commit empties the target in its own transaction, so readers see the
 //! old contents until the new ones are complete.
 //!
+//! At-most-once (`delivery = 'at_most_once'`): a commit saves the
+//! progress row in a transaction of its own before the one that moves the
+//! rows; a take-over finds the epoch saved and drops its staged rows, so
+//! a crash between loses that epoch instead of repeating it.
+//!
 //! Receipts: the descriptor counts the rows staged in all, and a commit
 //! checks that the stage holds exactly the rows staged since the last
 //! commit, so a stage changed outside Weir fails the sink instead of
@@ -632,13 +637,35 @@ impl Sink for PostgresSink {
             self.committed = epoch;
             return Ok(());
         }
-        let tx = client
+        let mut tx = client
             .transaction()
             .await
             .map_err(|e| pg_error("starting a transaction", e))?;
         let stored = tables.lock_progress(&tx).await?;
         let mut totals = None;
         if stored.epoch < epoch {
+            if tables.target.at_most_once {
+                // Save, then handle: the progress row commits first, so a
+                // crash or an error before the rows move loses them, and
+                // nothing ever moves them twice.
+                tables
+                    .set_progress(
+                        &tx,
+                        epoch,
+                        descriptor.staged_rows,
+                        stored.truncate_pending,
+                        &Skips::default(),
+                    )
+                    .await?;
+                tx.commit()
+                    .await
+                    .map_err(|e| pg_error("saving the progress row", e))?;
+                tx = client
+                    .transaction()
+                    .await
+                    .map_err(|e| pg_error("starting a transaction", e))?;
+                tables.lock_progress(&tx).await?;
+            }
             let skipped = tables
                 .apply(&tx, stored, epoch, descriptor.staged_rows)
                 .await?;

@@ -499,3 +499,51 @@ async fn reset_offset_delivers_a_sink_again_from_the_beginning() {
         "1"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_at_most_once_sink_saves_its_progress_before_its_rows() {
+    let pg = PgCluster::start();
+    let upstream = pg.connect().await;
+    upstream
+        .batch_execute("CREATE TABLE amo (id bigint PRIMARY KEY, v bigint CHECK (v < 100))")
+        .await
+        .unwrap();
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    let dsn = pg.dsn();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE src (id bigint PRIMARY KEY, v bigint);
+             CREATE SINK out AS SELECT id, v FROM src WITH (connector = 'postgres', dsn = '{dsn}',
+                 table = 'amo', key = 'id', delivery = 'at_most_once')"
+        ))
+        .await
+        .unwrap();
+    client
+        .batch_execute("INSERT INTO src VALUES (1, 10)")
+        .await
+        .unwrap();
+    until_returns(&upstream, "SELECT count(*) FROM amo", "1").await;
+    let before: i64 = value(&upstream, "SELECT epoch FROM weir_sink_progress")
+        .await
+        .parse()
+        .unwrap();
+    // The rows of this epoch are refused after its progress was saved:
+    // the sink fails, the epoch counts as delivered, its row never came.
+    client
+        .batch_execute("INSERT INTO src VALUES (2, 500)")
+        .await
+        .unwrap();
+    until_returns(
+        &client,
+        "SELECT status FROM weir_catalog.sinks WHERE name = 'out'",
+        "failed",
+    )
+    .await;
+    let after: i64 = value(&upstream, "SELECT epoch FROM weir_sink_progress")
+        .await
+        .parse()
+        .unwrap();
+    assert!(after > before, "progress {before} -> {after}");
+    assert_eq!(value(&upstream, "SELECT count(*) FROM amo").await, "1");
+}
