@@ -110,6 +110,7 @@ pub fn fields(name: &str) -> Option<Vec<Field>> {
             int8("committed_epoch"),
             int8("committed_rows"),
             opt_utf8("offsets"),
+            utf8("desired"),
             utf8("status"),
             opt_utf8("error"),
             int8("retries"),
@@ -321,6 +322,19 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                     state
                         .iter()
                         .map(|s| s.committed_descriptor.clone())
+                        .collect(),
+                ),
+                // What the catalog asks for; `status` is what it is.
+                text(
+                    defs.iter()
+                        .map(|d| {
+                            if d.destination.as_ref().is_some_and(|x| x.paused) {
+                                "paused"
+                            } else {
+                                "running"
+                            }
+                            .to_string()
+                        })
                         .collect(),
                 ),
                 text(

@@ -232,11 +232,11 @@ async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation()
     assert_eq!(
         value(
             &client,
-            "SELECT kind, generation, status, committed_epoch > 0, offsets LIKE '{%'
+            "SELECT kind, generation, desired, status, committed_epoch > 0, offsets LIKE '{%'
                FROM weir_catalog.sink_offsets WHERE name = 'top_pg'"
         )
         .await,
-        "destination|1|running|t|t"
+        "destination|1|running|running|t|t"
     );
     let progress = "SELECT destination_generation, truncate_pending FROM weir_sink_progress
                       WHERE target = '\"public\".\"top_copy\"'";
@@ -501,6 +501,14 @@ async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation()
         )
         .await,
         "paused|3"
+    );
+    assert_eq!(
+        value(
+            &client,
+            "SELECT desired, status FROM weir_catalog.sink_offsets WHERE name = 'top_pg'"
+        )
+        .await,
+        "paused|paused"
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
