@@ -100,6 +100,12 @@ static SPEC: ConnectorSpec = ConnectorSpec {
             "true writes every change with columns weir_op ('insert' or 'delete') and weir_epoch, so input that retracts can be written",
         )
         .with_default("false"),
+        OptionSpec::optional(
+            "compression",
+            OptionType::OneOf(&["none", "gzip"]),
+            "csv and json: gzip writes .csv.gz / .jsonl.gz files (a files source reads them back); Parquet compresses its own pages",
+        )
+        .with_default("none"),
     ],
     capabilities: Capabilities {
         read_modes: &[],
@@ -282,15 +288,26 @@ pub(crate) struct Target {
     location: Location,
     format: Format,
     changelog: bool,
+    /// `compression = 'gzip'` (csv and json).
+    gzip: bool,
 }
 
 impl Target {
     pub(crate) fn parse(options: &BTreeMap<String, String>) -> Result<Self, ConnectorError> {
         let opts = Options::new(&SPEC, options);
+        let format = Format::parse(opts.get("format"));
+        let gzip = opts.get("compression") == Some("gzip");
+        if gzip && format == Format::Parquet {
+            return Err(bad_option(
+                "compression",
+                "is for csv and json files; Parquet compresses its own pages",
+            ));
+        }
         Ok(Self {
             location: Location::parse(options)?,
-            format: Format::parse(opts.get("format")),
+            format,
             changelog: opts.get("changelog") == Some("true"),
+            gzip,
         })
     }
 }

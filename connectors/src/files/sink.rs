@@ -236,12 +236,18 @@ impl Sink for FilesSink {
         if rows.num_rows() == 0 {
             return Ok(());
         }
-        let bytes = encode(self.target.format, &rows)?;
+        let mut bytes = encode(self.target.format, &rows)?;
+        if self.target.gzip {
+            bytes = gzip(&bytes)?;
+        }
         if self.seq_epoch != epoch {
             self.seq_epoch = epoch;
             self.seq = 0;
         }
-        let ext = self.target.format.extension();
+        let ext = match self.target.gzip {
+            true => format!("{}.gz", self.target.format.extension()),
+            false => self.target.format.extension().to_string(),
+        };
         let file = StagedFile {
             epoch,
             staged: format!(
@@ -309,6 +315,19 @@ impl Sink for FilesSink {
         self.pending.retain(|f| f.epoch <= epoch);
         Ok(())
     }
+}
+
+/// `bytes` gzip-compressed.
+fn gzip(bytes: &[u8]) -> Result<Vec<u8>, ConnectorError> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder
+        .write_all(bytes)
+        .and_then(|()| encoder.finish())
+        .map_err(|e| ConnectorError::Rejected {
+            connector: NAME.into(),
+            message: format!("compressing a file: {e}"),
+        })
 }
 
 fn io(what: &str, e: object_store::Error) -> ConnectorError {

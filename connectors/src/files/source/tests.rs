@@ -336,3 +336,57 @@ async fn gzip_files_are_read_and_bad_lines_skipped_and_counted() {
     let bad = options(dir.path(), &[("format", "parquet"), ("on_error", "skip")]);
     assert!(Settings::parse(&bad).is_err());
 }
+
+#[tokio::test]
+async fn a_files_source_reads_the_gzip_csv_a_files_sink_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap().to_string();
+    let sink_options: BTreeMap<String, String> = [
+        ("path", path.as_str()),
+        ("format", "csv"),
+        ("compression", "gzip"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let mut sink = super::super::sink::FilesSink::new(
+        crate::SinkOpen {
+            name: "out",
+            schema: schema(),
+            options: &sink_options,
+            sealed: None,
+            generation: 1,
+            failures: 0,
+        },
+        super::super::Target::parse(&sink_options).unwrap(),
+    )
+    .unwrap();
+    let rows = RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef,
+            Arc::new(StringArray::from(vec!["a", "b"])),
+        ],
+    )
+    .unwrap();
+    sink.write(1, &ChangeBatch::inserts(rows)).await.unwrap();
+    let d = sink.pre_commit(1).await.unwrap();
+    sink.commit(1, &d).await.unwrap();
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('_') && !n.starts_with('.'))
+        .collect();
+    assert!(
+        names.len() == 1 && names[0].ends_with(".csv.gz"),
+        "{names:?}"
+    );
+    let source_options = options(dir.path(), &[("watch", "false"), ("format", "csv")]);
+    let (read, _) = drain(&mut open(&source_options, &Offsets::new(), None)).await;
+    assert_eq!(read, vec!["1|a", "2|b"]);
+    let parquet: BTreeMap<String, String> = [("path", path.as_str()), ("compression", "gzip")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert!(super::super::Target::parse(&parquet).is_err());
+}
