@@ -226,32 +226,42 @@ async fn a_bad_row_fails_the_source_naming_its_file() {
 
 /// The files a sink committed read back as the rows it was given; its
 /// staging directory is skipped.
-#[tokio::test]
-async fn a_files_source_reads_what_a_files_sink_committed() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_str().unwrap().to_string();
-    let sink_options: BTreeMap<String, String> =
-        [("path".to_string(), path.clone())].into_iter().collect();
-    let mut sink = super::super::sink::FilesSink::new(
+/// A files sink (`out`, generation 1, nothing sealed) under `options`.
+fn files_sink(options: &BTreeMap<String, String>) -> super::super::sink::FilesSink {
+    super::super::sink::FilesSink::new(
         crate::SinkOpen {
             name: "out",
             schema: schema(),
-            options: &sink_options,
+            options,
             sealed: None,
             generation: 1,
             failures: 0,
         },
-        super::super::Target::parse(&sink_options).unwrap(),
+        super::super::Target::parse(options).unwrap(),
     )
-    .unwrap();
-    let rows = RecordBatch::try_new(
+    .unwrap()
+}
+
+/// `1|a` and `2|b`.
+fn two_rows() -> RecordBatch {
+    RecordBatch::try_new(
         schema(),
         vec![
             Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef,
             Arc::new(StringArray::from(vec!["a", "b"])),
         ],
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_files_source_reads_what_a_files_sink_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap().to_string();
+    let sink_options: BTreeMap<String, String> =
+        [("path".to_string(), path.clone())].into_iter().collect();
+    let mut sink = files_sink(&sink_options);
+    let rows = two_rows();
     sink.write(1, &ChangeBatch::inserts(rows.clone()))
         .await
         .unwrap();
@@ -349,26 +359,8 @@ async fn a_files_source_reads_the_gzip_csv_a_files_sink_wrote() {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    let mut sink = super::super::sink::FilesSink::new(
-        crate::SinkOpen {
-            name: "out",
-            schema: schema(),
-            options: &sink_options,
-            sealed: None,
-            generation: 1,
-            failures: 0,
-        },
-        super::super::Target::parse(&sink_options).unwrap(),
-    )
-    .unwrap();
-    let rows = RecordBatch::try_new(
-        schema(),
-        vec![
-            Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef,
-            Arc::new(StringArray::from(vec!["a", "b"])),
-        ],
-    )
-    .unwrap();
+    let mut sink = files_sink(&sink_options);
+    let rows = two_rows();
     sink.write(1, &ChangeBatch::inserts(rows)).await.unwrap();
     let d = sink.pre_commit(1).await.unwrap();
     sink.commit(1, &d).await.unwrap();
