@@ -13,7 +13,7 @@ use tokio_postgres::Client;
 
 use crate::harness::{WeirServer, eventually, try_rows as rows};
 use crate::postgres::PgCluster;
-use crate::sources::{error_of, sinks_committed, value};
+use crate::sources::{error_of, sinks_committed, status_becomes, until_starts_with, value};
 
 /// Waits until the destination's target holds what the projection does.
 async fn mirrored(weir: &Client, pg: &Client, projection: &str, target: &str) {
@@ -33,13 +33,7 @@ async fn mirrored(weir: &Client, pg: &Client, projection: &str, target: &str) {
 /// Waits until destination `name`'s status is `status`; returns
 /// `status|error`.
 async fn destination_in(client: &Client, name: &str, status: &str) -> String {
-    let sql = format!("SELECT status, error FROM weir_catalog.destinations WHERE name = '{name}'");
-    let prefix = format!("{status}|");
-    eventually(Duration::from_secs(30), status, || async {
-        let row = value(client, &sql).await;
-        row.starts_with(&prefix).then_some(row)
-    })
-    .await
+    status_becomes(client, "destinations", name, status).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,15 +353,12 @@ async fn a_destination_mirrors_a_projection_and_repairs_under_a_new_generation()
         .await
         .unwrap();
     client.batch_execute("FLUSH").await.unwrap();
-    let backing_off = eventually(Duration::from_secs(30), "backing off", || async {
-        let row = value(
-            &client,
-            "SELECT status, retries > 0, next_retry_at IS NOT NULL, error
-               FROM weir_catalog.destinations WHERE name = 'top_pg'",
-        )
-        .await;
-        row.starts_with("backing_off|").then_some(row)
-    })
+    let backing_off = until_starts_with(
+        &client,
+        "SELECT status, retries > 0, next_retry_at IS NOT NULL, error
+           FROM weir_catalog.destinations WHERE name = 'top_pg'",
+        "backing_off|",
+    )
     .await;
     assert!(backing_off.starts_with("backing_off|t|t|"), "{backing_off}");
     for (name, error) in [

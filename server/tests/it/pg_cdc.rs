@@ -15,10 +15,10 @@ use std::time::Duration;
 use tokio_postgres::NoTls;
 
 use crate::harness::{WeirServer, eventually, try_rows as rows};
-use crate::postgres::PgCluster;
+use crate::postgres::{PgAndWeir, PgCluster, pg_and_weir};
 use crate::sources::{
     ROUNDS, Rng, crash_rng, crash_server, error_of, kill_at_a_random_moment, sinks_committed,
-    until_returns, value,
+    status_becomes, until_returns, value,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -403,19 +403,18 @@ async fn copied(upstream: &tokio_postgres::Client, want_sql: &str, got_sql: &str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_slot_is_a_gap_that_blocks_a_destination_until_accepted() {
-    let pg = PgCluster::start();
-    let upstream = pg.connect().await;
-    upstream
-        .batch_execute(
-            "CREATE TABLE items (id bigint PRIMARY KEY, v bigint NOT NULL);
+    let PgAndWeir {
+        pg: _pg,
+        upstream,
+        mut server,
+        client,
+        dsn,
+    } = pg_and_weir(
+        "CREATE TABLE items (id bigint PRIMARY KEY, v bigint NOT NULL);
              ALTER TABLE items REPLICA IDENTITY FULL;
              INSERT INTO items SELECT i, i * 10 FROM generate_series(1, 10) i;",
-        )
-        .await
-        .unwrap();
-    let dsn = pg.dsn();
-    let mut server = WeirServer::start();
-    let client = server.connect().await;
+    )
+    .await;
     client
         .batch_execute(&format!(
             "CREATE SOURCE items_cdc WITH (connector = 'postgres-cdc', dsn = '{dsn}', table = 'items',
@@ -451,15 +450,7 @@ async fn a_dropped_slot_is_a_gap_that_blocks_a_destination_until_accepted() {
         .batch_execute("INSERT INTO items VALUES (12, 120)")
         .await
         .unwrap();
-    let source = eventually(Duration::from_secs(60), "the gap seen", || async {
-        let row = value(
-            &client,
-            "SELECT status, error FROM weir_catalog.sources WHERE name = 'items_cdc'",
-        )
-        .await;
-        row.starts_with("gap|").then_some(row)
-    })
-    .await;
+    let source = status_becomes(&client, "sources", "items_cdc", "gap").await;
     assert!(source.contains("retention gap"), "{source}");
     assert_eq!(
         value(
@@ -536,19 +527,6 @@ async fn a_dropped_slot_is_a_gap_that_blocks_a_destination_until_accepted() {
         .unwrap();
 }
 
-/// Waits until source `name` is `gap`; returns its error.
-async fn gap_of(client: &tokio_postgres::Client, name: &str) -> String {
-    eventually(Duration::from_secs(60), "the gap seen", || async {
-        let row = value(
-            client,
-            &format!("SELECT status, error FROM weir_catalog.sources WHERE name = '{name}'"),
-        )
-        .await;
-        row.strip_prefix("gap|").map(str::to_string)
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_dropped_and_created_again_is_a_gap_never_read_as_the_same_table() {
     let pg = PgCluster::start();
@@ -591,7 +569,7 @@ async fn a_table_dropped_and_created_again_is_a_gap_never_read_as_the_same_table
         ))
         .await
         .unwrap();
-    let error = gap_of(&client, "items_cdc").await;
+    let error = status_becomes(&client, "sources", "items_cdc", "gap").await;
     assert!(
         error.contains("table \"public\".\"items\" was dropped"),
         "{error}"
@@ -615,7 +593,7 @@ async fn a_table_dropped_and_created_again_is_a_gap_never_read_as_the_same_table
         .unwrap();
     server.restart();
     let client = server.connect().await;
-    let error = gap_of(&client, "items_cdc").await;
+    let error = status_becomes(&client, "sources", "items_cdc", "gap").await;
     assert!(error.contains("created again"), "{error}");
 
     // Accepted: the source reads on from the table there is now (added to

@@ -15,7 +15,7 @@ use weir_common::ChangeBatch;
 use weir_connectors::{ConnectorKind, Sink, SinkOpen};
 
 use crate::harness::{WeirServer, try_rows as rows};
-use crate::postgres::PgCluster;
+use crate::postgres::{PgAndWeir, PgCluster, pg_and_weir};
 use crate::sources::{
     ROUNDS, crash_rng, crash_server, error_of, killed_then_every_bid, until_returns, value,
 };
@@ -355,18 +355,17 @@ async fn value_of(client: &Client, sql: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grouped_sink_commits_once_its_group_is_full_or_old_and_loses_nothing_to_kill_9() {
-    let pg = PgCluster::start();
-    let upstream = pg.connect().await;
-    upstream
-        .batch_execute(
-            "CREATE TABLE by_size (id bigint PRIMARY KEY, v bigint);
+    let PgAndWeir {
+        pg: _pg,
+        upstream,
+        mut server,
+        client,
+        dsn,
+    } = pg_and_weir(
+        "CREATE TABLE by_size (id bigint PRIMARY KEY, v bigint);
              CREATE TABLE by_time (id bigint PRIMARY KEY, v bigint)",
-        )
-        .await
-        .unwrap();
-    let mut server = WeirServer::start();
-    let client = server.connect().await;
-    let dsn = pg.dsn();
+    )
+    .await;
     let sink = |name: &str, table: &str, grouping: &str| {
         format!(
             "CREATE SINK {name} AS SELECT id, v FROM src WITH (connector = 'postgres', dsn = '{dsn}',
@@ -434,15 +433,13 @@ async fn a_grouped_sink_commits_once_its_group_is_full_or_old_and_loses_nothing_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_offset_delivers_a_sink_again_from_the_beginning() {
-    let pg = PgCluster::start();
-    let upstream = pg.connect().await;
-    upstream
-        .batch_execute("CREATE TABLE copies (auction bigint, price bigint)")
-        .await
-        .unwrap();
-    let server = WeirServer::start();
-    let client = server.connect().await;
-    let dsn = pg.dsn();
+    let PgAndWeir {
+        pg: _pg,
+        upstream,
+        server: _server,
+        client,
+        dsn,
+    } = pg_and_weir("CREATE TABLE copies (auction bigint, price bigint)").await;
     client
         .batch_execute(&format!(
             "CREATE SOURCE bid WITH (connector = 'nexmark', event = 'bid', max_events = '200',
@@ -502,15 +499,13 @@ async fn reset_offset_delivers_a_sink_again_from_the_beginning() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_at_most_once_sink_saves_its_progress_before_its_rows() {
-    let pg = PgCluster::start();
-    let upstream = pg.connect().await;
-    upstream
-        .batch_execute("CREATE TABLE amo (id bigint PRIMARY KEY, v bigint CHECK (v < 100))")
-        .await
-        .unwrap();
-    let server = WeirServer::start();
-    let client = server.connect().await;
-    let dsn = pg.dsn();
+    let PgAndWeir {
+        pg: _pg,
+        upstream,
+        server: _server,
+        client,
+        dsn,
+    } = pg_and_weir("CREATE TABLE amo (id bigint PRIMARY KEY, v bigint CHECK (v < 100))").await;
     client
         .batch_execute(&format!(
             "CREATE TABLE src (id bigint PRIMARY KEY, v bigint);

@@ -7,27 +7,24 @@
 //! that cannot skip refuse the option at CREATE; without `on_error` the
 //! same refusal fails the sink.
 
-use std::time::Duration;
-
-use crate::harness::{WeirServer, eventually, try_rows as rows};
-use crate::postgres::PgCluster;
-use crate::sources::{error_of, sinks_committed, value};
+use crate::harness::try_rows as rows;
+use crate::postgres::{PgAndWeir, pg_and_weir};
+use crate::sources::{error_of, sinks_committed, status_becomes, value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_skips_what_its_target_refuses_and_keeps_it_as_dead_letters() {
-    let pg = PgCluster::start();
-    let upstream = pg.connect().await;
-    upstream
-        .batch_execute(
-            "CREATE TABLE scores (k bigint PRIMARY KEY, v bigint CHECK (v < 100), tag varchar(3));
+    let PgAndWeir {
+        pg: _pg,
+        upstream,
+        mut server,
+        client,
+        dsn,
+    } = pg_and_weir(
+        "CREATE TABLE scores (k bigint PRIMARY KEY, v bigint CHECK (v < 100), tag varchar(3));
              CREATE TABLE strict (k bigint PRIMARY KEY, v bigint CHECK (v < 100), tag varchar(3));
              CREATE TABLE later (k bigint PRIMARY KEY, v bigint CHECK (v < 100), tag varchar(3))",
-        )
-        .await
-        .unwrap();
-    let mut server = WeirServer::start();
-    let client = server.connect().await;
-    let dsn = pg.dsn();
+    )
+    .await;
     client
         .batch_execute(&format!(
             "CREATE TABLE src (id bigint PRIMARY KEY, k bigint, v bigint, tag text);
@@ -138,15 +135,7 @@ async fn a_sink_skips_what_its_target_refuses_and_keeps_it_as_dead_letters() {
         .await
         .unwrap();
     client.batch_execute("FLUSH").await.unwrap();
-    let failed = eventually(Duration::from_secs(30), "the sink failed", || async {
-        let row = value(
-            &client,
-            "SELECT status, error FROM weir_catalog.sinks WHERE name = 'f'",
-        )
-        .await;
-        row.starts_with("failed|").then_some(row)
-    })
-    .await;
+    let failed = status_becomes(&client, "sinks", "f", "failed").await;
     assert!(failed.contains("strict_v_check"), "{failed}");
     assert_eq!(
         value(&client, &skipped("f")).await,

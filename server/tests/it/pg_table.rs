@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
-use crate::harness::{WeirServer, eventually, try_rows as rows};
-use crate::postgres::PgCluster;
-use crate::sources::{error_of, until_returns, value};
+use crate::harness::{eventually, try_rows as rows};
+use crate::postgres::{PgAndWeir, pg_and_weir};
+use crate::sources::{error_of, status_becomes, until_returns, value};
 
 /// Waits until the `versions` projection reads `want` (`n|ids`).
 async fn reaches(client: &tokio_postgres::Client, want: &str) {
@@ -43,22 +43,18 @@ async fn versions_sealed(client: &tokio_postgres::Client) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_table_is_read_in_full_or_by_its_cursor_exactly_once() {
-    let pg = PgCluster::start();
-    let upstream = pg.connect().await;
-    upstream
-        .batch_execute(
-            "CREATE TABLE accounts (id bigint PRIMARY KEY, owner text NOT NULL, balance numeric(12,2));
+    let PgAndWeir {
+        pg: _pg,
+        upstream,
+        mut server,
+        client,
+        dsn,
+    } = pg_and_weir("CREATE TABLE accounts (id bigint PRIMARY KEY, owner text NOT NULL, balance numeric(12,2));
              INSERT INTO accounts SELECT i, 'o' || (i % 7), i * 1.5 FROM generate_series(1, 2500) i;
              CREATE TABLE events (id bigint PRIMARY KEY, kind text, updated_at timestamptz NOT NULL);
              INSERT INTO events SELECT i, 'k' || (i % 3), '2026-01-01'::timestamptz + i * interval '1 second'
                FROM generate_series(1, 100) i;
-             CREATE TABLE loose (id bigint PRIMARY KEY, at timestamptz);",
-        )
-        .await
-        .unwrap();
-    let mut server = WeirServer::start();
-    let client = server.connect().await;
-    let dsn = pg.dsn();
+             CREATE TABLE loose (id bigint PRIMARY KEY, at timestamptz);").await;
     let create = |name: &str, rest: &str| {
         format!("CREATE SOURCE {name} WITH (connector = 'postgres', dsn = '{dsn}', {rest})")
     };
@@ -189,18 +185,17 @@ async fn a_postgres_table_is_read_in_full_or_by_its_cursor_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_whose_database_stays_down_gives_up_after_restart_max_retries() {
-    let pg = PgCluster::start();
-    let upstream = pg.connect().await;
-    upstream
-        .batch_execute(
-            "CREATE TABLE ticks (id bigint PRIMARY KEY, at bigint NOT NULL);
+    let PgAndWeir {
+        pg,
+        upstream: _upstream,
+        server: _server,
+        client,
+        dsn,
+    } = pg_and_weir(
+        "CREATE TABLE ticks (id bigint PRIMARY KEY, at bigint NOT NULL);
              INSERT INTO ticks VALUES (1, 1)",
-        )
-        .await
-        .unwrap();
-    let server = WeirServer::start();
-    let client = server.connect().await;
-    let dsn = pg.dsn();
+    )
+    .await;
     let create = |rest: &str| {
         format!(
             "CREATE SOURCE ticks_src WITH (connector = 'postgres', dsn = '{dsn}', table = 'ticks',
@@ -222,14 +217,6 @@ async fn a_source_whose_database_stays_down_gives_up_after_restart_max_retries()
         .unwrap();
     until_returns(&client, "SELECT n FROM n", "1").await;
     pg.stop();
-    let failed = eventually(Duration::from_secs(60), "the source gave up", || async {
-        let row = value(
-            &client,
-            "SELECT status, error FROM weir_catalog.sources WHERE name = 'ticks_src'",
-        )
-        .await;
-        row.starts_with("failed|").then_some(row)
-    })
-    .await;
+    let failed = status_becomes(&client, "sources", "ticks_src", "failed").await;
     assert!(failed.contains("gave up after 2 retries"), "{failed}");
 }

@@ -245,3 +245,35 @@ impl Drop for PgCluster {
         }
     }
 }
+
+/// A throwaway PostgreSQL holding what a test created upstream, its
+/// session, and a Weir server with its session: how the connector tests
+/// start.
+pub struct PgAndWeir {
+    pub pg: PgCluster,
+    pub upstream: tokio_postgres::Client,
+    pub server: crate::harness::WeirServer,
+    pub client: tokio_postgres::Client,
+    /// The `dsn` option that reaches `pg`.
+    pub dsn: String,
+}
+
+/// Starts PostgreSQL, runs `upstream_sql` there, then starts Weir.
+pub async fn pg_and_weir(upstream_sql: &str) -> PgAndWeir {
+    let pg = PgCluster::start();
+    let upstream = pg.connect().await;
+    upstream
+        .batch_execute(upstream_sql)
+        .await
+        .unwrap_or_else(|e| panic!("{upstream_sql}: {e}"));
+    let server = crate::harness::WeirServer::start();
+    let client = server.connect().await;
+    let dsn = pg.dsn();
+    PgAndWeir {
+        pg,
+        upstream,
+        server,
+        client,
+        dsn,
+    }
+}

@@ -34,6 +34,27 @@ pub(crate) async fn value(client: &Client, sql: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Waits until `name`'s row in `weir_catalog.<table>` (`sources`,
+/// `sinks`, `destinations`) has status `status`; returns `status|error`.
+pub(crate) async fn status_becomes(
+    client: &Client,
+    table: &str,
+    name: &str,
+    status: &str,
+) -> String {
+    let sql = format!("SELECT status, error FROM weir_catalog.{table} WHERE name = '{name}'");
+    until_starts_with(client, &sql, &format!("{status}|")).await
+}
+
+/// Waits until the row `sql` returns starts with `prefix`; returns it.
+pub(crate) async fn until_starts_with(client: &Client, sql: &str, prefix: &str) -> String {
+    eventually(Duration::from_secs(60), prefix, || async {
+        let row = value(client, sql).await;
+        row.starts_with(prefix).then_some(row)
+    })
+    .await
+}
+
 /// Waits until `sql` (run on `client`) returns `want`.
 pub(crate) async fn until_returns(client: &Client, sql: &str, want: &str) {
     eventually(Duration::from_secs(60), sql, || async {
