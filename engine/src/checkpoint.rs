@@ -28,6 +28,7 @@ use crate::coordinator::{Coordinator, Deployed, ProjectionView, SourceBinding};
 use crate::graph::Graph;
 use crate::materialized::Materialized;
 use crate::operator::{StateEntry, split_state_key};
+use crate::outbox::OUTBOX_NODE;
 use crate::vnode_state::VnodeState;
 
 /// Vnodes per deployment. Fixed (ARCHITECTURE.md §2: stored with the
@@ -146,6 +147,9 @@ impl Coordinator {
             let result = projection.result.take_state_changes();
             add_entries(&mut vnodes, deployed.id, RESULT_NODE, result);
         }
+        for (sink, entry) in self.outboxes.take_changes()? {
+            add_entries(&mut vnodes, sink, OUTBOX_NODE, vec![entry]);
+        }
         Ok(vnodes)
     }
 
@@ -170,6 +174,9 @@ impl Coordinator {
             }
             let result = projection.result.state_entries();
             add_entries(&mut vnodes, deployed.id, RESULT_NODE, result);
+        }
+        for (sink, entry) in self.outboxes.entries()? {
+            add_entries(&mut vnodes, sink, OUTBOX_NODE, vec![entry]);
         }
         Ok(vnodes)
     }
@@ -227,7 +234,9 @@ impl Coordinator {
                     message: format!("checkpoint state for live projection {object}"),
                 });
             };
-            if node == RESULT_NODE {
+            if node == OUTBOX_NODE {
+                self.outboxes.apply(object, &run)?;
+            } else if node == RESULT_NODE {
                 result.apply_state_entries(&run)?;
             } else {
                 deployed.graph.apply_state_entries(node, &run)?;

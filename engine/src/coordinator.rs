@@ -90,6 +90,8 @@ pub struct Coordinator {
     pub(crate) pending_rows: usize,
     pub(crate) deployed: Vec<Deployed>,
     pub(crate) view: Arc<EpochView>,
+    /// What each sink has not delivered, checkpointed with the state.
+    pub(crate) outboxes: crate::outbox::Outboxes,
 }
 
 impl Default for Coordinator {
@@ -106,6 +108,7 @@ impl Coordinator {
             pending_rows: 0,
             deployed: Vec::new(),
             view: Arc::new(EpochView::default()),
+            outboxes: Default::default(),
         }
     }
 
@@ -388,9 +391,23 @@ impl Coordinator {
         self.view = Arc::new(view);
     }
 
+    /// Sink deployment `sink` keeps exactly `epochs` of its output in the
+    /// checkpointed state until it has delivered them
+    /// ([`crate::outbox`]).
+    pub fn keep_undelivered(&mut self, sink: ObjectId, epochs: &[(u64, ChangeBatch)]) {
+        self.outboxes.keep(sink, epochs);
+    }
+
+    /// The epochs sink deployment `sink` keeps undelivered (as restored
+    /// from a checkpoint, or kept since), oldest first.
+    pub fn undelivered(&self, sink: ObjectId) -> Vec<(u64, ChangeBatch)> {
+        self.outboxes.kept(sink)
+    }
+
     /// Stops maintaining a projection and forgets its result.
     pub fn drop_projection(&mut self, id: ObjectId) {
         self.deployed.retain(|d| d.id != id);
+        self.outboxes.forget(id);
         let mut view = (*self.view).clone();
         view.projections.remove(&id);
         self.view = Arc::new(view);

@@ -31,6 +31,7 @@ pub mod materialized;
 pub mod multiset;
 pub mod operator;
 pub mod ops;
+pub mod outbox;
 pub mod rows;
 pub mod runtime;
 pub mod table;

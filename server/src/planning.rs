@@ -213,6 +213,7 @@ impl PlanContext {
             connector: def.connector.clone(),
             options,
             schema: def.arrow_schema(),
+            paused: def.paused,
         };
         deployment_of(def.id, planned, def.arrow_schema(), Some(sink))
     }

@@ -328,7 +328,7 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                 text(
                     defs.iter()
                         .map(|d| {
-                            if d.destination.as_ref().is_some_and(|x| x.paused) {
+                            if d.paused || d.destination.as_ref().is_some_and(|x| x.paused) {
                                 "paused"
                             } else {
                                 "running"

@@ -376,6 +376,11 @@ impl Checkpointer {
         fingerprints: &HashMap<weir_common::ObjectId, String>,
         streams: &mut Streams,
     ) -> Result<PendingSeal, EngineError> {
+        // What sinks that do not write have missed is sealed with the
+        // state that moved past it.
+        for (sink, epochs) in streams.undelivered() {
+            coordinator.keep_undelivered(sink, &epochs);
+        }
         let changes = coordinator.checkpoint_changes()?;
         let (snapshot_vnodes, mut snapshots): (BTreeSet<u32>, BTreeMap<u32, VnodeState>) =
             if self.needs_full {

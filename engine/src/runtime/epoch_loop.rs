@@ -172,7 +172,10 @@ impl Loop {
                     for (id, sources, sink) in opened {
                         self.streams.start_readers(id, &sources);
                         if let Some(sink) = sink {
-                            self.streams.open_sink(id, &sink, None, at).await;
+                            let undelivered = self.coordinator.undelivered(id);
+                            self.streams
+                                .open_sink(id, &sink, None, at, undelivered)
+                                .await;
                         }
                     }
                     self.streams.epoch_closed(at, emitted.clone()).await;
@@ -194,6 +197,15 @@ impl Loop {
                 *self.shared.view.write() = self.coordinator.view();
             }
             Some(Command::DropSource(id)) => self.streams.source_dropped(id),
+            Some(Command::PauseSink(id, paused, reply)) => {
+                self.streams.pause_sink(id, paused);
+                if !paused {
+                    // Its retry is due: an epoch close hands it what it
+                    // missed and pre-commits it.
+                    self.close().await;
+                }
+                let _ = reply.send(());
+            }
             Some(Command::RestartSource(source, reply)) => {
                 self.streams.restart_source(*source);
                 let _ = reply.send(());
@@ -362,7 +374,9 @@ impl Loop {
         self.streams.start_readers(id, &sources_read);
         if let Some(sink) = sink {
             let epoch = self.coordinator.view().epoch.0;
-            self.streams.open_sink(id, &sink, deployed, epoch).await;
+            self.streams
+                .open_sink(id, &sink, deployed, epoch, Vec::new())
+                .await;
         }
         Ok(Deployed::Running)
     }

@@ -36,7 +36,9 @@ mod epoch_loop;
 mod reader;
 mod restore;
 mod sink_commit;
+mod sink_pause;
 mod sink_retry;
+mod sink_seal;
 pub mod streams;
 mod table_log;
 #[cfg(test)]
@@ -154,6 +156,8 @@ pub(crate) enum Command {
     Source(streams::SourceMessage),
     DropSource(ObjectId),
     RestartSource(Box<SourceToRead>, oneshot::Sender<()>),
+    /// `ALTER SINK ... PAUSE` (true) or `RESUME` (false).
+    PauseSink(ObjectId, bool, oneshot::Sender<()>),
     Deploy(Box<Deployment>, oneshot::Sender<Result<(), EngineError>>),
     Restore(Box<Restore>, oneshot::Sender<Result<(), EngineError>>),
     Drop(ObjectId),
@@ -353,6 +357,16 @@ impl Runtime {
         let (reply, done) = oneshot::channel();
         self.send(Command::RestartSource(Box::new(source), reply))
             .await;
+        let _ = done.await;
+    }
+
+    /// Pauses (`paused`) or resumes a sink deployment: a paused sink
+    /// writes nothing and keeps what it misses, across restarts too, and
+    /// a resumed one delivers that first. Returns once the runtime has
+    /// done it (a resumed sink has been handed what it missed).
+    pub async fn pause_sink(&self, id: ObjectId, paused: bool) {
+        let (reply, done) = oneshot::channel();
+        self.send(Command::PauseSink(id, paused, reply)).await;
         let _ = done.await;
     }
 

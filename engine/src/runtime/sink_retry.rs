@@ -173,7 +173,7 @@ impl Streams {
     pub(super) fn retry_due(&self, id: ObjectId) -> bool {
         self.sinks
             .get(&id)
-            .filter(|s| !s.failed)
+            .filter(|s| !s.failed && !s.paused)
             .and_then(|s| s.backoff)
             .is_some_and(|b| b.next_at <= Instant::now())
     }
@@ -192,13 +192,14 @@ impl Streams {
         let durable = slot.durable.clone();
         let spec = slot.spec.clone();
         let failures = slot.retry.failures;
-        let sink = match self.connect_sink(&spec, durable.as_ref(), failures) {
-            Ok(sink) => sink,
-            Err(e) => {
-                self.sink_error(id, e);
-                return false;
-            }
-        };
+        let sink =
+            match self.connect_sink(&spec, durable.as_ref().filter(|d| !d.is_empty()), failures) {
+                Ok(sink) => sink,
+                Err(e) => {
+                    self.sink_error(id, e);
+                    return false;
+                }
+            };
         let slot = self.sinks.get_mut(&id).expect("looked up above");
         slot.sink = sink;
         slot.prepared = None;

@@ -52,6 +52,8 @@ pub fn sink_key(id: ObjectId) -> String {
     format!("sink:{}", id.0)
 }
 
+pub use super::sink_seal::{SealedStreams, SinkSeal};
+
 /// A source a deployment reads, as the runtime opens it.
 #[derive(Debug, Clone)]
 pub struct SourceToRead {
@@ -76,57 +78,9 @@ pub struct SinkToOpen {
     pub connector: String,
     pub options: BTreeMap<String, String>,
     pub schema: SchemaRef,
-}
-
-/// What a seal holds of sources and sinks, read at a start.
-#[derive(Debug, Clone, Default)]
-pub struct SealedStreams {
-    pub epoch: u64,
-    pub offsets: HashMap<ObjectId, Offsets>,
-    /// Per sink: the epoch it pre-committed and its descriptor.
-    pub sinks: HashMap<ObjectId, SinkSeal>,
-}
-
-/// A sink's entry in a seal.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SinkSeal {
-    pub epoch: u64,
-    pub descriptor: String,
-    /// Rows the sink had received when it pre-committed (for status).
-    pub rows: u64,
-    /// The sink was failed or backing off when the seal was taken: its
-    /// graph's state in the seal is past what it delivered, so a start
-    /// from this seal cannot give it the changes between.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub behind: bool,
-}
-
-impl SealedStreams {
-    /// The sources' and sinks' entries of a seal's maps.
-    pub fn from_seal(
-        epoch: u64,
-        source_offsets: &BTreeMap<String, String>,
-        sink_descriptors: &BTreeMap<String, String>,
-    ) -> Self {
-        let id_of = |key: &str, prefix: &str| {
-            key.strip_prefix(prefix)
-                .and_then(|n| n.parse::<u64>().ok())
-                .map(ObjectId)
-        };
-        let offsets = source_offsets
-            .iter()
-            .filter_map(|(k, v)| Some((id_of(k, "source:")?, serde_json::from_str(v).ok()?)))
-            .collect();
-        let sinks = sink_descriptors
-            .iter()
-            .filter_map(|(k, v)| Some((id_of(k, "sink:")?, serde_json::from_str(v).ok()?)))
-            .collect();
-        Self {
-            epoch,
-            offsets,
-            sinks,
-        }
-    }
+    /// Paused (`ALTER SINK ... PAUSE`): it writes nothing until resumed,
+    /// and keeps what it misses meanwhile ([`super::sink_pause`]).
+    pub paused: bool,
 }
 
 /// One run of a source's shared reader: messages of a reader that was
@@ -237,6 +191,8 @@ pub(super) struct SinkSlot {
     pub grouping: Option<Grouping>,
     /// Since when a sealed entry has waited for its group's commit.
     pub waiting_since: Option<std::time::Instant>,
+    /// `ALTER SINK ... PAUSE`: no writes until RESUME.
+    pub paused: bool,
     pub failed: bool,
 }
 
@@ -402,12 +358,14 @@ impl Streams {
     /// Opens a sink deployment's connector. `backfill` is its graph's
     /// output over everything before it: written unless the latest seal
     /// already holds this sink (then that output was delivered before).
+    /// `undelivered` is what the seal's outbox kept for it (a restore).
     pub async fn open_sink(
         &mut self,
         id: ObjectId,
         spec: &SinkToOpen,
         backfill: Option<ChangeBatch>,
         epoch: u64,
+        undelivered: Vec<(u64, ChangeBatch)>,
     ) {
         let sealed = self.sealed_sinks.remove(&id);
         if let Some(s) = sealed.as_ref().filter(|s| s.behind) {
@@ -433,7 +391,7 @@ impl Streams {
                 return self.sink_failed(id, &format!("option {option}: {message}"));
             }
         };
-        let sink = match self.connect_sink(spec, sealed.as_ref(), 0) {
+        let sink = match self.connect_sink(spec, sealed.as_ref().filter(|s| !s.is_empty()), 0) {
             Ok(sink) => sink,
             Err(e) => return self.sink_failed(id, &e.to_string()),
         };
@@ -466,9 +424,11 @@ impl Streams {
                 retry: super::sink_retry::RetryState::new(recovery),
                 grouping,
                 waiting_since: None,
+                paused: spec.paused,
                 failed: false,
             },
         );
+        self.deliver_restored(id, undelivered).await;
         if let Some(out) = backfill.filter(|b| !b.is_empty() && !restored) {
             self.collect(id, epoch, &out);
             self.write(id, epoch, &out).await;
@@ -571,12 +531,8 @@ impl Streams {
         }
     }
 
-    async fn write(&mut self, id: ObjectId, epoch: u64, out: &ChangeBatch) {
-        let Some(slot) = self
-            .sinks
-            .get_mut(&id)
-            .filter(|s| !s.failed && s.backoff.is_none())
-        else {
+    pub(super) async fn write(&mut self, id: ObjectId, epoch: u64, out: &ChangeBatch) {
+        let Some(slot) = self.sinks.get_mut(&id).filter(|s| s.writing()) else {
             return;
         };
         match guarded(&slot.connector, slot.sink.write(epoch, out)).await {
@@ -595,11 +551,7 @@ impl Streams {
     }
 
     async fn pre_commit(&mut self, id: ObjectId, epoch: u64) {
-        let Some(slot) = self
-            .sinks
-            .get_mut(&id)
-            .filter(|s| !s.failed && s.backoff.is_none())
-        else {
+        let Some(slot) = self.sinks.get_mut(&id).filter(|s| s.writing()) else {
             return;
         };
         match guarded(&slot.connector, slot.sink.pre_commit(epoch)).await {
@@ -657,23 +609,25 @@ impl Streams {
             if let Some(prepared) = slot.prepared.take() {
                 slot.sealed = Some(prepared);
             }
-            // A sink that cannot write gets no new entry while its graph's
-            // state goes on into this seal: marked, so a start from the
-            // seal fails it instead of losing what it missed in silence.
-            let behind = slot.failed || slot.backoff.is_some();
-            let entry = match (&slot.sealed, behind) {
+            // A failed sink gets no new entry while its graph's state goes
+            // on into this seal: marked, so a start from the seal fails it
+            // instead of losing what it missed in silence. A paused or
+            // backing-off one keeps what it missed in its outbox
+            // ([`super::sink_pause`]), and needs an entry even before its
+            // first pre-commit, for a restore to open it.
+            let entry = match (&slot.sealed, slot.failed) {
                 (Some(entry), false) => entry.clone(),
                 (Some(entry), true) => SinkSeal {
                     behind: true,
                     ..entry.clone()
                 },
-                (None, true) => SinkSeal {
+                (None, failed) if failed || !slot.writing() => SinkSeal {
                     epoch: 0,
                     descriptor: String::new(),
                     rows: 0,
-                    behind: true,
+                    behind: failed,
                 },
-                (None, false) => continue,
+                (None, _) => continue,
             };
             sinks.insert(
                 sink_key(*id),
@@ -706,6 +660,15 @@ impl Streams {
             }
             if slot.backoff.is_some() {
                 // Its reopening commits the entry.
+                continue;
+            }
+            if slot.paused {
+                // What it pre-committed before the pause commits now,
+                // whole, whatever its group.
+                if !entry.is_empty() {
+                    self.commit(id, entry).await;
+                }
+                self.settle_paused(id);
                 continue;
             }
             if !self.group_due(id, &entry) {

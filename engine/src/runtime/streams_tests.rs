@@ -34,6 +34,7 @@ async fn a_panicking_sink_fails_alone_and_the_loop_goes_on() {
                     connector: "blackhole".into(),
                     options: BTreeMap::new(),
                     schema: crate::testing::schema("k int"),
+                    paused: false,
                 },
                 durable: None,
                 unsealed: Vec::new(),
@@ -43,6 +44,7 @@ async fn a_panicking_sink_fails_alone_and_the_loop_goes_on() {
                 retry: crate::runtime::sink_retry::RetryState::new(Default::default()),
                 grouping: None,
                 waiting_since: None,
+                paused: false,
                 sink: if id == buggy {
                     Box::new(Panics)
                 } else {

@@ -1,4 +1,4 @@
-//! `ALTER SOURCE name PAUSE | RESUME` and `ALTER SINK name RESET OFFSET`.
+//! `ALTER SOURCE name PAUSE | RESUME` and `ALTER SINK name PAUSE | RESUME | RESET OFFSET`.
 
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,10 @@ pub(super) fn alter_source(p: &mut Parser) -> Result<StreamingDdl, ParserError> 
 /// What `ALTER SINK` asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SinkAction {
+    /// Stop writing, keeping what is missed meanwhile; durable until RESUME.
+    Pause,
+    /// Deliver what was missed, then go on.
+    Resume,
     /// Deliver again from the beginning, as a sink created now would.
     ResetOffset,
 }
@@ -38,16 +42,13 @@ pub enum SinkAction {
 /// The rest of `ALTER SINK`, after the keyword.
 pub(super) fn alter_sink(p: &mut Parser) -> Result<StreamingDdl, ParserError> {
     let name = name_parts(&p.parse_object_name(false)?);
-    let action = match (word(p).as_deref(), word(p).as_deref()) {
-        (Some("RESET"), Some("OFFSET")) => SinkAction::ResetOffset,
-        (Some(w @ ("PAUSE" | "RESUME")), _) => {
-            return Err(ParserError::ParserError(format!(
-                "ALTER SINK ... {w} is not supported yet (destinations have it: ALTER DESTINATION ... {w}); DROP SINK and CREATE it again to stop and restart it"
-            )));
-        }
+    let action = match word(p).as_deref() {
+        Some("PAUSE") => SinkAction::Pause,
+        Some("RESUME") => SinkAction::Resume,
+        Some("RESET") if word(p).as_deref() == Some("OFFSET") => SinkAction::ResetOffset,
         _ => {
             p.prev_token();
-            return p.expected("RESET OFFSET", p.peek_token());
+            return p.expected("PAUSE, RESUME or RESET OFFSET", p.peek_token());
         }
     };
     Ok(StreamingDdl::AlterSink { name, action })

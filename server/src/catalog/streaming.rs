@@ -109,6 +109,9 @@ pub struct SinkDef {
     /// projection and `options` are its `INTO (...)` options.
     #[serde(default)]
     pub destination: Option<DestinationDef>,
+    /// `ALTER SINK ... PAUSE`: it writes nothing until RESUME.
+    #[serde(default)]
+    pub paused: bool,
 }
 
 /// What makes a sink a destination: a keyed copy of a projection in an

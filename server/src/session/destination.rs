@@ -203,6 +203,7 @@ impl Session {
             secrets,
             settings,
             destination: Some(destination),
+            paused: false,
         };
         self.write(TxnWrites {
             ddl: vec![CatalogChange::CreateSink(def)],

@@ -297,6 +297,7 @@ impl Session {
             secrets,
             settings,
             destination: None,
+            paused: false,
         };
         self.write(TxnWrites {
             ddl: vec![CatalogChange::CreateSink(def)],
@@ -468,17 +469,19 @@ impl Session {
         Ok(command("ALTER SOURCE"))
     }
 
-    /// `ALTER SINK name RESET OFFSET`: the sink starts over as one created
-    /// now would (a new id, nothing sealed, its target's progress taken
-    /// over afresh), so it delivers its input from the beginning again,
-    /// then its changes. Refused before anything changes when it could not
-    /// read that input from the beginning.
+    /// `ALTER SINK name PAUSE | RESUME | RESET OFFSET`. PAUSE and
+    /// RESUME are recorded in the catalog (so a pause survives restarts)
+    /// and done by the runtime, which keeps what a paused sink misses.
+    /// RESET OFFSET starts the sink over as one created now would (a new
+    /// id, nothing sealed, its target's progress taken over afresh), so it
+    /// delivers its input from the beginning again, then its changes; it
+    /// leaves a pause as it was, and is refused before anything changes
+    /// when the sink could not read that input from the beginning.
     async fn alter_sink(
         &mut self,
         name: &[String],
         action: SinkAction,
     ) -> Result<StatementResult, ServerError> {
-        let SinkAction::ResetOffset = action;
         let (schema, name) = self.split_parts(name)?;
         let catalog = self.snapshot().catalog.clone();
         let def = catalog
@@ -486,14 +489,22 @@ impl Session {
             .cloned()
             .ok_or_else(|| undefined(StreamingKind::Sink, &name))?;
         if def.destination.is_some() {
+            let what = match action {
+                SinkAction::ResetOffset => "REPAIR refills it",
+                SinkAction::Pause => "PAUSE pauses it",
+                SinkAction::Resume => "RESUME resumes it",
+            };
             return Err(ServerError::Sqlstate {
                 code: "42809",
                 message: format!(
-                    "{} is a destination, not a sink: ALTER DESTINATION {} REPAIR refills it",
+                    "{} is a destination, not a sink: ALTER DESTINATION {} {what}",
                     def.qualified_name(),
                     def.qualified_name()
                 ),
             });
+        }
+        if action != SinkAction::ResetOffset {
+            return self.pause_sink(&def, action == SinkAction::Pause).await;
         }
         let mut reset = (*def).clone();
         reset.id = (*catalog).clone().allocate_id();
@@ -508,6 +519,35 @@ impl Session {
             ],
             tables: vec![],
         })?;
+        Ok(command("ALTER SINK"))
+    }
+
+    /// `ALTER SINK ... PAUSE` (`pause`) or `RESUME`.
+    async fn pause_sink(
+        &mut self,
+        def: &SinkDef,
+        pause: bool,
+    ) -> Result<StatementResult, ServerError> {
+        if def.paused == pause {
+            let status = self.db.runtime().stream_status();
+            let state = sink_state(&status, def.id);
+            return Err(ServerError::Sqlstate {
+                code: "55000",
+                message: format!(
+                    "sink {} is {}: {} it does nothing",
+                    def.qualified_name(),
+                    if def.paused { "paused" } else { state },
+                    if pause { "pausing" } else { "resuming" }
+                ),
+            });
+        }
+        let mut changed = def.clone();
+        changed.paused = pause;
+        self.write(TxnWrites {
+            ddl: vec![CatalogChange::ReplaceSink(changed)],
+            tables: vec![],
+        })?;
+        self.db.runtime().pause_sink(def.id, pause).await;
         Ok(command("ALTER SINK"))
     }
 

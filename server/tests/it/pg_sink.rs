@@ -17,7 +17,8 @@ use weir_connectors::{ConnectorKind, Sink, SinkOpen};
 use crate::harness::{WeirServer, try_rows as rows};
 use crate::postgres::{PgAndWeir, PgCluster, pg_and_weir};
 use crate::sources::{
-    ROUNDS, crash_rng, crash_server, error_of, killed_then_every_bid, until_returns, value,
+    ROUNDS, crash_rng, crash_server, error_of, killed_then_every_bid, status_becomes,
+    until_returns, value,
 };
 
 /// Fixed so every run and every restart generates the same events.
@@ -463,8 +464,6 @@ async fn reset_offset_delivers_a_sink_again_from_the_beginning() {
     assert!(once > 0);
     let (code, message) = error_of(&client, "ALTER SINK nowhere RESET OFFSET").await;
     assert_eq!(code, "42704", "{message}");
-    let (_, message) = error_of(&client, "ALTER SINK out PAUSE").await;
-    assert!(message.contains("not supported yet"), "{message}");
 
     // Delivered again from the beginning (the source replays): an append
     // target holds every row twice.
@@ -495,6 +494,134 @@ async fn reset_offset_delivers_a_sink_again_from_the_beginning() {
         .await,
         "1"
     );
+}
+
+/// Waits until a seal covers every epoch visible now (projection
+/// `total` shows the latest).
+async fn sealed_up_to_now(client: &Client) {
+    client.batch_execute("FLUSH").await.unwrap();
+    let now: u64 = value(
+        client,
+        "SELECT last_epoch FROM weir_catalog.projections WHERE name = 'total'",
+    )
+    .await
+    .parse()
+    .unwrap();
+    crate::harness::eventually(
+        std::time::Duration::from_secs(60),
+        "a seal of what is visible",
+        || async {
+            let sealed = value(client, "SELECT max(epoch) FROM weir_catalog.epochs").await;
+            (sealed.parse::<u64>().ok()? >= now).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_sink_keeps_what_it_misses_across_kill_9_and_delivers_it_once_on_resume() {
+    let PgAndWeir {
+        pg: _pg,
+        upstream,
+        mut server,
+        client,
+        dsn,
+    } = pg_and_weir(
+        "CREATE TABLE kv (id bigint PRIMARY KEY, v bigint);
+         CREATE TABLE kv_log (id bigint, v bigint, weir_op text, weir_epoch bigint);",
+    )
+    .await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE src (id bigint PRIMARY KEY, v bigint);
+             INSERT INTO src VALUES (1, 1), (2, 2);
+             CREATE PROJECTION total AS SELECT count(*) AS n FROM src;
+             CREATE SINK kv AS SELECT id, v FROM src
+               WITH (connector = 'postgres', dsn = '{dsn}', table = 'kv', key = 'id');
+             CREATE SINK kv_log AS SELECT id, v FROM src
+               WITH (connector = 'postgres', dsn = '{dsn}', table = 'kv_log', format = 'changelog');"
+        ))
+        .await
+        .unwrap();
+    crate::sources::sinks_committed(&client).await;
+    assert_eq!(value(&upstream, "SELECT count(*) FROM kv_log").await, "2");
+    let (code, message) = error_of(&client, "ALTER SINK kv RESUME").await;
+    assert_eq!(code, "55000", "{message}");
+    assert!(message.contains("running"), "{message}");
+
+    client
+        .batch_execute("ALTER SINK kv PAUSE; ALTER SINK kv_log PAUSE")
+        .await
+        .unwrap();
+    for name in ["kv", "kv_log"] {
+        status_becomes(&client, "sinks", name, "paused").await;
+    }
+    assert_eq!(
+        value(
+            &client,
+            "SELECT desired, status FROM weir_catalog.sink_offsets WHERE name = 'kv'"
+        )
+        .await,
+        "paused|paused"
+    );
+    let (code, _) = error_of(&client, "ALTER SINK kv PAUSE").await;
+    assert_eq!(code, "55000");
+
+    // Changes while paused reach neither target, and are sealed (with
+    // the sinks' graphs past them) before the plug is pulled.
+    client
+        .batch_execute(
+            "INSERT INTO src VALUES (3, 3); UPDATE src SET v = 20 WHERE id = 2;
+             DELETE FROM src WHERE id = 1",
+        )
+        .await
+        .unwrap();
+    sealed_up_to_now(&client).await;
+    assert_eq!(value(&upstream, "SELECT count(*) FROM kv_log").await, "2");
+    assert_eq!(
+        rows(&upstream, "SELECT id, v FROM kv").await.unwrap(),
+        ["1|1", "2|2"]
+    );
+    drop(client);
+    let client = crate::sources::kill_and_restart(&mut server, "restart while paused").await;
+    status_becomes(&client, "sinks", "kv", "paused").await;
+    client
+        .batch_execute("INSERT INTO src VALUES (4, 4)")
+        .await
+        .unwrap();
+    sealed_up_to_now(&client).await;
+    drop(client);
+    let client = crate::sources::kill_and_restart(&mut server, "restart while paused").await;
+    assert_eq!(value(&upstream, "SELECT count(*) FROM kv_log").await, "2");
+
+    // RESUME delivers every change missed, each once, then goes on.
+    client
+        .batch_execute(
+            "ALTER SINK kv RESUME; ALTER SINK kv_log RESUME; INSERT INTO src VALUES (5, 5)",
+        )
+        .await
+        .unwrap();
+    crate::sources::sinks_committed(&client).await;
+    let want = ["2|20", "3|3", "4|4", "5|5"];
+    assert_eq!(rows(&upstream, "SELECT id, v FROM kv").await.unwrap(), want);
+    // Two inserts, then +3, -2 +20, -1, +4 and +5: eight changes in all.
+    assert_eq!(
+        rows(&upstream, "SELECT id, v, weir_op FROM kv_log")
+            .await
+            .unwrap(),
+        [
+            "1|1|delete",
+            "1|1|insert",
+            "2|20|insert",
+            "2|2|delete",
+            "2|2|insert",
+            "3|3|insert",
+            "4|4|insert",
+            "5|5|insert"
+        ]
+    );
+    let (code, _) = error_of(&client, "ALTER SINK kv_log RESUME").await;
+    assert_eq!(code, "55000");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
