@@ -197,6 +197,12 @@ impl Loop {
                 *self.shared.view.write() = self.coordinator.view();
             }
             Some(Command::DropSource(id)) => self.streams.source_dropped(id),
+            Some(Command::ResetSource(source, reply)) => {
+                self.streams.reset_source(*source, reply);
+                // An epoch after the reset, so a checkpoint comes that
+                // covers what was read before it and records it.
+                self.close().await;
+            }
             Some(Command::PauseSink(id, paused, reply)) => {
                 self.streams.pause_sink(id, paused);
                 if !paused {

@@ -39,6 +39,7 @@ mod sink_commit;
 mod sink_pause;
 mod sink_retry;
 mod sink_seal;
+mod source_reset;
 pub mod streams;
 mod table_log;
 #[cfg(test)]
@@ -156,6 +157,8 @@ pub(crate) enum Command {
     Source(streams::SourceMessage),
     DropSource(ObjectId),
     RestartSource(Box<SourceToRead>, oneshot::Sender<()>),
+    /// `ALTER SOURCE ... RESET OFFSET`; answered once it is sealed.
+    ResetSource(Box<SourceToRead>, oneshot::Sender<()>),
     /// `ALTER SINK ... PAUSE` (true) or `RESUME` (false).
     PauseSink(ObjectId, bool, oneshot::Sender<()>),
     Deploy(Box<Deployment>, oneshot::Sender<Result<(), EngineError>>),
@@ -358,6 +361,16 @@ impl Runtime {
         self.send(Command::RestartSource(Box::new(source), reply))
             .await;
         let _ = done.await;
+    }
+
+    /// Reads `source` again from the beginning, at an epoch boundary
+    /// (everything received before stays in what reads it). Returns once
+    /// a seal records the reset, so a crash can no longer undo it.
+    pub async fn reset_source(&self, source: SourceToRead) -> Result<(), EngineError> {
+        let (reply, done) = oneshot::channel();
+        self.send(Command::ResetSource(Box::new(source), reply))
+            .await;
+        done.await.map_err(|_| EngineError::Stopped)
     }
 
     /// Pauses (`paused`) or resumes a sink deployment: a paused sink

@@ -204,9 +204,9 @@ pub struct Streams {
     /// The definition of every source being read.
     defs: HashMap<ObjectId, SourceToRead>,
     /// Per source, the offsets of every batch pushed to the coordinator.
-    received: HashMap<ObjectId, Offsets>,
+    pub(super) received: HashMap<ObjectId, Offsets>,
     /// Per source, the offsets the latest closed epoch includes.
-    covered: HashMap<ObjectId, Offsets>,
+    pub(super) covered: HashMap<ObjectId, Offsets>,
     /// Per deployment, the sources it reads.
     reads: HashMap<ObjectId, Vec<ObjectId>>,
     pub(super) sinks: HashMap<ObjectId, SinkSlot>,
@@ -214,11 +214,27 @@ pub struct Streams {
     sealed_sinks: HashMap<ObjectId, SinkSeal>,
     /// Numbers reader runs.
     runs: u64,
-    /// The covered offsets of the seal being written, acknowledged
+    /// The seal being written: its covered offsets are acknowledged
     /// upstream once it lands (not the offsets covered by then).
-    sealing: Option<(u64, HashMap<ObjectId, Offsets>)>,
+    sealing: Option<Sealing>,
+    /// Seals taken so far ([`Self::seal_extras`] calls).
+    pub(super) seals_taken: u64,
+    /// `ALTER SOURCE ... RESET OFFSET`s waiting for a seal taken after
+    /// them: (`seals_taken` at the reset, reply).
+    pub(super) resets_waiting: Vec<(u64, tokio::sync::oneshot::Sender<()>)>,
     /// The state store generation this process holds (sinks fence with it).
     generation: u64,
+}
+
+/// The seal being written, as [`Streams::seal_extras`] took it.
+struct Sealing {
+    epoch: u64,
+    /// Its number among the seals taken.
+    number: u64,
+    /// The last reader run started before it: a later run (a source
+    /// reset since) must not be acknowledged its offsets.
+    runs: u64,
+    covered: HashMap<ObjectId, Offsets>,
 }
 
 impl Streams {
@@ -240,6 +256,8 @@ impl Streams {
             sealed_sinks: sealed.sinks,
             runs: 0,
             sealing: None,
+            seals_taken: 0,
+            resets_waiting: Vec::new(),
             generation,
         }
     }
@@ -592,7 +610,13 @@ impl Streams {
         &mut self,
         epoch: u64,
     ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
-        self.sealing = Some((epoch, self.covered.clone()));
+        self.seals_taken += 1;
+        self.sealing = Some(Sealing {
+            epoch,
+            number: self.seals_taken,
+            runs: self.runs,
+            covered: self.covered.clone(),
+        });
         let offsets = self
             .covered
             .iter()
@@ -676,14 +700,17 @@ impl Streams {
             }
             self.commit(id, entry).await;
         }
-        let Some((_, covered)) = self.sealing.take().filter(|(e, _)| *e == epoch) else {
+        let Some(sealing) = self.sealing.take().filter(|s| s.epoch == epoch) else {
             return;
         };
         for (id, reader) in &self.readers {
-            if let Some(offsets) = covered.get(id) {
+            if let Some(offsets) = sealing.covered.get(id)
+                && reader.run <= sealing.runs
+            {
                 let _ = reader.sealed.send((epoch, offsets.clone()));
             }
         }
+        self.resets_sealed(sealing.number);
     }
 
     /// A deployment was dropped: its sink closes, and readers nobody else

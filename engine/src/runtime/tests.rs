@@ -446,3 +446,32 @@ async fn a_rebuilt_projection_over_a_source_that_cannot_replay_is_failed_not_par
         "the projection over a failed one must fail"
     );
 }
+
+#[tokio::test]
+async fn a_reset_source_is_read_again_once_a_seal_records_the_reset() {
+    let state = claim(Arc::new(InMemory::new()), "test").await;
+    let runtime = Arc::new(start(state.clone(), Duration::from_millis(20)).await);
+    runtime
+        .deploy(copy_of_source(PROJECTION, ten_rows(true)))
+        .await
+        .unwrap();
+    for _ in 0..500 {
+        if row_count(&runtime, PROJECTION) == 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let before = state.latest_committed_epoch().await.unwrap().unwrap_or(0);
+    runtime.reset_source(ten_rows(true)).await.unwrap();
+    // Returned after a seal taken since, which holds no offsets for it.
+    let sealed = state.latest_committed_epoch().await.unwrap().unwrap();
+    assert!(sealed > before, "{sealed} > {before}");
+    for _ in 0..500 {
+        if row_count(&runtime, PROJECTION) == 20 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(row_count(&runtime, PROJECTION), 20);
+}

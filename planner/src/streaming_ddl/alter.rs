@@ -1,4 +1,4 @@
-//! `ALTER SOURCE name PAUSE | RESUME` and `ALTER SINK name PAUSE | RESUME | RESET OFFSET`.
+//! `ALTER SOURCE name PAUSE | RESUME | RESET OFFSET` and `ALTER SINK name PAUSE | RESUME | RESET OFFSET`.
 
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use serde::{Deserialize, Serialize};
@@ -12,6 +12,8 @@ pub enum SourceAction {
     Pause,
     /// Read again from where it stopped.
     Resume,
+    /// Read again from the beginning, as a source created now would.
+    ResetOffset,
 }
 
 /// The rest of `ALTER SOURCE`, after the keyword.
@@ -20,9 +22,10 @@ pub(super) fn alter_source(p: &mut Parser) -> Result<StreamingDdl, ParserError> 
     let action = match word(p).as_deref() {
         Some("PAUSE") => SourceAction::Pause,
         Some("RESUME") => SourceAction::Resume,
+        Some("RESET") if word(p).as_deref() == Some("OFFSET") => SourceAction::ResetOffset,
         _ => {
             p.prev_token();
-            return p.expected("PAUSE or RESUME", p.peek_token());
+            return p.expected("PAUSE, RESUME or RESET OFFSET", p.peek_token());
         }
     };
     Ok(StreamingDdl::AlterSource { name, action })

@@ -206,6 +206,13 @@ fn reads_destinations() {
             action: SourceAction::Pause
         }
     );
+    assert_eq!(
+        parse("ALTER SOURCE bid RESET OFFSET").unwrap(),
+        StreamingDdl::AlterSource {
+            name: vec!["bid".into()],
+            action: SourceAction::ResetOffset
+        }
+    );
     assert!(parse("ALTER SOURCE bid STOP").is_err());
     assert_eq!(
         parse("ALTER SINK out RESET OFFSET").unwrap(),

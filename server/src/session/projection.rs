@@ -193,7 +193,10 @@ impl Session {
                 return Err(ServerError::Sqlstate {
                     code: "55000",
                     message: format!(
-                        "{kind} {object} cannot read source {}: the source carries updates and deletes,                          has already been read and cannot replay, so the {kind} would retract rows it                          never saw; create it before the source is first read (in the same statement                          batch as the source), or read the table through a new source with its own slot",
+                        "{kind} {object} cannot read source {}: the source carries updates and deletes, \
+                         has already been read and cannot replay, so the {kind} would retract rows it \
+                         never saw; create it before the source is first read (in the same statement \
+                         batch as the source), or read the table through a new source with its own slot",
                         source.name
                     ),
                 });

@@ -426,9 +426,10 @@ impl Session {
         text_rows(&["schema", "name", "connector", "status"], rows)
     }
 
-    /// `ALTER SOURCE name PAUSE | RESUME`: the catalog says whether the
-    /// source is read (so a pause survives restarts), and its reader is
-    /// stopped or started again at the position it had.
+    /// `ALTER SOURCE name PAUSE | RESUME | RESET OFFSET`: the catalog says
+    /// whether the source is read (so a pause survives restarts), and its
+    /// reader is stopped or started again at the position it had; a reset
+    /// is the runtime's, made durable by a seal before it returns.
     async fn alter_source(
         &mut self,
         name: &[String],
@@ -440,6 +441,9 @@ impl Session {
             .source(&schema, &name)
             .cloned()
             .ok_or_else(|| undefined(StreamingKind::Source, &name))?;
+        if action == SourceAction::ResetOffset {
+            return self.reset_source(&def).await;
+        }
         let pause = action == SourceAction::Pause;
         if def.paused == pause {
             let state = if def.paused {
@@ -520,6 +524,49 @@ impl Session {
             tables: vec![],
         })?;
         Ok(command("ALTER SINK"))
+    }
+
+    /// `ALTER SOURCE ... RESET OFFSET`: refused for a source that carries
+    /// updates and deletes (what reads it would see them twice); a paused
+    /// source stays paused, and reads from the beginning once resumed.
+    async fn reset_source(&mut self, def: &SourceDef) -> Result<StatementResult, ServerError> {
+        let append_only =
+            weir_connectors::connector(&def.connector, weir_connectors::ConnectorKind::Source)
+                .is_ok_and(|c| c.spec().capabilities.append_only);
+        if !append_only {
+            return Err(ServerError::Sqlstate {
+                code: "55000",
+                message: format!(
+                    "source {} carries updates and deletes ({}), so reading it again from the \
+                     beginning would apply them twice to what reads it; DROP SOURCE ... CASCADE \
+                     and create it and what reads it again to start over",
+                    def.qualified_name(),
+                    def.connector
+                ),
+            });
+        }
+        let read = self.plan_context().source_to_read(def)?;
+        let sealed = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            self.db.runtime().reset_source(read),
+        )
+        .await;
+        if !matches!(sealed, Ok(Ok(()))) {
+            return Err(ServerError::Sqlstate {
+                code: "58000",
+                message: format!(
+                    "source {} is read again from the beginning, but no checkpoint has recorded \
+                     that within 60 s (see weir_catalog.epochs and the server log); until one does, \
+                     a restart resumes it where it was",
+                    def.qualified_name()
+                ),
+            });
+        }
+        self.notice(format!(
+            "source {} is read again from the beginning: projections and sinks over it receive its rows again",
+            def.qualified_name()
+        ));
+        Ok(command("ALTER SOURCE"))
     }
 
     /// `ALTER SINK ... PAUSE` (`pause`) or `RESUME`.

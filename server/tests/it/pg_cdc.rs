@@ -92,6 +92,11 @@ async fn a_postgres_cdc_source_is_checked_against_the_upstream_at_create() {
         ))
         .await
         .expect("declared columns without the interval");
+    // Read again from the beginning, its updates and deletes would be
+    // applied twice.
+    let (code, message) = error_of(&client, "ALTER SOURCE h RESET OFFSET").await;
+    assert_eq!(code, "55000", "{message}");
+    assert!(message.contains("DROP SOURCE"), "{message}");
 }
 
 /// Rows in the upstream table at the start.

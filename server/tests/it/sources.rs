@@ -669,3 +669,45 @@ async fn a_paused_source_keeps_its_place_across_a_restart_and_resumes() {
             .contains("connector = 'nexmark'")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_source_is_read_again_from_the_beginning_even_across_kill_9() {
+    let mut server = WeirServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE bid WITH (connector = 'nexmark', event = 'bid', max_events = '500',
+                 base_time = '{BASE_TIME}');
+             CREATE PROJECTION seen AS
+               SELECT auction, bidder, price, date_time, count(*) AS c FROM bid GROUP BY 1, 2, 3, 4;"
+        ))
+        .await
+        .unwrap();
+    let status = "SELECT status FROM weir_catalog.sources WHERE name = 'bid'";
+    until_returns(&client, status, "completed").await;
+    client.batch_execute("FLUSH").await.unwrap();
+    // 500 nexmark events hold 460 bids.
+    until_returns(&client, "SELECT sum(c) FROM seen", "460").await;
+    let each = "SELECT auction, bidder, price, date_time, c FROM seen";
+    let once = rows(&client, each).await.unwrap();
+    let (code, message) = error_of(&client, "ALTER SOURCE nowhere RESET OFFSET").await;
+    assert_eq!(code, "42704", "{message}");
+
+    // Reset, then the plug is pulled before (or after) a seal records
+    // it: the catalog has it, so offsets sealed before are not resumed.
+    client
+        .batch_execute("ALTER SOURCE bid RESET OFFSET")
+        .await
+        .unwrap();
+    drop(client);
+    let client = kill_and_restart(&mut server, "killed after RESET OFFSET").await;
+    until_returns(&client, status, "completed").await;
+    client.batch_execute("FLUSH").await.unwrap();
+    until_returns(&client, "SELECT sum(c) FROM seen", "920").await;
+    let twice = "SELECT auction, bidder, price, date_time, c / 2 FROM seen WHERE c % 2 = 0";
+    assert_eq!(
+        rows(&client, twice).await.unwrap(),
+        once,
+        "every bid read twice"
+    );
+}
