@@ -48,6 +48,7 @@ impl Connector for BlackholeConnector {
         Ok(Box::new(Blackhole {
             committed,
             written: committed,
+            tally: Default::default(),
         }))
     }
 }
@@ -118,10 +119,15 @@ struct Blackhole {
     committed: Counts,
     /// Committed plus everything written since.
     written: Counts,
+    tally: crate::Tally,
 }
 
 #[async_trait]
 impl Sink for Blackhole {
+    fn receipt(&mut self) -> crate::Receipt {
+        self.tally.take()
+    }
+
     async fn write(&mut self, _epoch: u64, changes: &ChangeBatch) -> Result<(), ConnectorError> {
         // A row with weight 2 is two rows delivered (consolidation merges
         // equal rows), so rows are counted by weight, not by batch row.
@@ -134,6 +140,9 @@ impl Sink for Blackhole {
         self.written.bytes += changes.rows().get_array_memory_size() as u64;
         self.written.net += changes.weights().values().iter().sum::<i64>();
         self.written.checksum = self.written.checksum.wrapping_add(checksum(changes)?);
+        self.tally
+            .add_changes(changes)
+            .map_err(|e| ConnectorError::arrow(NAME, e))?;
         Ok(())
     }
 

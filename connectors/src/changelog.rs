@@ -97,6 +97,33 @@ pub(crate) fn output_rows(
     RecordBatch::try_new(schema.clone(), columns).map_err(arrow)
 }
 
+/// Tallies rows as [`output_rows`] made them ([`crate::receipt`]): each
+/// stands for weight 1, or -1 for a changelog's `delete`; a changelog's
+/// own two columns are not part of the row.
+pub(crate) fn tally_output(
+    connector: &str,
+    tally: &mut crate::Tally,
+    rows: &RecordBatch,
+    changelog: bool,
+) -> Result<(), ConnectorError> {
+    let arrow = |e| ConnectorError::arrow(connector, e);
+    let columns = rows.columns();
+    if !changelog {
+        return tally.add_written(columns, |_| 1).map_err(arrow);
+    }
+    let data = &columns[..columns.len().saturating_sub(2)];
+    let ops = columns[columns.len() - 2]
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| ConnectorError::Rejected {
+            connector: connector.into(),
+            message: "a changelog row without its weir_op".into(),
+        })?;
+    tally
+        .add_written(data, |i| if ops.value(i) == "delete" { -1 } else { 1 })
+        .map_err(arrow)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,6 +29,7 @@
 mod changelog;
 mod error;
 pub mod grouping;
+pub mod receipt;
 pub mod recovery;
 pub mod sink;
 pub mod source;
@@ -54,6 +55,7 @@ mod postgres;
 use arrow::datatypes::SchemaRef;
 
 pub use error::ConnectorError;
+pub use receipt::{Receipt, Tally};
 pub use sink::{Sink, SinkOpen, Skips};
 pub use source::{GAPS_ACCEPTED, Offsets, Source, SourceBatch, SourceEvent, SourceOpen};
 pub use spec::{Capabilities, ConnectorKind, ConnectorSpec, Delivery, OptionSpec, OptionType};

@@ -65,6 +65,7 @@ impl Connector for PrintConnector {
             to_stdout: self.to_stdout,
             staged: Vec::new(),
             prepared: BTreeMap::new(),
+            tally: Default::default(),
         }))
     }
 }
@@ -77,10 +78,15 @@ struct PrintSink {
     staged: Vec<String>,
     /// Lines per pre-committed epoch, printed at commit.
     prepared: BTreeMap<u64, Vec<String>>,
+    tally: crate::Tally,
 }
 
 #[async_trait]
 impl Sink for PrintSink {
+    fn receipt(&mut self) -> crate::Receipt {
+        self.tally.take()
+    }
+
     async fn write(&mut self, _epoch: u64, changes: &ChangeBatch) -> Result<(), ConnectorError> {
         let options = FormatOptions::default().with_null("NULL");
         let formatters = changes
@@ -89,6 +95,9 @@ impl Sink for PrintSink {
             .iter()
             .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
             .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ConnectorError::arrow(self.connector, e))?;
+        self.tally
+            .add_changes(changes)
             .map_err(|e| ConnectorError::arrow(self.connector, e))?;
         for (row, weight) in changes.weights().values().iter().enumerate() {
             let mut line = format!("{weight:+}");

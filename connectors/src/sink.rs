@@ -41,6 +41,14 @@ pub trait Sink: Send {
     /// committed). Idempotent.
     async fn abort(&mut self, epoch: u64) -> Result<(), ConnectorError>;
 
+    /// What the sink handed its target since its previous receipt (or
+    /// since it was opened), tallied where it encodes what the target
+    /// receives ([`crate::receipt`]); a change it refused into a
+    /// dead-letter or refused table counts as handed. The runtime takes
+    /// one after each successful pre-commit and compares it with what it
+    /// wrote to the sink: a mismatch fails the sink.
+    fn receipt(&mut self) -> crate::Receipt;
+
     /// What the sink skipped in all (`on_error = 'skip'`), as of its latest
     /// commit and as durable as its commits; `None` for a sink that does
     /// not skip.

@@ -78,6 +78,8 @@ pub(crate) struct FilesSink {
     /// The next file's sequence number within `seq_epoch`.
     seq: u32,
     seq_epoch: u64,
+    /// What it encoded since its last receipt.
+    tally: crate::Tally,
 }
 
 impl FilesSink {
@@ -108,6 +110,7 @@ impl FilesSink {
             pending: Vec::new(),
             seq: 0,
             seq_epoch: 0,
+            tally: Default::default(),
         })
     }
 
@@ -221,6 +224,10 @@ impl FilesSink {
 
 #[async_trait]
 impl Sink for FilesSink {
+    fn receipt(&mut self) -> crate::Receipt {
+        self.tally.take()
+    }
+
     async fn write(&mut self, epoch: u64, changes: &ChangeBatch) -> Result<(), ConnectorError> {
         self.recover().await?;
         if changes.is_empty() {
@@ -236,6 +243,7 @@ impl Sink for FilesSink {
         if rows.num_rows() == 0 {
             return Ok(());
         }
+        crate::changelog::tally_output(NAME, &mut self.tally, &rows, self.target.changelog)?;
         let mut bytes = encode(self.target.format, &rows)?;
         if self.target.gzip {
             bytes = gzip(&bytes)?;

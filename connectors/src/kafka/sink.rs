@@ -59,6 +59,8 @@ pub(crate) struct KafkaSink {
     in_flight: VecDeque<DeliveryFuture>,
     /// Messages acknowledged in all, what a descriptor records.
     delivered: u64,
+    /// What it produced since its last receipt.
+    tally: crate::Tally,
 }
 
 impl KafkaSink {
@@ -87,6 +89,7 @@ impl KafkaSink {
             key: key_columns(&open.schema, opts.get("key"))?,
             in_flight: VecDeque::new(),
             delivered,
+            tally: Default::default(),
         })
     }
 
@@ -151,11 +154,16 @@ fn json_lines(rows: &RecordBatch) -> Result<Vec<Vec<u8>>, ConnectorError> {
 
 #[async_trait]
 impl Sink for KafkaSink {
+    fn receipt(&mut self) -> crate::Receipt {
+        self.tally.take()
+    }
+
     async fn write(&mut self, epoch: u64, changes: &ChangeBatch) -> Result<(), ConnectorError> {
         let rows = output_rows(NAME, changes, epoch, &self.output, self.changelog)?;
         if rows.num_rows() == 0 {
             return Ok(());
         }
+        crate::changelog::tally_output(NAME, &mut self.tally, &rows, self.changelog)?;
         let values = self.values(&rows)?;
         let keys = if self.key.is_empty() {
             None

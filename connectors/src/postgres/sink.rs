@@ -135,6 +135,8 @@ pub(crate) struct PostgresSink {
     truncate_pending: bool,
     /// What it skipped in all, as of the latest commit.
     skipped: Skips,
+    /// What it encoded since its last receipt.
+    tally: crate::Tally,
 }
 
 impl PostgresSink {
@@ -174,6 +176,7 @@ impl PostgresSink {
             keys_epoch: 0,
             truncate_pending: false,
             skipped: Skips::default(),
+            tally: crate::Tally::default(),
         })
     }
 
@@ -505,37 +508,41 @@ impl Tables {
         epochs: &[(u64, usize, u64)],
         rows: u64,
     ) -> Result<u64, ConnectorError> {
-        Ok(match self.stage_pending(client, pending.clone()).await {
-            Ok(()) => rows,
-            Err(e) if e.is_refused_data() && self.skip_now => {
-                // Stage epoch by epoch, setting aside those refused.
-                let mut staged = 0;
-                for (i, &(_, start, rows)) in epochs.iter().enumerate() {
-                    let end = epochs.get(i + 1).map_or(pending.len(), |next| next.1);
-                    let lines = pending.slice(start..end);
-                    if lines.is_empty() {
-                        continue;
-                    }
-                    match self.stage_pending(client, lines.clone()).await {
-                        Ok(()) => staged += rows,
-                        Err(e) if e.is_refused_data() => {
-                            self.refuse(client, lines, &e.to_string()).await?;
+        Ok(
+            match self.stage_pending(client, pending.clone(), rows).await {
+                Ok(()) => rows,
+                Err(e) if e.is_refused_data() && self.skip_now => {
+                    // Stage epoch by epoch, setting aside those refused.
+                    let mut staged = 0;
+                    for (i, &(_, start, rows)) in epochs.iter().enumerate() {
+                        let end = epochs.get(i + 1).map_or(pending.len(), |next| next.1);
+                        let lines = pending.slice(start..end);
+                        if lines.is_empty() {
+                            continue;
                         }
-                        Err(e) => return Err(e),
+                        match self.stage_pending(client, lines.clone(), rows).await {
+                            Ok(()) => staged += rows,
+                            Err(e) if e.is_refused_data() => {
+                                self.refuse(client, lines, &e.to_string()).await?;
+                            }
+                            Err(e) => return Err(e),
+                        }
                     }
+                    staged
                 }
-                staged
-            }
-            Err(e) => return Err(e),
-        })
+                Err(e) => return Err(e),
+            },
+        )
     }
 
-    /// Copies `pending` into the stage, holding the progress row for
-    /// share so no take-over happens between the check and the copy.
+    /// Copies `pending` (`rows` lines) into the stage, holding the
+    /// progress row for share so no take-over happens between the check
+    /// and the copy; the server must report copying every line.
     async fn stage_pending(
         &self,
         client: &mut Client,
         pending: Bytes,
+        rows: u64,
     ) -> Result<(), ConnectorError> {
         let statement = format!(
             "COPY {} (weir_epoch, weir_weight, {}) FROM STDIN",
@@ -547,20 +554,30 @@ impl Tables {
             .await
             .map_err(|e| pg_error("starting a transaction", e))?;
         self.lock(&tx, "SHARE").await?;
-        copy_lines(&tx, &statement, pending, "staging an epoch").await?;
+        let copied = copy_lines(&tx, &statement, pending, "staging an epoch").await?;
+        if copied != rows {
+            return Err(ConnectorError::Rejected {
+                connector: NAME.into(),
+                message: format!(
+                    "staging into {} copied {copied} rows where {rows} lines were sent",
+                    self.stage
+                ),
+            });
+        }
         tx.commit()
             .await
             .map_err(|e| pg_error("staging an epoch", e))
     }
 }
 
-/// Sends `lines` to `statement` (a `COPY ... FROM STDIN`) in pieces.
+/// Sends `lines` to `statement` (a `COPY ... FROM STDIN`) in pieces;
+/// the rows the server says it copied.
 async fn copy_lines(
     tx: &Transaction<'_>,
     statement: &str,
     lines: Bytes,
     doing: &str,
-) -> Result<(), ConnectorError> {
+) -> Result<u64, ConnectorError> {
     let copy = tx
         .copy_in(statement)
         .await
@@ -574,8 +591,7 @@ async fn copy_lines(
             .map_err(|e| pg_error(doing, e))?;
         at = end;
     }
-    copy.finish().await.map_err(|e| pg_error(doing, e))?;
-    Ok(())
+    copy.finish().await.map_err(|e| pg_error(doing, e))
 }
 
 /// The progress row as read.
@@ -592,6 +608,10 @@ struct Progress {
 impl Sink for PostgresSink {
     async fn write(&mut self, epoch: u64, changes: &ChangeBatch) -> Result<(), ConnectorError> {
         self.encode(epoch, changes)
+    }
+
+    fn receipt(&mut self) -> crate::Receipt {
+        self.tally.take()
     }
 
     async fn pre_commit(&mut self, epoch: u64) -> Result<String, ConnectorError> {

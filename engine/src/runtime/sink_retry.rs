@@ -203,10 +203,15 @@ impl Streams {
         let slot = self.sinks.get_mut(&id).expect("looked up above");
         slot.sink = sink;
         slot.prepared = None;
+        slot.handed = Default::default();
         let epochs = slot.unsealed.clone();
         let connector = slot.connector.clone();
         for (epoch, changes) in &epochs {
             let slot = self.sinks.get_mut(&id).expect("looked up above");
+            if let Err(e) = slot.handed.add_changes(changes) {
+                self.sink_failed(id, &format!("tallying its changes: {e}"));
+                return false;
+            }
             if let Err(e) =
                 super::streams::guarded(&connector, slot.sink.write(*epoch, changes)).await
             {

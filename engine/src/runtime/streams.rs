@@ -194,6 +194,8 @@ pub(super) struct SinkSlot {
     /// `ALTER SINK ... PAUSE`: no writes until RESUME.
     pub paused: bool,
     pub failed: bool,
+    /// What it was handed since its last pre-commit, for its receipt.
+    pub handed: weir_connectors::Tally,
 }
 
 /// The loop's sources and sinks.
@@ -444,6 +446,7 @@ impl Streams {
                 waiting_since: None,
                 paused: spec.paused,
                 failed: false,
+                handed: Default::default(),
             },
         );
         self.deliver_restored(id, undelivered).await;
@@ -553,6 +556,9 @@ impl Streams {
         let Some(slot) = self.sinks.get_mut(&id).filter(|s| s.writing()) else {
             return;
         };
+        if let Err(e) = slot.handed.add_changes(out) {
+            return self.sink_failed(id, &format!("tallying its changes: {e}"));
+        }
         match guarded(&slot.connector, slot.sink.write(epoch, out)).await {
             Ok(()) => {
                 let mut status = self.status.write();
@@ -574,6 +580,20 @@ impl Streams {
         };
         match guarded(&slot.connector, slot.sink.pre_commit(epoch)).await {
             Ok(descriptor) => {
+                let (receipt, handed) = (slot.sink.receipt(), slot.handed.take());
+                if receipt != handed {
+                    let connector = slot.connector.clone();
+                    return self.sink_failed(
+                        id,
+                        &format!(
+                            "its receipt for epoch {epoch} does not match what it was handed: \
+                             it says it wrote {} row changes (checksum {:016x}), it was handed {} \
+                             (checksum {:016x}); a bug in the {} connector, reported instead of \
+                             delivering wrong rows",
+                            receipt.rows, receipt.checksum, handed.rows, handed.checksum, connector
+                        ),
+                    );
+                }
                 let rows = {
                     let mut status = self.status.write();
                     let entry = status.sinks.entry(id).or_default();

@@ -132,7 +132,7 @@ impl Tables {
             self.refused,
             self.column_list()
         );
-        copy_lines(tx, &statement, lines, "keeping refused changes").await?;
+        let _ = copy_lines(tx, &statement, lines, "keeping refused changes").await?;
         tx.execute(
             &format!(
                 "UPDATE {} SET weir_error = $1 WHERE weir_error IS NULL",
