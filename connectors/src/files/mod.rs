@@ -6,7 +6,8 @@
 //!   checked against, where files are ([`Location`], shared with the
 //!   source) and how the sink writes them ([`Target`]).
 //! - [`source`]: the source, each file one split read once, new files
-//!   picked up as they appear.
+//!   picked up as they appear; [`discover`]: its columns, read from the
+//!   first file when none are declared.
 //! - [`sink`]: the protocol. Each epoch's changes are encoded into a file
 //!   under a staging prefix that readers skip (`_weir_staging/`); after the
 //!   epoch's seal, `commit` renames them to their final names, which are
@@ -15,6 +16,7 @@
 //! - [`encode`]: rows (and, for a changelog, each change's op and epoch) as
 //!   file bytes in the chosen format.
 
+mod discover;
 mod encode;
 mod sink;
 mod source;

@@ -125,16 +125,33 @@ impl Connector for FilesSourceConnector {
     fn open_source(&self, open: SourceOpen<'_>) -> Result<Box<dyn Source>, ConnectorError> {
         Ok(Box::new(FilesSource::new(&open)?))
     }
+
+    /// Declared columns as declared; none declared, those of the first
+    /// file under the path ([`super::discover`]).
+    fn describe_source<'a>(
+        &'a self,
+        declared: Option<&'a SchemaRef>,
+        options: &'a BTreeMap<String, String>,
+    ) -> futures::future::BoxFuture<'a, Result<SchemaRef, ConnectorError>> {
+        Box::pin(async move {
+            if declared.is_some() {
+                return self.source_columns(declared, options);
+            }
+            self.check_source(options)?;
+            let location = Location::parse(options)?;
+            super::discover::discover(&location, &Settings::parse(options)?).await
+        })
+    }
 }
 
 /// The options that say how files are read.
 #[derive(Debug, Clone, Copy)]
-struct Settings {
-    format: Format,
+pub(super) struct Settings {
+    pub(super) format: Format,
     watch: bool,
     poll: Duration,
-    csv_header: bool,
-    csv_delimiter: u8,
+    pub(super) csv_header: bool,
+    pub(super) csv_delimiter: u8,
     compression: Compression,
     skip_bad: bool,
 }
@@ -148,7 +165,7 @@ enum Compression {
 }
 
 impl Settings {
-    fn parse(options: &BTreeMap<String, String>) -> Result<Self, ConnectorError> {
+    pub(super) fn parse(options: &BTreeMap<String, String>) -> Result<Self, ConnectorError> {
         let opts = Options::new(&SPEC, options);
         let delimiter = opts.get("csv.delimiter").unwrap_or(",");
         let csv_delimiter = match delimiter.as_bytes() {
@@ -185,7 +202,7 @@ impl Settings {
     }
 
     /// Whether a file of this name is one to read.
-    fn wants(&self, relative: &str) -> bool {
+    pub(super) fn wants(&self, relative: &str) -> bool {
         let hidden = relative
             .split('/')
             .any(|part| part.starts_with('_') || part.starts_with('.'));
@@ -202,7 +219,7 @@ impl Settings {
     }
 
     /// Whether the file `name` is read through gzip.
-    fn gzipped(&self, name: &str) -> bool {
+    pub(super) fn gzipped(&self, name: &str) -> bool {
         match self.compression {
             Compression::Gzip => true,
             Compression::None => false,
@@ -585,7 +602,7 @@ fn decode(settings: &Settings, bytes: Bytes, schema: &SchemaRef) -> Result<Batch
 }
 
 /// A gzip file's bytes, decompressed.
-fn gunzip(bytes: &[u8]) -> Result<Bytes, ArrowError> {
+pub(super) fn gunzip(bytes: &[u8]) -> Result<Bytes, ArrowError> {
     use std::io::Read;
     let mut out = Vec::new();
     flate2::read::MultiGzDecoder::new(bytes)

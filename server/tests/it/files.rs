@@ -288,3 +288,92 @@ async fn a_watched_directory_feeds_a_projection_and_a_sink_exactly_across_kill_9
     .await;
     assert_eq!(status, "running");
 }
+
+/// A source created without columns takes them from the first file under
+/// its path, in each format; with no file there, CREATE says to declare
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_files_source_without_columns_discovers_them_from_its_first_file() {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{ArrayRef, Int32Array, RecordBatch, StringArray};
+    use datafusion::parquet::arrow::ArrowWriter;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (csv, json, parquet, empty) = (
+        dir.path().join("csv"),
+        dir.path().join("json"),
+        dir.path().join("parquet"),
+        dir.path().join("empty"),
+    );
+    for d in [&csv, &json, &parquet, &empty] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(csv.join("a.csv"), "label,id,price\nx,1,2.5\ny,2,3\n").unwrap();
+    std::fs::write(csv.join("b.csv"), "label,id,price\nz,3,1\n").unwrap();
+    std::fs::write(
+        json.join("a.jsonl"),
+        "{\"k\": 1, \"tag\": \"p\", \"ok\": true}\n{\"k\": 2, \"tag\": null, \"ok\": false}\n",
+    )
+    .unwrap();
+    let batch = RecordBatch::try_from_iter([
+        ("k", Arc::new(Int32Array::from(vec![7, 8])) as ArrayRef),
+        ("v", Arc::new(StringArray::from(vec!["s", "t"])) as ArrayRef),
+    ])
+    .unwrap();
+    let file = std::fs::File::create(parquet.join("a.parquet")).unwrap();
+    let mut writer = ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+
+    let server = crate::harness::WeirServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE c WITH (connector = 'files', path = '{}', format = 'csv', watch = 'false');
+             CREATE SOURCE j WITH (connector = 'files', path = '{}', format = 'json', watch = 'false');
+             CREATE SOURCE p WITH (connector = 'files', path = '{}', watch = 'false');
+             CREATE PROJECTION c_sum AS SELECT count(*) AS n, sum(id) AS ids, sum(price) AS total FROM c;
+             CREATE PROJECTION j_ok AS SELECT k, tag FROM j WHERE ok;
+             CREATE PROJECTION p_all AS SELECT k + 1 AS k1, v FROM p;",
+            csv.display(),
+            json.display(),
+            parquet.display()
+        ))
+        .await
+        .expect("sources without columns");
+    for (source, columns) in [
+        ("c", "label TEXT, id BIGINT, price DOUBLE PRECISION"),
+        ("j", "k BIGINT, ok BOOLEAN, tag TEXT"),
+        ("p", "k INTEGER, v TEXT"),
+    ] {
+        let shown = value(&client, &format!("SHOW CREATE SOURCE {source}")).await;
+        assert!(
+            shown
+                .to_uppercase()
+                .contains(&format!("({columns})").to_uppercase()),
+            "{shown}"
+        );
+    }
+    for (sql, want) in [
+        ("SELECT n, ids, total FROM c_sum", vec!["3|6|6.5"]),
+        ("SELECT k, tag FROM j_ok", vec!["1|p"]),
+        ("SELECT k1, v FROM p_all", vec!["8|s", "9|t"]),
+    ] {
+        eventually(Duration::from_secs(30), sql, || async {
+            let got = rows(&client, sql).await.ok()?;
+            (got == want).then_some(())
+        })
+        .await;
+    }
+
+    let (_, message) = error_of(
+        &client,
+        &format!(
+            "CREATE SOURCE e WITH (connector = 'files', path = '{}', format = 'csv')",
+            empty.display()
+        ),
+    )
+    .await;
+    assert!(message.contains("declare them"), "{message}");
+}

@@ -21,7 +21,7 @@ impl PostgresSink {
     ) -> Result<(), ConnectorError> {
         let rows = changes.rows();
         let weights = changes.weights().values();
-        let canonical = crate::receipt::CanonicalRows::of(rows.columns())
+        let hashes = crate::receipt::row_hashes(rows.columns())
             .map_err(|e| ConnectorError::arrow(NAME, e))?;
         let options = format_options();
         let columns = rows
@@ -105,7 +105,7 @@ impl PostgresSink {
             if null_keys.as_ref().is_some_and(|n| n.value(row)) {
                 if weight != 0 {
                     line(&mut self.pending_refused, row, weight.signum());
-                    self.tally.add(canonical.row(row), weight);
+                    self.tally.add(hashes[row], weight);
                 }
                 continue;
             }
@@ -124,7 +124,7 @@ impl PostgresSink {
                     for _ in 0..weight.unsigned_abs() {
                         line(&mut self.pending, row, sign);
                         self.pending_rows += 1;
-                        self.tally.add(canonical.row(row), sign);
+                        self.tally.add(hashes[row], sign);
                     }
                 }
                 Mode::Upsert => {
@@ -149,7 +149,7 @@ impl PostgresSink {
                         // upsert writes or deletes the key's row.
                         line(&mut self.pending, row, weight.signum());
                         self.pending_rows += 1;
-                        self.tally.add(canonical.row(row), weight);
+                        self.tally.add(hashes[row], weight);
                     }
                 }
             }
