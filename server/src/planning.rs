@@ -204,18 +204,24 @@ impl PlanContext {
         let query = parse_query(&def.query)?;
         let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
         let planned = self.plan_projection(&query, &names).await?;
+        let sink = self.sink_to_open(def)?;
+        deployment_of(def.id, planned, def.arrow_schema(), Some(sink))
+    }
+
+    /// The connector a sink deployment writes to, its connection and
+    /// secrets resolved as they are now.
+    pub fn sink_to_open(&self, def: &SinkDef) -> Result<SinkToOpen, ServerError> {
         let mut options = self.connector_options(&def.connector, &def.options, &def.secrets)?;
         if let Some(destination) = &def.destination {
             options = destination.connector_options(options);
         }
-        let sink = SinkToOpen {
+        Ok(SinkToOpen {
             name: def.qualified_name(),
             connector: def.connector.clone(),
             options,
             schema: def.arrow_schema(),
             paused: def.paused,
-        };
-        deployment_of(def.id, planned, def.arrow_schema(), Some(sink))
+        })
     }
 }
 

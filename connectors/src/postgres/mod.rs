@@ -543,10 +543,12 @@ pub(crate) fn pg_error_of(
 ) -> ConnectorError {
     match e.as_db_error() {
         // The server going down or away (57: shutdown, 08: connection),
-        // out of resources (53), or a conflict between transactions
-        // (40001, 40P01): trying again later can succeed.
+        // out of resources (53), a conflict between transactions (40001,
+        // 40P01), or a credential refused (28: a password rotated upstream
+        // before its secret; ALTER SECRET reopens what uses it): trying
+        // again later can succeed.
         Some(db)
-            if ["57", "08", "53"].contains(&&db.code().code()[..2])
+            if ["57", "08", "53", "28"].contains(&&db.code().code()[..2])
                 || ["40001", "40P01"].contains(&db.code().code()) =>
         {
             ConnectorError::Transient {

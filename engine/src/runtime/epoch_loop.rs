@@ -203,6 +203,10 @@ impl Loop {
                 // covers what was read before it and records it.
                 self.close().await;
             }
+            Some(Command::ReconfigureSink(id, spec, reply)) => {
+                self.streams.reconfigure_sink(id, *spec);
+                let _ = reply.send(());
+            }
             Some(Command::PauseSink(id, paused, reply)) => {
                 self.streams.pause_sink(id, paused);
                 if !paused {

@@ -159,6 +159,8 @@ pub(crate) enum Command {
     RestartSource(Box<SourceToRead>, oneshot::Sender<()>),
     /// `ALTER SOURCE ... RESET OFFSET`; answered once it is sealed.
     ResetSource(Box<SourceToRead>, oneshot::Sender<()>),
+    /// A sink's options changed (a connection or secret it uses).
+    ReconfigureSink(ObjectId, Box<SinkToOpen>, oneshot::Sender<()>),
     /// `ALTER SINK ... PAUSE` (true) or `RESUME` (false).
     PauseSink(ObjectId, bool, oneshot::Sender<()>),
     Deploy(Box<Deployment>, oneshot::Sender<Result<(), EngineError>>),
@@ -371,6 +373,18 @@ impl Runtime {
         self.send(Command::ResetSource(Box::new(source), reply))
             .await;
         done.await.map_err(|_| EngineError::Stopped)
+    }
+
+    /// Sink deployment `id` writes with `spec`'s options from now on (a
+    /// connection or secret it uses changed): a writing sink reopens with
+    /// them at the next epoch close, from its last sealed epoch and handed
+    /// every epoch since (as a retry is); a paused or backing-off one at
+    /// its next reopen.
+    pub async fn reconfigure_sink(&self, id: ObjectId, spec: SinkToOpen) {
+        let (reply, done) = oneshot::channel();
+        self.send(Command::ReconfigureSink(id, Box::new(spec), reply))
+            .await;
+        let _ = done.await;
     }
 
     /// Pauses (`paused`) or resumes a sink deployment: a paused sink

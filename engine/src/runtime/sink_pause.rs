@@ -113,6 +113,26 @@ impl Streams {
         };
     }
 
+    /// Sink `id` takes `spec`'s options (its `paused` stays the slot's).
+    /// A writing sink is due to reopen at once, unless it could not be
+    /// handed again what it pre-committed since its durable entry (too
+    /// many changes since the last seal): then, like a paused or
+    /// backing-off one, it takes them at its next reopen.
+    pub fn reconfigure_sink(&mut self, id: ObjectId, spec: super::streams::SinkToOpen) {
+        let Some(slot) = self.sinks.get_mut(&id) else {
+            return;
+        };
+        slot.spec = super::streams::SinkToOpen {
+            paused: slot.paused,
+            ..spec
+        };
+        if slot.writing() && slot.unsealed_dropped_through.is_none() {
+            slot.backoff = Some(Backoff {
+                next_at: Instant::now(),
+            });
+        }
+    }
+
     /// After a seal's commits: a pausing sink whose pre-committed epochs
     /// are all committed is paused.
     pub(super) fn settle_paused(&mut self, id: ObjectId) {

@@ -23,6 +23,13 @@ use crate::db::TxnWrites;
 use crate::error::ServerError;
 
 /// What a CREATE SOURCE or SINK stores and what its connector is handed.
+/// What an ALTER changed, for [`Session::reopen_users`].
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Named<'a> {
+    Secret(&'a str),
+    Connection(&'a str),
+}
+
 pub(super) struct ConnectorOptions {
     /// The object's own options (with `connection` and defaults fixed at
     /// CREATE), as stored.
@@ -70,7 +77,8 @@ impl Session {
         })
     }
 
-    /// CREATE SECRET (`if_not_exists` given) or ALTER SECRET (None).
+    /// CREATE SECRET (`if_not_exists` given) or ALTER SECRET (None; its
+    /// running users take the new value: [`Self::reopen_users`]).
     pub(super) fn put_secret(
         &mut self,
         if_not_exists: Option<bool>,
@@ -122,8 +130,50 @@ impl Session {
         Ok(command("CREATE CONNECTION"))
     }
 
+    /// The running sources and sinks that use `named` (directly, or a
+    /// secret through their connection) take its new value: each source's
+    /// reader starts again where it was, each sink reopens from its last
+    /// sealed epoch as after a retry ([`weir_engine::runtime::Runtime::reconfigure_sink`]).
+    pub(super) async fn reopen_users(&mut self, named: Named<'_>) -> Result<(), ServerError> {
+        let catalog = self.snapshot().catalog.clone();
+        let uses = |options: &BTreeMap<String, String>, secrets: &BTreeMap<String, String>| {
+            let connection = options.get("connection");
+            match named {
+                Named::Connection(name) => connection.is_some_and(|c| c == name),
+                Named::Secret(name) => {
+                    secrets.values().any(|s| s == name)
+                        || connection
+                            .and_then(|c| catalog.connections.get(c))
+                            .is_some_and(|c| c.secrets.values().any(|s| s == name))
+                }
+            }
+        };
+        let sources: Vec<_> = catalog
+            .sources
+            .values()
+            .filter(|s| uses(&s.options, &s.secrets))
+            .cloned()
+            .collect();
+        let sinks: Vec<_> = catalog
+            .sinks
+            .values()
+            .filter(|s| uses(&s.options, &s.secrets))
+            .cloned()
+            .collect();
+        for source in sources {
+            let read = self.plan_context().source_to_read(&source)?;
+            self.db.runtime().restart_source(read).await;
+        }
+        for sink in sinks {
+            let spec = self.plan_context().sink_to_open(&sink)?;
+            self.db.runtime().reconfigure_sink(sink.id, spec).await;
+        }
+        Ok(())
+    }
+
     /// ALTER CONNECTION name SET (...): the options given replace those of
-    /// the same name; its users read it at their next start.
+    /// the same name; its running users take them at once
+    /// ([`Self::reopen_users`]).
     pub(super) fn alter_connection(
         &mut self,
         name: String,

@@ -18,6 +18,7 @@ use weir_planner::streaming_ddl::{
 };
 
 use super::projection::{column_def_of, column_defs, drop_readers};
+use super::secrets::Named;
 use super::{Session, StatementResult, command, show::text_rows};
 use crate::catalog::CatalogChange;
 use crate::catalog::model::ColumnDef;
@@ -71,7 +72,11 @@ impl Session {
                 name,
                 value,
             } => self.put_secret(Some(if_not_exists), name, value),
-            StreamingDdl::AlterSecret { name, value } => self.put_secret(None, name, value),
+            StreamingDdl::AlterSecret { name, value } => {
+                let done = self.put_secret(None, name.clone(), value)?;
+                self.reopen_users(Named::Secret(&name)).await?;
+                Ok(done)
+            }
             StreamingDdl::CreateConnection {
                 if_not_exists,
                 name,
@@ -83,7 +88,11 @@ impl Session {
                 name,
                 options,
                 secrets,
-            } => self.alter_connection(name, options, secrets),
+            } => {
+                let done = self.alter_connection(name.clone(), options, secrets)?;
+                self.reopen_users(Named::Connection(&name)).await?;
+                Ok(done)
+            }
             StreamingDdl::DropNamed {
                 what,
                 if_exists,

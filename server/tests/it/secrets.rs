@@ -47,6 +47,9 @@ async fn a_secret_named_by_a_connection_reaches_postgres_and_is_never_shown() {
              CREATE TABLE items (id bigint PRIMARY KEY, name text);
              ALTER TABLE items REPLICA IDENTITY FULL;
              GRANT SELECT ON items TO app;
+             CREATE TABLE names_copy (id bigint PRIMARY KEY, name text);
+             GRANT ALL ON names_copy TO app;
+             GRANT CREATE ON SCHEMA public TO app;
              INSERT INTO items VALUES (1, 'one'), (2, 'two');
              CREATE PUBLICATION weir_items FOR TABLE items;"
         ))
@@ -151,6 +154,21 @@ async fn a_secret_named_by_a_connection_reaches_postgres_and_is_never_shown() {
         assert!(hint.contains(user), "{drop}: {hint}");
     }
 
+    // A sink through the same connection.
+    client
+        .batch_execute(
+            "CREATE SINK copy FROM names WITH (connector = 'postgres', connection = shop,
+                 table = 'names_copy', key = 'id')",
+        )
+        .await
+        .unwrap();
+    let copied = "SELECT id, name FROM names_copy";
+    eventually(Duration::from_secs(30), "the sink's first rows", || async {
+        let got = rows(&upstream, copied).await.ok()?;
+        (got == ["1|one", "2|two", "3|three"]).then_some(())
+    })
+    .await;
+
     // A wrong password, through ALTER SECRET, fails the next use with
     // PostgreSQL's own answer, and the value shows nowhere.
     client
@@ -168,6 +186,66 @@ async fn a_secret_named_by_a_connection_reaches_postgres_and_is_never_shown() {
         "{message}"
     );
     assert!(!message.contains("wrong-one"), "{message}");
+    // The running source takes the new value at once: its reader starts
+    // again with it, and PostgreSQL refuses it.
+    let refused = eventually(Duration::from_secs(30), "the source refused", || async {
+        let row = value(
+            &client,
+            "SELECT status, error FROM weir_catalog.sources WHERE name = 'items_cdc'",
+        )
+        .await;
+        (!row.starts_with("running|") && row.contains("password authentication failed"))
+            .then_some(row)
+    })
+    .await;
+    assert!(!refused.contains("wrong-one"), "{refused}");
+    // The sink reopens with it too, and backs off, refused.
+    let backing_off = crate::sources::status_becomes(&client, "sinks", "copy", "backing_off").await;
+    assert!(
+        backing_off.contains("password authentication failed"),
+        "{backing_off}"
+    );
+
+    // A rotation: the role's password changes upstream, then the secret;
+    // the source reconnects with the new one and streams on, where it was.
+    const ROTATED: &str = "r0tated-Passw0rd-y8";
+    upstream
+        .batch_execute(&format!("ALTER ROLE app PASSWORD '{ROTATED}'"))
+        .await
+        .unwrap();
+    client
+        .batch_execute(&format!("ALTER SECRET app_pass AS '{ROTATED}'"))
+        .await
+        .unwrap();
+    upstream
+        .batch_execute("INSERT INTO items VALUES (5, 'five')")
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(60),
+        "a change after the rotation",
+        || async {
+            let got = rows(&client, "SELECT id, name FROM names WHERE id = 5")
+                .await
+                .ok()?;
+            (got == ["5|five"]).then_some(())
+        },
+    )
+    .await;
+    // The sink's next retry takes the rotated password: it catches up.
+    eventually(
+        Duration::from_secs(60),
+        "the sink after the rotation",
+        || async {
+            let got = rows(&upstream, copied).await.ok()?;
+            (got == ["1|one", "2|two", "3|three", "5|five"]).then_some(())
+        },
+    )
+    .await;
+    upstream
+        .batch_execute(&format!("ALTER ROLE app PASSWORD '{PASSWORD}'"))
+        .await
+        .unwrap();
     client
         .batch_execute(&format!("ALTER SECRET app_pass AS '{PASSWORD}'"))
         .await
@@ -185,7 +263,7 @@ async fn a_secret_named_by_a_connection_reaches_postgres_and_is_never_shown() {
         "a change after the restart",
         || async {
             let got = rows(&client, "SELECT count(*) FROM names").await.ok()?;
-            (got == ["4"]).then_some(())
+            (got == ["5"]).then_some(())
         },
     )
     .await;
