@@ -52,7 +52,15 @@ impl SinkSlot {
         }
         epochs
             .into_iter()
-            .filter_map(|(epoch, parts)| Some((epoch, concat(&parts)?)))
+            .filter_map(|(epoch, parts)| match concat(&parts) {
+                Some(changes) => Some((epoch, changes)),
+                None => {
+                    // Never for one sink's output (one schema); said, not
+                    // silent, if it ever happens.
+                    tracing::error!(sink = %self.spec.name, epoch, "undelivered parts of an epoch do not concatenate; not kept for a restart");
+                    None
+                }
+            })
             .collect()
     }
 }
