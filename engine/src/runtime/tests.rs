@@ -350,6 +350,17 @@ fn row_count(runtime: &Runtime, id: ObjectId) -> usize {
     runtime.view().projections[&id].result.row_count() as usize
 }
 
+/// Waits (up to 5 s) until projection `id` holds `rows` rows; the caller
+/// asserts what it holds then.
+async fn until_rows(runtime: &Runtime, id: ObjectId, rows: usize) {
+    for _ in 0..500 {
+        if row_count(runtime, id) == rows {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// The rows a projection created after a source's ten rows were read
 /// holds: backfilled when the source can replay, none when it cannot.
 async fn late_projection_rows(replayable: bool) -> usize {
@@ -359,12 +370,7 @@ async fn late_projection_rows(replayable: bool) -> usize {
         .deploy(copy_of_source(PROJECTION, ten_rows(replayable)))
         .await
         .unwrap();
-    for _ in 0..500 {
-        if row_count(&runtime, PROJECTION) == 10 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_rows(&runtime, PROJECTION, 10).await;
     assert_eq!(row_count(&runtime, PROJECTION), 10);
     runtime
         .deploy(copy_of_source(LATE, ten_rows(replayable)))
@@ -418,12 +424,7 @@ async fn rebuilt_after_a_seal(replayable: bool) -> Arc<Runtime> {
 async fn a_rebuilt_projection_over_a_source_that_cannot_replay_is_failed_not_partial() {
     // Replayable: rows 1..=6 are read again, then the reader goes on.
     let runtime = rebuilt_after_a_seal(true).await;
-    for _ in 0..500 {
-        if row_count(&runtime, PROJECTION) == 10 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_rows(&runtime, PROJECTION, 10).await;
     assert_eq!(row_count(&runtime, PROJECTION), 10);
 
     let runtime = rebuilt_after_a_seal(false).await;
@@ -455,23 +456,14 @@ async fn a_reset_source_is_read_again_once_a_seal_records_the_reset() {
         .deploy(copy_of_source(PROJECTION, ten_rows(true)))
         .await
         .unwrap();
-    for _ in 0..500 {
-        if row_count(&runtime, PROJECTION) == 10 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_rows(&runtime, PROJECTION, 10).await;
+    assert_eq!(row_count(&runtime, PROJECTION), 10);
     let before = state.latest_committed_epoch().await.unwrap().unwrap_or(0);
     runtime.reset_source(ten_rows(true)).await.unwrap();
     // Returned after a seal taken since, which holds no offsets for it.
     let sealed = state.latest_committed_epoch().await.unwrap().unwrap();
     assert!(sealed > before, "{sealed} > {before}");
-    for _ in 0..500 {
-        if row_count(&runtime, PROJECTION) == 20 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_rows(&runtime, PROJECTION, 20).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(row_count(&runtime, PROJECTION), 20);
 }
