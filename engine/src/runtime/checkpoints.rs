@@ -248,6 +248,19 @@ impl Checkpointer {
         &self.state
     }
 
+    /// Whether a checkpoint of the coordinator's latest completed epoch is
+    /// due: it is not sealed already, no checkpoint is in flight, the last
+    /// one is at least `min_interval` old and the store is not fenced.
+    pub fn due(&self, coordinator: &Coordinator, min_interval: Duration) -> bool {
+        let epoch = coordinator.view().epoch.0;
+        !(self.fenced.is_some()
+            || self.in_flight
+            || epoch <= self.last_sealed
+            || self
+                .last_checkpoint
+                .is_some_and(|at| at.elapsed() < min_interval))
+    }
+
     /// Takes the coordinator's latest completed epoch, covering commits up
     /// to `covered_lsn`, out for a checkpoint, unless it is sealed already,
     /// a checkpoint is in flight, or the last one is younger than
@@ -264,13 +277,7 @@ impl Checkpointer {
         streams: &mut Streams,
     ) -> Option<PendingSeal> {
         let epoch = coordinator.view().epoch.0;
-        if self.fenced.is_some()
-            || self.in_flight
-            || epoch <= self.last_sealed
-            || self
-                .last_checkpoint
-                .is_some_and(|at| at.elapsed() < min_interval)
-        {
+        if !self.due(coordinator, min_interval) {
             return None;
         }
         let started = Instant::now();

@@ -59,6 +59,8 @@ pub(super) struct Loop {
     pub deploys_waiting: Vec<(Box<Deployment>, DeployReply)>,
     /// The checkpoint being written, if one is.
     pub sealing: Option<tokio::task::JoinHandle<SealOutcome>>,
+    /// Since when a due checkpoint has waited for sinks' pre-commits.
+    pub checkpoint_deferred: Option<std::time::Instant>,
 }
 
 pub(super) async fn run(mut state: Loop) {
@@ -75,7 +77,9 @@ pub(super) async fn run(mut state: Loop) {
                 None => return,
             },
             written = async { state.sealing.as_mut().expect("guarded").await },
-                if state.sealing.is_some() => Event::Written(written),
+                if state.sealing.is_some() => Event::Written(Box::new(written)),
+            // Never `None`: the streams hold a sender.
+            Some(done) = state.streams.sink_events.recv() => Event::Sink(done),
             _ = tokio::time::sleep_until(tick) => Event::Tick,
         };
         match event {
@@ -86,8 +90,9 @@ pub(super) async fn run(mut state: Loop) {
             }
             Event::Written(written) => {
                 state.sealing = None;
-                state.sealed(written).await;
+                state.sealed(*written);
             }
+            Event::Sink(done) => state.streams.sink_event(done),
         }
         state.start_checkpoint();
         state.acknowledge_table_log();
@@ -96,7 +101,9 @@ pub(super) async fn run(mut state: Loop) {
 
 enum Event {
     Command(Command),
-    Written(Result<SealOutcome, tokio::task::JoinError>),
+    Written(Box<Result<SealOutcome, tokio::task::JoinError>>),
+    /// A sink's worker finished something.
+    Sink(super::sink_worker::SinkEvent),
     Tick,
 }
 
@@ -123,7 +130,7 @@ impl Loop {
                 }
                 // A grouped sink's last group commits when it is old
                 // enough, whether or not another seal comes.
-                self.streams.commit_waiting_groups().await;
+                self.streams.commit_waiting_groups();
             }
             Some(Command::TableLog(commit)) => self.commit_received(commit).await,
             Some(Command::Source(message)) => match message {
@@ -173,9 +180,7 @@ impl Loop {
                         self.streams.start_readers(id, &sources);
                         if let Some(sink) = sink {
                             let undelivered = self.coordinator.undelivered(id);
-                            self.streams
-                                .open_sink(id, &sink, None, at, undelivered)
-                                .await;
+                            self.streams.open_sink(id, &sink, None, at, undelivered);
                         }
                     }
                     self.streams.epoch_closed(at, emitted.clone()).await;
@@ -192,7 +197,7 @@ impl Loop {
             }
             Some(Command::Drop(id)) => {
                 self.coordinator.drop_projection(id);
-                self.streams.dropped(id);
+                self.streams.dropped(id).await;
                 self.fingerprints.remove(&id);
                 *self.shared.view.write() = self.coordinator.view();
             }
@@ -224,13 +229,27 @@ impl Loop {
     }
 
     /// Starts writing a checkpoint of the latest epoch when one is due and
-    /// none is being written; epochs go on meanwhile.
+    /// none is being written; epochs go on meanwhile. A due checkpoint
+    /// waits up to a barrier interval for sinks' pre-commits in flight, so
+    /// a sink that keeps up needs no outbox ([`super::sink_worker`]).
     fn start_checkpoint(&mut self) {
         if self.sealing.is_some() {
             return;
         }
         let covered = self.shared.covered.load(Ordering::Acquire);
         let interval = self.interval();
+        if !self.checkpointer.due(&self.coordinator, interval) {
+            return;
+        }
+        if self.streams.pre_commits_in_flight() {
+            let since = *self
+                .checkpoint_deferred
+                .get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() < interval {
+                return;
+            }
+        }
+        self.checkpoint_deferred = None;
         let pending = self.checkpointer.prepare(
             &mut self.coordinator,
             covered,
@@ -246,7 +265,7 @@ impl Loop {
 
     /// A checkpoint was written (or failed): sinks commit and sources
     /// acknowledge what the seal holds.
-    async fn sealed(&mut self, written: Result<SealOutcome, tokio::task::JoinError>) {
+    fn sealed(&mut self, written: Result<SealOutcome, tokio::task::JoinError>) {
         let outcome = match written {
             Ok(outcome) => outcome,
             Err(e) => {
@@ -258,7 +277,7 @@ impl Loop {
             }
         };
         if let Some(epoch) = self.checkpointer.finish(outcome, self.observer.as_ref()) {
-            self.streams.sealed(epoch).await;
+            self.streams.sealed(epoch);
         }
         if let Some(reason) = self.checkpointer.fenced() {
             let _ = self.shared.fenced.set(reason.to_string());
@@ -385,8 +404,12 @@ impl Loop {
         if let Some(sink) = sink {
             let epoch = self.coordinator.view().epoch.0;
             self.streams
-                .open_sink(id, &sink, deployed, epoch, Vec::new())
-                .await;
+                .open_sink(id, &sink, deployed, epoch, Vec::new());
+            // The state checkpointed from now on includes the backfill, so
+            // the descriptor sealed with it must too (or, until that
+            // pre-commit completes, the outbox holds it). A restore's
+            // sinks pre-commit with the epoch close that follows it.
+            self.streams.pre_commit(id, epoch);
         }
         Ok(Deployed::Running)
     }

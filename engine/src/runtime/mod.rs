@@ -15,7 +15,8 @@
 //! - [`streams`]: one shared reader per source, one writer per sink, and
 //!   the offsets and descriptors every seal records; `sink_retry`: a sink
 //!   whose target is unreachable backs off and catches up; `sink_commit`:
-//!   when a sink commits (each seal, or grouped).
+//!   when a sink commits (each seal, or grouped); `sink_worker`: each
+//!   sink's calls run on a task of their own, off the loop.
 //! - [`checkpoints`]: writes each completed epoch as per-vnode partials,
 //!   then its seal (with the table-log LSN, source offsets, sink
 //!   descriptors and state fingerprints).
@@ -36,9 +37,11 @@ mod epoch_loop;
 mod reader;
 mod restore;
 mod sink_commit;
+mod sink_open;
 mod sink_pause;
 mod sink_retry;
 mod sink_seal;
+mod sink_worker;
 mod source_reset;
 pub mod streams;
 mod table_log;
@@ -268,6 +271,7 @@ impl Runtime {
             waiting: Vec::new(),
             deploys_waiting: Vec::new(),
             sealing: None,
+            checkpoint_deferred: None,
         }));
         Self {
             commands,

@@ -6,35 +6,40 @@
 
 use weir_common::ObjectId;
 
-use super::streams::{SinkSeal, Streams, guarded};
+use super::sink_worker::SinkOp;
+use super::streams::{SinkSeal, Streams};
 
 impl Streams {
-    /// Commits sink `id`'s durable seal entry `entry`.
-    pub(super) async fn commit(&mut self, id: ObjectId, entry: SinkSeal) {
+    /// Sends sink `id` its durable seal entry `entry` to commit; the
+    /// worker reports when it has ([`Self::committed`]).
+    pub(super) fn commit(&mut self, id: ObjectId, entry: SinkSeal) {
         let Some(slot) = self.sinks.get_mut(&id) else {
             return;
         };
         slot.waiting_since = None;
-        match guarded(
-            &slot.connector,
-            slot.sink.commit(entry.epoch, &entry.descriptor),
-        )
-        .await
+        slot.worker.send(SinkOp::Commit { entry });
+    }
+
+    /// Sink `id`'s worker committed `entry`.
+    pub(super) fn committed(
+        &mut self,
+        id: ObjectId,
+        entry: SinkSeal,
+        skipped: Option<weir_connectors::Skips>,
+    ) {
         {
-            Ok(()) => {
-                let mut status = self.status.write();
-                let s = status.sinks.entry(id).or_default();
-                s.committed_rows = entry.rows;
-                s.committed_epoch = entry.epoch;
-                s.committed_descriptor = Some(entry.descriptor.clone());
-                s.retries = 0;
-                if let Some(slot) = self.sinks.get_mut(&id) {
-                    slot.retry.failures = 0;
-                    s.skipped = slot.sink.skipped();
-                }
-            }
-            Err(e) => self.sink_error(id, e),
+            let mut status = self.status.write();
+            let s = status.sinks.entry(id).or_default();
+            s.committed_rows = entry.rows;
+            s.committed_epoch = entry.epoch;
+            s.committed_descriptor = Some(entry.descriptor);
+            s.retries = 0;
+            s.skipped = skipped;
         }
+        if let Some(slot) = self.sinks.get_mut(&id) {
+            slot.retry.failures = 0;
+        }
+        self.settle_paused(id);
     }
 
     /// Whether sink `id` commits its durable `entry` now: always without
@@ -60,7 +65,7 @@ impl Streams {
 
     /// Commits every grouped sink whose group has waited long enough,
     /// without a new seal (an idle stream still delivers its last group).
-    pub async fn commit_waiting_groups(&mut self) {
+    pub fn commit_waiting_groups(&mut self) {
         let due: Vec<(ObjectId, SinkSeal)> = self
             .sinks
             .iter()
@@ -73,7 +78,7 @@ impl Streams {
             .filter_map(|(id, s)| s.durable.clone().map(|d| (*id, d)))
             .collect();
         for (id, entry) in due {
-            self.commit(id, entry).await;
+            self.commit(id, entry);
         }
     }
 }

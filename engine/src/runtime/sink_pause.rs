@@ -8,8 +8,9 @@
 //! sink's outbox ([`weir_engine::outbox`], part of the sealed state), so
 //! a restore from that seal reopens the sink at its entry and delivers
 //! them, then what comes after: a pulled plug while a target is down, or
-//! while a sink is paused, loses nothing. A writing sink keeps nothing
-//! there (what it pre-committed is in its target already).
+//! while a sink is paused, loses nothing. A writing sink keeps there only
+//! the epochs whose pre-commits were still running at the seal
+//! ([`super::sink_worker`]); what it pre-committed is in its target.
 //!
 //! PAUSE stops writes at once; what the sink had pre-committed commits
 //! with the next seal (status `pausing` until then, `paused` after).
@@ -34,11 +35,12 @@ impl SinkSlot {
     }
 
     /// The epochs to keep in its outbox at a seal: everything collected
-    /// after the entry the seal will hold, unless it is writing (or
-    /// failed, which no restore can help). Epochs collected twice (a
-    /// restore's backlog and its replay) are one.
+    /// after the entry the seal will hold (its latest completed
+    /// pre-commit), unless it failed (no restore can help that). Nothing
+    /// for a writing sink whose pre-commits are all done. Epochs collected
+    /// twice (a restore's backlog and its replay) are one.
     pub(super) fn undelivered(&self) -> Vec<(u64, ChangeBatch)> {
-        if self.writing() || self.failed {
+        if self.failed || self.writing() && self.in_flight.is_empty() {
             return Vec::new();
         }
         let after = self
@@ -110,6 +112,7 @@ impl Streams {
             return;
         }
         let in_flight = slot.prepared.is_some()
+            || !slot.in_flight.is_empty()
             || slot
                 .sealed
                 .as_ref()
@@ -147,7 +150,7 @@ impl Streams {
         let Some(slot) = self.sinks.get(&id).filter(|s| s.paused && !s.failed) else {
             return;
         };
-        if slot.prepared.is_some() {
+        if slot.prepared.is_some() || !slot.in_flight.is_empty() {
             return;
         }
         let mut status = self.status.write();
@@ -164,11 +167,7 @@ impl Streams {
 
     /// A sink opened from a seal whose outbox kept `undelivered` epochs:
     /// they are collected again and, unless it is paused, written now.
-    pub(super) async fn deliver_restored(
-        &mut self,
-        id: ObjectId,
-        undelivered: Vec<(u64, ChangeBatch)>,
-    ) {
+    pub(super) fn deliver_restored(&mut self, id: ObjectId, undelivered: Vec<(u64, ChangeBatch)>) {
         for (epoch, changes) in &undelivered {
             self.collect(id, *epoch, changes);
         }
@@ -183,7 +182,7 @@ impl Streams {
             tracing::info!(sink = %id, epochs = undelivered.len(), "delivering what the sink missed before the restart");
         }
         for (epoch, changes) in &undelivered {
-            self.write(id, *epoch, changes).await;
+            self.write(id, *epoch, changes);
         }
     }
 }

@@ -8,9 +8,10 @@
 //! it gets no calls, its seal entry stays the last one it pre-committed,
 //! and its epochs keep collecting. At the first epoch close after the
 //! delay (the barrier timer closes one for it when nothing else does),
-//! it is opened again from the durable entry (which re-commits
-//! that entry and drops whatever it staged after it, as after a restart)
-//! and handed every collected epoch in order, then goes on as before.
+//! once its old worker has stopped, it is opened again from the durable
+//! entry (which re-commits that entry and drops whatever it staged after
+//! it, as after a restart) as a new worker, and handed every collected
+//! epoch in order, then goes on as before.
 //! A sink that skips refused epochs (`on_error = 'skip'`) does so itself
 //! (the connector knows its unit and where to commit an offset alone);
 //! under `retry_and_skip(n, ..)` a refused epoch is retried like an
@@ -19,8 +20,9 @@
 //! Any other error fails the sink for good, as does a backlog beyond
 //! [`MAX_WAITING_ROWS`] (memory is not unbounded). A healthy sink keeps at
 //! most as many: past that (a fast stream between two seals) it drops
-//! what it kept and cannot retry until a seal covers the dropped epochs;
-//! an error meanwhile fails it.
+//! the epochs it has pre-committed (never those in flight, which a seal
+//! may have to keep in its outbox) and cannot retry until a seal covers
+//! the dropped epochs; an error meanwhile fails it.
 //!
 //! How long to wait, and when to give up, is the sink's
 //! [`Recovery`] (its `on_error` and `restart_*` options); the count of
@@ -103,6 +105,9 @@ impl Streams {
         let Some(slot) = self.sinks.get_mut(&id) else {
             return;
         };
+        // Its worker has stopped: nothing it was sent completes.
+        slot.in_flight.clear();
+        slot.unprecommitted_rows = 0;
         // A refused epoch is retried only by a strategy that retries it
         // before skipping it; the sink reopened after the last retry skips.
         let retried = error.is_retryable()
@@ -145,20 +150,16 @@ impl Streams {
     }
 
     /// Keeps `changes` of `epoch` for sink `id` until a seal covers them;
-    /// fails the sink when too many wait.
+    /// fails the sink when too many wait while it does not write. (A
+    /// writing sink that keeps too many stops keeping what it
+    /// pre-committed: [`Self::make_room`].)
     pub(super) fn collect(&mut self, id: ObjectId, epoch: u64, changes: &ChangeBatch) {
         let Some(slot) = self.sinks.get_mut(&id).filter(|s| !s.failed) else {
             return;
         };
         slot.unsealed_rows += changes.num_rows();
         slot.unsealed.push((epoch, changes.clone()));
-        if slot.unsealed_rows > MAX_WAITING_ROWS && slot.backoff.is_none() {
-            // Writing fine, just fast: stop keeping epochs until a seal
-            // covers this one (a retry before then is impossible).
-            slot.unsealed.clear();
-            slot.unsealed_rows = 0;
-            slot.unsealed_dropped_through = Some(epoch);
-        } else if slot.unsealed_rows > MAX_WAITING_ROWS {
+        if slot.unsealed_rows > MAX_WAITING_ROWS && !slot.writing() {
             let since = slot.durable.as_ref().map_or(0, |d| d.epoch);
             self.sink_failed(
                 id,
@@ -169,11 +170,12 @@ impl Streams {
         }
     }
 
-    /// Whether sink `id` is backing off and its delay has passed.
+    /// Whether sink `id` is backing off and its delay has passed (and it
+    /// keeps every epoch since its durable entry, which a reopen needs).
     pub(super) fn retry_due(&self, id: ObjectId) -> bool {
         self.sinks
             .get(&id)
-            .filter(|s| !s.failed && !s.paused)
+            .filter(|s| !s.failed && !s.paused && s.unsealed_dropped_through.is_none())
             .and_then(|s| s.backoff)
             .is_some_and(|b| b.next_at <= Instant::now())
     }
@@ -183,12 +185,15 @@ impl Streams {
         self.sinks.keys().any(|&id| self.retry_due(id))
     }
 
-    /// Opens sink `id` again from its durable seal entry and hands it
-    /// every epoch collected since. Whether it is writing again.
+    /// Opens sink `id` again from its durable seal entry (once its old
+    /// worker has stopped) and hands it every epoch collected since; its
+    /// status says `running` again once the first pre-commit after that
+    /// completes. Whether it was reopened.
     pub(super) async fn retry(&mut self, id: ObjectId) -> bool {
         let Some(slot) = self.sinks.get_mut(&id) else {
             return false;
         };
+        slot.worker.stop().await;
         let durable = slot.durable.clone();
         let spec = slot.spec.clone();
         let failures = slot.retry.failures;
@@ -200,44 +205,20 @@ impl Streams {
                     return false;
                 }
             };
+        let worker = self.start_worker(id, sink, &spec.connector);
         let slot = self.sinks.get_mut(&id).expect("looked up above");
-        slot.sink = sink;
+        slot.worker = worker;
         slot.prepared = None;
-        slot.handed = Default::default();
-        let epochs = slot.unsealed.clone();
-        let connector = slot.connector.clone();
-        for (epoch, changes) in &epochs {
-            let slot = self.sinks.get_mut(&id).expect("looked up above");
-            if let Err(e) = slot.handed.add_changes(changes) {
-                self.sink_failed(id, &format!("tallying its changes: {e}"));
-                return false;
-            }
-            if let Err(e) =
-                super::streams::guarded(&connector, slot.sink.write(*epoch, changes)).await
-            {
-                self.sink_error(id, e);
-                return false;
-            }
-        }
-        let slot = self.sinks.get_mut(&id).expect("looked up above");
-        let failures = slot.retry.failures;
+        slot.in_flight.clear();
+        slot.unprecommitted_rows = 0;
         slot.backoff = None;
-        tracing::info!(sink = %id, failures, epochs = epochs.len(), "sink writing again");
-        let mut status = self.status.write();
-        let entry = status.sinks.entry(id).or_default();
-        entry.status = "running";
-        entry.error = None;
-        entry.next_retry_ms = None;
-        if let Some(d) = &durable {
-            entry.rows_out = d.rows;
-        } else {
-            entry.rows_out = 0;
+        let epochs = slot.unsealed.clone();
+        tracing::info!(sink = %id, failures, epochs = epochs.len(), "sink reopened");
+        self.status.write().sinks.entry(id).or_default().rows_out =
+            durable.as_ref().map_or(0, |d| d.rows);
+        for (epoch, changes) in &epochs {
+            self.write(id, *epoch, changes);
         }
-        entry.rows_out += epochs
-            .iter()
-            .flat_map(|(_, c)| c.weights().values().iter())
-            .map(|w| w.unsigned_abs())
-            .sum::<u64>();
         true
     }
 }

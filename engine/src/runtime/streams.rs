@@ -36,7 +36,7 @@ use weir_common::{ChangeBatch, ObjectId};
 use weir_connectors::grouping::Grouping;
 
 use super::sink_retry::RetryState;
-use weir_connectors::{ConnectorError, ConnectorKind, Offsets, Sink, SinkOpen, SourceBatch};
+use weir_connectors::{ConnectorError, Offsets, SourceBatch};
 
 use super::Command;
 use super::reader::{ReaderTask, Route, open_source, read, read_up_to};
@@ -53,6 +53,7 @@ pub fn sink_key(id: ObjectId) -> String {
 }
 
 pub use super::sink_seal::{SealedStreams, SinkSeal};
+use super::sink_worker::SinkEvent;
 
 /// A source a deployment reads, as the runtime opens it.
 #[derive(Debug, Clone)]
@@ -166,13 +167,16 @@ struct Reader {
 }
 
 pub(super) struct SinkSlot {
-    pub sink: Box<dyn Sink>,
-    /// The connector's name, for errors.
-    pub connector: String,
+    /// The task running the opened sink's calls.
+    pub worker: super::sink_worker::SinkWorker,
     /// What opened it, to open it again after a retryable error.
     pub spec: SinkToOpen,
-    /// Pre-committed and not yet committed: (epoch, descriptor, rows).
+    /// Pre-committed (completed) and not yet sealed.
     pub prepared: Option<SinkSeal>,
+    /// Pre-commits sent to the worker and not completed, oldest first.
+    pub in_flight: std::collections::VecDeque<super::sink_worker::InFlight>,
+    /// Row changes sent since the last pre-commit sent.
+    pub unprecommitted_rows: usize,
     /// The entry the latest seal (or the one being written) holds.
     pub sealed: Option<SinkSeal>,
     /// The entry the latest durable seal holds: where a retry reopens.
@@ -194,8 +198,6 @@ pub(super) struct SinkSlot {
     /// `ALTER SINK ... PAUSE`: no writes until RESUME.
     pub paused: bool,
     pub failed: bool,
-    /// What it was handed since its last pre-commit, for its receipt.
-    pub handed: weir_connectors::Tally,
 }
 
 /// The loop's sources and sinks.
@@ -213,7 +215,10 @@ pub struct Streams {
     reads: HashMap<ObjectId, Vec<ObjectId>>,
     pub(super) sinks: HashMap<ObjectId, SinkSlot>,
     /// Sink entries of the seal the loop started from, until each sink opens.
-    sealed_sinks: HashMap<ObjectId, SinkSeal>,
+    pub(super) sealed_sinks: HashMap<ObjectId, SinkSeal>,
+    /// Sinks that failed as they opened: the `behind` entry every seal
+    /// keeps for them.
+    pub(super) failed_at_open: HashMap<ObjectId, SinkSeal>,
     /// Numbers reader runs.
     runs: u64,
     /// The seal being written: its covered offsets are acknowledged
@@ -225,7 +230,13 @@ pub struct Streams {
     /// them: (`seals_taken` at the reset, reply).
     pub(super) resets_waiting: Vec<(u64, tokio::sync::oneshot::Sender<()>)>,
     /// The state store generation this process holds (sinks fence with it).
-    generation: u64,
+    pub(super) generation: u64,
+    /// Where sink workers report, and what the loop takes their reports
+    /// from ([`super::sink_worker`]).
+    pub(super) events_to_loop: mpsc::UnboundedSender<SinkEvent>,
+    pub(super) sink_events: mpsc::UnboundedReceiver<SinkEvent>,
+    /// Numbers sink worker runs.
+    pub(super) sink_runs: u64,
 }
 
 /// The seal being written, as [`Streams::seal_extras`] took it.
@@ -246,7 +257,11 @@ impl Streams {
         sealed: SealedStreams,
         generation: u64,
     ) -> Self {
+        let (events_to_loop, sink_events) = mpsc::unbounded_channel();
         Self {
+            events_to_loop,
+            sink_events,
+            sink_runs: 0,
             commands,
             status,
             readers: HashMap::new(),
@@ -256,6 +271,7 @@ impl Streams {
             reads: HashMap::new(),
             sinks: HashMap::new(),
             sealed_sinks: sealed.sinks,
+            failed_at_open: HashMap::new(),
             runs: 0,
             sealing: None,
             seals_taken: 0,
@@ -375,112 +391,6 @@ impl Streams {
         }
     }
 
-    /// Opens a sink deployment's connector. `backfill` is its graph's
-    /// output over everything before it: written unless the latest seal
-    /// already holds this sink (then that output was delivered before).
-    /// `undelivered` is what the seal's outbox kept for it (a restore).
-    pub async fn open_sink(
-        &mut self,
-        id: ObjectId,
-        spec: &SinkToOpen,
-        backfill: Option<ChangeBatch>,
-        epoch: u64,
-        undelivered: Vec<(u64, ChangeBatch)>,
-    ) {
-        let sealed = self.sealed_sinks.remove(&id);
-        if let Some(s) = sealed.as_ref().filter(|s| s.behind) {
-            // Its graph's state moved on while it could not write: what it
-            // missed is gone.
-            return self.sink_failed(
-                id,
-                &format!(
-                    "the sink was failing when Weir last checkpointed (it had delivered up to epoch {}), so the changes after that are gone: drop and create the sink (a destination: ALTER DESTINATION ... REPAIR)",
-                    s.epoch
-                ),
-            );
-        }
-        let recovery = match weir_connectors::recovery::Recovery::from_options(&spec.options) {
-            Ok(recovery) => recovery,
-            Err((option, message)) => {
-                return self.sink_failed(id, &format!("option {option}: {message}"));
-            }
-        };
-        let grouping = match Grouping::from_options(&spec.options) {
-            Ok(grouping) => grouping,
-            Err((option, message)) => {
-                return self.sink_failed(id, &format!("option {option}: {message}"));
-            }
-        };
-        let sink = match self.connect_sink(spec, sealed.as_ref().filter(|s| !s.is_empty()), 0) {
-            Ok(sink) => sink,
-            Err(e) => return self.sink_failed(id, &e.to_string()),
-        };
-        {
-            let mut status = self.status.write();
-            let entry = status.sinks.entry(id).or_default();
-            entry.status = "running";
-            entry.error = None;
-            if let Some(s) = &sealed {
-                entry.rows_out = s.rows;
-                entry.committed_rows = s.rows;
-                entry.committed_epoch = s.epoch;
-                entry.committed_descriptor = Some(s.descriptor.clone());
-            }
-        }
-        let restored = sealed.is_some();
-        self.sinks.insert(
-            id,
-            SinkSlot {
-                sink,
-                connector: spec.connector.clone(),
-                spec: spec.clone(),
-                prepared: None,
-                durable: sealed.clone(),
-                sealed,
-                unsealed: Vec::new(),
-                unsealed_rows: 0,
-                unsealed_dropped_through: None,
-                backoff: None,
-                retry: super::sink_retry::RetryState::new(recovery),
-                grouping,
-                waiting_since: None,
-                paused: spec.paused,
-                failed: false,
-                handed: Default::default(),
-            },
-        );
-        self.deliver_restored(id, undelivered).await;
-        if let Some(out) = backfill.filter(|b| !b.is_empty() && !restored) {
-            self.collect(id, epoch, &out);
-            self.write(id, epoch, &out).await;
-        }
-        // The state checkpointed from now on includes the backfill, so the
-        // descriptor sealed with it must too.
-        self.pre_commit(id, epoch).await;
-    }
-
-    /// Opens `spec`'s connector with the seal entry `sealed`, after
-    /// `failures` failed attempts in a row.
-    pub(super) fn connect_sink(
-        &self,
-        spec: &SinkToOpen,
-        sealed: Option<&SinkSeal>,
-        failures: u32,
-    ) -> Result<Box<dyn Sink>, ConnectorError> {
-        let connector = weir_connectors::connector(&spec.connector, ConnectorKind::Sink)?;
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            connector.open_sink(SinkOpen {
-                name: &spec.name,
-                schema: spec.schema.clone(),
-                options: &spec.options,
-                sealed: sealed.map(|s| (s.epoch, s.descriptor.as_str())),
-                generation: self.generation,
-                failures,
-            })
-        }))
-        .unwrap_or_else(|panic| Err(ConnectorError::panicked(&spec.connector, &*panic)))
-    }
-
     /// Whether `reader` is the current run of its source's reader.
     fn is_current(&self, reader: ReaderId) -> bool {
         self.readers
@@ -544,70 +454,14 @@ impl Streams {
         }
         for (id, out) in emitted {
             if !retried.contains(&id) {
-                self.write(id, epoch, &out).await;
+                self.write(id, epoch, &out);
             }
+        }
+        for &id in &ids {
+            self.pre_commit(id, epoch);
         }
         for id in ids {
-            self.pre_commit(id, epoch).await;
-        }
-    }
-
-    pub(super) async fn write(&mut self, id: ObjectId, epoch: u64, out: &ChangeBatch) {
-        let Some(slot) = self.sinks.get_mut(&id).filter(|s| s.writing()) else {
-            return;
-        };
-        if let Err(e) = slot.handed.add_changes(out) {
-            return self.sink_failed(id, &format!("tallying its changes: {e}"));
-        }
-        match guarded(&slot.connector, slot.sink.write(epoch, out)).await {
-            Ok(()) => {
-                let mut status = self.status.write();
-                // Counted by weight: consolidation merges equal rows.
-                status.sinks.entry(id).or_default().rows_out += out
-                    .weights()
-                    .values()
-                    .iter()
-                    .map(|w| w.unsigned_abs())
-                    .sum::<u64>();
-            }
-            Err(e) => self.sink_error(id, e),
-        }
-    }
-
-    async fn pre_commit(&mut self, id: ObjectId, epoch: u64) {
-        let Some(slot) = self.sinks.get_mut(&id).filter(|s| s.writing()) else {
-            return;
-        };
-        match guarded(&slot.connector, slot.sink.pre_commit(epoch)).await {
-            Ok(descriptor) => {
-                let (receipt, handed) = (slot.sink.receipt(), slot.handed.take());
-                if receipt != handed {
-                    let connector = slot.connector.clone();
-                    return self.sink_failed(
-                        id,
-                        &format!(
-                            "its receipt for epoch {epoch} does not match what it was handed: \
-                             it says it wrote {} row changes (checksum {:016x}), it was handed {} \
-                             (checksum {:016x}); a bug in the {} connector, reported instead of \
-                             delivering wrong rows",
-                            receipt.rows, receipt.checksum, handed.rows, handed.checksum, connector
-                        ),
-                    );
-                }
-                let rows = {
-                    let mut status = self.status.write();
-                    let entry = status.sinks.entry(id).or_default();
-                    entry.prepared_epoch = epoch;
-                    entry.rows_out
-                };
-                slot.prepared = Some(SinkSeal {
-                    epoch,
-                    descriptor,
-                    rows,
-                    behind: false,
-                });
-            }
-            Err(e) => self.sink_error(id, e),
+            self.make_room(id).await;
         }
     }
 
@@ -657,20 +511,24 @@ impl Streams {
             // on into this seal: marked, so a start from the seal fails it
             // instead of losing what it missed in silence. A paused or
             // backing-off one keeps what it missed in its outbox
-            // ([`super::sink_pause`]), and needs an entry even before its
-            // first pre-commit, for a restore to open it.
+            // ([`super::sink_pause`]), as does one whose pre-commits are
+            // still in flight ([`super::sink_worker`]); each needs an
+            // entry even before its first pre-commit completes, for a
+            // restore to open it and deliver them.
             let entry = match (&slot.sealed, slot.failed) {
                 (Some(entry), false) => entry.clone(),
                 (Some(entry), true) => SinkSeal {
                     behind: true,
                     ..entry.clone()
                 },
-                (None, failed) if failed || !slot.writing() => SinkSeal {
-                    epoch: 0,
-                    descriptor: String::new(),
-                    rows: 0,
-                    behind: failed,
-                },
+                (None, failed) if failed || !slot.writing() || !slot.in_flight.is_empty() => {
+                    SinkSeal {
+                        epoch: 0,
+                        descriptor: String::new(),
+                        rows: 0,
+                        behind: failed,
+                    }
+                }
                 (None, _) => continue,
             };
             sinks.insert(
@@ -678,12 +536,18 @@ impl Streams {
                 serde_json::to_string(&entry).expect("sink entries serialize"),
             );
         }
+        for (id, entry) in &self.failed_at_open {
+            sinks.insert(
+                sink_key(*id),
+                serde_json::to_string(entry).expect("sink entries serialize"),
+            );
+        }
         (offsets, sinks)
     }
 
     /// The seal of `epoch` (with [`Self::seal_extras`]) is durable: sinks
     /// commit what it holds, sources may acknowledge upstream.
-    pub async fn sealed(&mut self, epoch: u64) {
+    pub fn sealed(&mut self, epoch: u64) {
         let ids: Vec<ObjectId> = self.sinks.keys().copied().collect();
         for id in ids {
             let Some(slot) = self.sinks.get_mut(&id).filter(|s| !s.failed) else {
@@ -710,7 +574,7 @@ impl Streams {
                 // What it pre-committed before the pause commits now,
                 // whole, whatever its group.
                 if !entry.is_empty() {
-                    self.commit(id, entry).await;
+                    self.commit(id, entry);
                 }
                 self.settle_paused(id);
                 continue;
@@ -718,7 +582,7 @@ impl Streams {
             if !self.group_due(id, &entry) {
                 continue;
             }
-            self.commit(id, entry).await;
+            self.commit(id, entry);
         }
         let Some(sealing) = self.sealing.take().filter(|s| s.epoch == epoch) else {
             return;
@@ -735,8 +599,13 @@ impl Streams {
 
     /// A deployment was dropped: its sink closes, and readers nobody else
     /// needs stop (their offsets stay, so a later reader resumes there).
-    pub fn dropped(&mut self, id: ObjectId) {
-        self.sinks.remove(&id);
+    /// Returns once the sink's worker has finished the call it was in, so
+    /// nothing writes to its target after the DROP.
+    pub async fn dropped(&mut self, id: ObjectId) {
+        if let Some(mut slot) = self.sinks.remove(&id) {
+            slot.worker.stop().await;
+        }
+        self.failed_at_open.remove(&id);
         self.status.write().sinks.remove(&id);
         self.reads.remove(&id);
         let still_read: HashSet<ObjectId> = self.reads.values().flatten().copied().collect();

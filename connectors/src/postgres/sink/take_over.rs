@@ -10,6 +10,12 @@ use crate::postgres::target::target_holds_rows;
 use crate::postgres::{NAME, OnExisting, pg_error, quote};
 use crate::{ConnectorError, Skips};
 
+/// Serializes the creation of the tables sinks share in one database (the
+/// progress and dead-letter tables): PostgreSQL's `CREATE TABLE IF NOT
+/// EXISTS` is not safe against a concurrent one (it fails on
+/// `pg_type_typname_nsp_index`), and sinks open concurrently.
+const SHARED_TABLES_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('weir: sink tables'))";
+
 impl Tables {
     /// Takes the sink's progress row over from whoever wrote it before:
     /// re-commits `sealed` if the row lags it, deletes what was staged
@@ -22,11 +28,11 @@ impl Tables {
         types: &[String],
         sealed: Option<(u64, Descriptor)>,
     ) -> Result<(bool, Skips), ConnectorError> {
-        // The last two columns came with destinations: added to a
-        // progress table made before them.
+        // The last columns came later: added to a progress table made
+        // before them. One implicit transaction, under the lock.
         client
             .batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {p} (target text PRIMARY KEY, sink text NOT NULL, \
+                "{SHARED_TABLES_LOCK}; CREATE TABLE IF NOT EXISTS {p} (target text PRIMARY KEY, sink text NOT NULL, \
                  generation bigint NOT NULL, epoch bigint NOT NULL, rows bigint NOT NULL, \
                  updated_at timestamptz NOT NULL DEFAULT now()); \
                  ALTER TABLE {p} ADD COLUMN IF NOT EXISTS destination_generation bigint, \
@@ -58,6 +64,12 @@ impl Tables {
             .transaction()
             .await
             .map_err(|e| pg_error("starting a transaction", e))?;
+        if self.skips {
+            // It creates the shared dead-letter table.
+            tx.batch_execute(SHARED_TABLES_LOCK)
+                .await
+                .map_err(|e| pg_error("locking the sink tables", e))?;
+        }
         tx.execute(
             &format!(
                 "INSERT INTO {} (target, sink, generation, epoch, rows) VALUES ($1, $2, $3, 0, 0) \
