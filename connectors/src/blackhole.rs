@@ -8,12 +8,15 @@
 //! nothing, so it is the same for any split of the changes into epochs and
 //! equals the checksum of the consolidated result. A change delivered
 //! twice, or lost, shows in it; tests compare it with an uninterrupted run.
+//!
+//! `write_delay` makes each write take that long: a slow target, to see
+//! what a lagging sink does to the rest (backpressure, checkpoints).
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use weir_common::ChangeBatch;
 
-use crate::spec::{Capabilities, ConnectorKind, ConnectorSpec, Delivery};
+use crate::spec::{Capabilities, ConnectorKind, ConnectorSpec, Delivery, OptionSpec, OptionType};
 use crate::{Connector, ConnectorError, Sink, SinkOpen};
 
 const NAME: &str = "blackhole";
@@ -22,7 +25,12 @@ static SPEC: ConnectorSpec = ConnectorSpec {
     name: NAME,
     kind: ConnectorKind::Sink,
     help: "discards every change, counting rows and bytes (for benchmarks)",
-    options: &[],
+    options: &[OptionSpec::optional(
+        "write_delay",
+        OptionType::Text,
+        "how long each write takes (a slow target: `200ms`, `1s`)",
+    )
+    .with_default("0s")],
     capabilities: Capabilities {
         read_modes: &[],
         append_only: false,
@@ -45,10 +53,19 @@ impl Connector for BlackholeConnector {
             Some((_, descriptor)) => Counts::parse(descriptor)?,
             None => Counts::default(),
         };
+        let write_delay = crate::recovery::parse_duration(
+            open.options.get("write_delay").map_or("0s", String::as_str),
+        )
+        .map_err(|message| ConnectorError::BadOption {
+            connector: NAME.into(),
+            option: "write_delay".into(),
+            message,
+        })?;
         Ok(Box::new(Blackhole {
             committed,
             written: committed,
             tally: Default::default(),
+            write_delay,
         }))
     }
 }
@@ -120,6 +137,7 @@ struct Blackhole {
     /// Committed plus everything written since.
     written: Counts,
     tally: crate::Tally,
+    write_delay: std::time::Duration,
 }
 
 #[async_trait]
@@ -129,6 +147,9 @@ impl Sink for Blackhole {
     }
 
     async fn write(&mut self, _epoch: u64, changes: &ChangeBatch) -> Result<(), ConnectorError> {
+        if !self.write_delay.is_zero() {
+            tokio::time::sleep(self.write_delay).await;
+        }
         // A row with weight 2 is two rows delivered (consolidation merges
         // equal rows), so rows are counted by weight, not by batch row.
         self.written.rows += changes

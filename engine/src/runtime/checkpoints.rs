@@ -239,6 +239,11 @@ impl Checkpointer {
         self.last_sealed_lsn
     }
 
+    /// The latest epoch sealed (or being sealed).
+    pub fn last_sealed_epoch(&self) -> u64 {
+        self.last_sealed
+    }
+
     /// Why this process may no longer checkpoint (or write), if it may not.
     pub fn fenced(&self) -> Option<&str> {
         self.fenced.as_deref()

@@ -122,8 +122,16 @@ impl Loop {
         match command {
             None => {
                 // A sink that backs off retries at an epoch close, so one
-                // closes for it even when nothing is pending.
-                if self.coordinator.pending_rows() > 0 || self.streams.any_retry_due() {
+                // closes for it even when nothing is pending; and so does
+                // a sink's pre-commit that completed after the seal of its
+                // epoch was taken, for a seal to record it.
+                let pre_commit_unsealed = self.sealing.is_none()
+                    && self.streams.pre_commits_unsealed()
+                    && self.coordinator.view().epoch.0 <= self.checkpointer.last_sealed_epoch();
+                if self.coordinator.pending_rows() > 0
+                    || self.streams.any_retry_due()
+                    || pre_commit_unsealed
+                {
                     self.close().await;
                 } else {
                     self.shared.covered.store(self.received, Ordering::Release);

@@ -79,6 +79,9 @@ impl Streams {
                 prepared: None,
                 in_flight: Default::default(),
                 unprecommitted_rows: 0,
+                // Its first pre-commit takes the target over (re-commits
+                // the sealed entry), even with nothing to write.
+                pre_commit_due: true,
                 durable: sealed.clone(),
                 sealed,
                 unsealed: Vec::new(),

@@ -211,6 +211,7 @@ impl Streams {
         slot.prepared = None;
         slot.in_flight.clear();
         slot.unprecommitted_rows = 0;
+        slot.pre_commit_due = true;
         slot.backoff = None;
         let epochs = slot.unsealed.clone();
         tracing::info!(sink = %id, failures, epochs = epochs.len(), "sink reopened");

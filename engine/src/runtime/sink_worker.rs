@@ -171,9 +171,9 @@ async fn work(
         let done = match ran {
             Ok(Some(done)) => done,
             Ok(None) => continue,
-            Err(panic) => SinkDone::Broken(
-                ConnectorError::panicked(&worker.connector, &*panic).to_string(),
-            ),
+            Err(panic) => {
+                SinkDone::Broken(ConnectorError::panicked(&worker.connector, &*panic).to_string())
+            }
         };
         let last = matches!(done, SinkDone::Failed(_) | SinkDone::Broken(_));
         let event = SinkEvent {
@@ -241,6 +241,7 @@ impl Streams {
             return;
         };
         slot.unprecommitted_rows += out.num_rows();
+        slot.pre_commit_due = true;
         slot.worker.send(SinkOp::Write {
             epoch,
             changes: out.clone(),
@@ -254,12 +255,24 @@ impl Streams {
             .sum::<u64>();
     }
 
-    /// Sends sink `id` a pre-commit of everything up to `epoch`.
+    /// Sends sink `id` a pre-commit of everything up to `epoch`, if it
+    /// was handed anything (or opened) since its last one: otherwise its
+    /// latest entry already describes `epoch` too.
     pub(super) fn pre_commit(&mut self, id: ObjectId, epoch: u64) {
-        let Some(slot) = self.sinks.get_mut(&id).filter(|s| s.writing()) else {
+        let Some(slot) = self
+            .sinks
+            .get_mut(&id)
+            .filter(|s| s.writing() && s.pre_commit_due)
+        else {
             return;
         };
-        let rows_out = self.status.read().sinks.get(&id).map_or(0, |s| s.rows_out);
+        slot.pre_commit_due = false;
+        let rows_out = {
+            let mut status = self.status.write();
+            let entry = status.sinks.entry(id).or_default();
+            entry.handed_epoch = epoch;
+            entry.rows_out
+        };
         slot.in_flight.push_back(InFlight {
             epoch,
             rows_out,
@@ -357,6 +370,13 @@ impl Streams {
         slot.unsealed.retain(|(e, _)| *e > done);
         slot.unsealed_rows = slot.unsealed.iter().map(|(_, c)| c.num_rows()).sum();
         slot.unsealed_dropped_through = Some(slot.unsealed_dropped_through.unwrap_or(0).max(done));
+    }
+
+    /// Whether a sink has a completed pre-commit no seal has taken yet.
+    pub fn pre_commits_unsealed(&self) -> bool {
+        self.sinks
+            .values()
+            .any(|s| !s.failed && s.prepared.is_some())
     }
 
     /// Whether a writing sink has pre-commits in flight.

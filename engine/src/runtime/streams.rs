@@ -138,6 +138,10 @@ pub struct SinkStatus {
     pub rows_out: u64,
     /// The latest epoch pre-committed (staged, not yet known sealed).
     pub prepared_epoch: u64,
+    /// The latest epoch handed to the sink to pre-commit (done or not):
+    /// everything it was given is committed once `committed_epoch`
+    /// reaches it.
+    pub handed_epoch: u64,
     /// Rows of committed epochs.
     pub committed_rows: u64,
     pub committed_epoch: u64,
@@ -177,6 +181,10 @@ pub(super) struct SinkSlot {
     pub in_flight: std::collections::VecDeque<super::sink_worker::InFlight>,
     /// Row changes sent since the last pre-commit sent.
     pub unprecommitted_rows: usize,
+    /// It was handed something (or opened) since its last pre-commit: an
+    /// epoch close pre-commits only such a sink, since a pre-commit of
+    /// nothing new costs a round trip and records nothing.
+    pub pre_commit_due: bool,
     /// The entry the latest seal (or the one being written) holds.
     pub sealed: Option<SinkSeal>,
     /// The entry the latest durable seal holds: where a retry reopens.

@@ -78,6 +78,7 @@ fn open(streams: &mut Streams, id: ObjectId, sink: Box<dyn Sink>, connector: &st
         prepared: None,
         in_flight: Default::default(),
         unprecommitted_rows: 0,
+        pre_commit_due: true,
         sealed: None,
         failed: false,
     };

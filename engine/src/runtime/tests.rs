@@ -467,3 +467,41 @@ async fn a_reset_source_is_read_again_once_a_seal_records_the_reset() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(row_count(&runtime, PROJECTION), 20);
 }
+
+/// A sink whose writes take longer than a barrier interval: checkpoints
+/// go on without it, and once the source is done and it has caught up,
+/// a seal records its last pre-commit and it commits every row, though
+/// no rows come after to close another epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_sink_commits_everything_once_its_input_stops() {
+    let state = claim(Arc::new(InMemory::new()), "test").await;
+    let runtime = Arc::new(start(state, Duration::from_millis(20)).await);
+    let sink = crate::runtime::streams::SinkToOpen {
+        name: "public.slow".into(),
+        connector: "blackhole".into(),
+        options: [("write_delay".to_string(), "150ms".to_string())].into(),
+        schema: schema(SOURCE_ROWS),
+        paused: false,
+    };
+    runtime
+        .deploy(Deployment {
+            sink: Some(sink),
+            ..copy_of_source(PROJECTION, ten_rows(true))
+        })
+        .await
+        .unwrap();
+    let committed = || {
+        runtime
+            .stream_status()
+            .sinks
+            .get(&PROJECTION)
+            .map(|s| (s.status, s.committed_rows))
+    };
+    for _ in 0..500 {
+        if committed() == Some(("running", 10)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(committed(), Some(("running", 10)));
+}

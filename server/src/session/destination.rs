@@ -264,7 +264,7 @@ impl Session {
                         .sinks
                         .get(&def.id)
                         .is_none_or(|s| {
-                            s.status != "running" || s.committed_epoch >= s.prepared_epoch
+                            s.status != "running" || s.committed_epoch >= s.handed_epoch
                         });
                     if settled || std::time::Instant::now() > deadline {
                         break;
