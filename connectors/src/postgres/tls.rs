@@ -12,13 +12,17 @@
 //! - `verify-full`: the chain and the host name checked.
 //!
 //! Roots: `sslrootcert` (a PEM file) when given, else the Mozilla roots.
+//! A client certificate (`sslcert` and `sslkey`, PEM files, both or
+//! neither) is presented when given, for servers that authenticate with
+//! `cert` in `pg_hba.conf`; libpq's default files under `~/.postgresql`
+//! are not read.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 /// libpq's `sslmode`.
@@ -36,15 +40,20 @@ pub(crate) enum Mode {
 pub(crate) struct Tls {
     pub mode: Mode,
     pub root_cert: Option<PathBuf>,
+    /// The client certificate and its key, presented when both are given.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
 }
 
-/// Takes `sslmode` and `sslrootcert` out of `dsn` (key = value form or a
-/// `postgresql://` URL's query), returning the rest for tokio-postgres.
+/// Takes `sslmode`, `sslrootcert`, `sslcert` and `sslkey` out of `dsn`
+/// (key = value form or a `postgresql://` URL's query), returning the
+/// rest for tokio-postgres.
 pub(crate) fn split(dsn: &str) -> Result<(String, Tls), String> {
     let mut tls = Tls {
         mode: Mode::Prefer,
         root_cert: None,
+        client_cert: None,
     };
+    let (mut cert_file, mut key_file) = (None, None);
     let mut take = |key: &str, value: &str| -> Result<bool, String> {
         match key {
             "sslmode" => {
@@ -64,6 +73,14 @@ pub(crate) fn split(dsn: &str) -> Result<(String, Tls), String> {
             }
             "sslrootcert" => {
                 tls.root_cert = Some(PathBuf::from(value));
+                Ok(true)
+            }
+            "sslcert" => {
+                cert_file = Some(PathBuf::from(value));
+                Ok(true)
+            }
+            "sslkey" => {
+                key_file = Some(PathBuf::from(value));
                 Ok(true)
             }
             _ => Ok(false),
@@ -95,6 +112,24 @@ pub(crate) fn split(dsn: &str) -> Result<(String, Tls), String> {
         }
         kept.join(" ")
     };
+    tls.client_cert = match (cert_file, key_file) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(
+                "sslcert is given without sslkey: give the client certificate's key file too"
+                    .into(),
+            );
+        }
+        (None, Some(_)) => {
+            return Err(
+                "sslkey is given without sslcert: give the client certificate file too".into(),
+            );
+        }
+    };
+    if tls.client_cert.is_some() && tls.mode == Mode::Disable {
+        return Err("sslcert and sslkey need TLS, which sslmode=disable turns off".into());
+    }
     if tls.root_cert.is_some() && matches!(tls.mode, Mode::Prefer | Mode::Require) {
         // libpq: a root certificate given turns require into verify-ca.
         tls.mode = Mode::VerifyCa;
@@ -111,10 +146,11 @@ impl Tls {
             .map_err(|e| e.to_string())?;
         let config = match self.mode {
             Mode::Disable => return Ok(None),
-            Mode::Prefer | Mode::Require => builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Unchecked(provider)))
-                .with_no_client_auth(),
+            Mode::Prefer | Mode::Require => self.with_client_auth(
+                builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(Unchecked(provider))),
+            )?,
             Mode::VerifyCa | Mode::VerifyFull => {
                 let roots = Arc::new(self.roots()?);
                 let chain = rustls::client::WebPkiServerVerifier::builder_with_provider(
@@ -124,16 +160,42 @@ impl Tls {
                 .build()
                 .map_err(|e| e.to_string())?;
                 if self.mode == Mode::VerifyFull {
-                    builder.with_root_certificates(roots).with_no_client_auth()
+                    self.with_client_auth(builder.with_root_certificates(roots))?
                 } else {
-                    builder
-                        .dangerous()
-                        .with_custom_certificate_verifier(Arc::new(AnyName(chain)))
-                        .with_no_client_auth()
+                    self.with_client_auth(
+                        builder
+                            .dangerous()
+                            .with_custom_certificate_verifier(Arc::new(AnyName(chain))),
+                    )?
                 }
             }
         };
         Ok(Some(config))
+    }
+
+    /// Finishes `builder` with the client certificate, if one is given.
+    fn with_client_auth(
+        &self,
+        builder: rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert>,
+    ) -> Result<rustls::ClientConfig, String> {
+        let Some((cert, key)) = &self.client_cert else {
+            return Ok(builder.with_no_client_auth());
+        };
+        let chain = CertificateDer::pem_file_iter(cert)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("sslcert {}: {e}", cert.display()))?;
+        if chain.is_empty() {
+            return Err(format!("sslcert {}: no certificate in it", cert.display()));
+        }
+        let key_der = PrivateKeyDer::from_pem_file(key)
+            .map_err(|e| format!("sslkey {}: {e}", key.display()))?;
+        builder.with_client_auth_cert(chain, key_der).map_err(|e| {
+            format!(
+                "sslcert {} with sslkey {}: {e} (an X.509 v3 certificate whose key is sslkey is needed)",
+                cert.display(),
+                key.display()
+            )
+        })
     }
 
     fn roots(&self) -> Result<RootCertStore, String> {
@@ -157,8 +219,8 @@ impl Tls {
     /// The same settings for the replication session.
     pub(crate) fn replication(&self) -> pgwire_replication::TlsConfig {
         use pgwire_replication::{SslMode, TlsConfig};
-        match self.mode {
-            Mode::Disable => TlsConfig::disabled(),
+        let config = match self.mode {
+            Mode::Disable => return TlsConfig::disabled(),
             Mode::Prefer => {
                 let mut prefer = TlsConfig::require();
                 prefer.mode = SslMode::Prefer;
@@ -167,6 +229,10 @@ impl Tls {
             Mode::Require => TlsConfig::require(),
             Mode::VerifyCa => TlsConfig::verify_ca(self.root_cert.clone()),
             Mode::VerifyFull => TlsConfig::verify_full(self.root_cert.clone()),
+        };
+        match &self.client_cert {
+            Some((cert, key)) => config.with_client_cert(cert, key),
+            None => config,
         }
     }
 }
@@ -288,5 +354,24 @@ mod tests {
         let (_, tls) = split("host=db sslmode=require sslrootcert=/ca.pem").unwrap();
         assert_eq!(tls.mode, Mode::VerifyCa);
         assert!(split("host=db sslmode=sometimes").is_err());
+    }
+
+    #[test]
+    fn a_client_certificate_needs_its_key_and_tls() {
+        let (rest, tls) = split("host=db user=weir sslcert=/c.pem sslkey=/k.pem").unwrap();
+        assert_eq!(rest, "host=db user=weir");
+        assert_eq!(
+            tls.client_cert,
+            Some((PathBuf::from("/c.pem"), PathBuf::from("/k.pem")))
+        );
+        let alone = split("host=db sslcert=/c.pem").unwrap_err();
+        assert!(alone.contains("without sslkey"), "{alone}");
+        let alone = split("host=db sslkey=/k.pem").unwrap_err();
+        assert!(alone.contains("without sslcert"), "{alone}");
+        let plain = split("host=db sslmode=disable sslcert=/c.pem sslkey=/k.pem").unwrap_err();
+        assert!(plain.contains("sslmode=disable"), "{plain}");
+        // Files that are not there are named when the session is set up.
+        let missing = tls.client_config().unwrap_err();
+        assert!(missing.contains("sslcert /c.pem"), "{missing}");
     }
 }

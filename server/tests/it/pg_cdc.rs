@@ -391,6 +391,113 @@ async fn the_postgres_connectors_speak_tls_as_sslmode_says() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_connectors_authenticate_with_a_client_certificate() {
+    let pg = PgCluster::start();
+    pg.enable_tls().await;
+    let certs = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = crate::tls::client_certificate(certs.path(), "app");
+    pg.trust_client_certificates_of(&ca).await;
+    // User `app` gets in only with a certificate the CA signed, for
+    // queries and replication alike.
+    pg.set_hba(
+        "hostssl all app 127.0.0.1/32 cert\n\
+         hostssl replication app 127.0.0.1/32 cert\n\
+         host all app 127.0.0.1/32 reject\n\
+         host replication app 127.0.0.1/32 reject\n",
+    )
+    .await;
+    let upstream = pg.connect().await;
+    upstream
+        .batch_execute(
+            "CREATE ROLE app LOGIN REPLICATION;
+             CREATE TABLE items (id bigint PRIMARY KEY, name text);
+             ALTER TABLE items REPLICA IDENTITY FULL;
+             INSERT INTO items VALUES (1, 'one');
+             CREATE TABLE copied (id bigint PRIMARY KEY, name text);
+             GRANT SELECT ON items TO app;
+             GRANT ALL ON SCHEMA public TO app;
+             GRANT ALL ON copied TO app;
+             CREATE PUBLICATION weir_items FOR TABLE items;",
+        )
+        .await
+        .unwrap();
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    let base = format!(
+        "host=127.0.0.1 port={} user=app dbname=weir sslmode=require",
+        pg.port
+    );
+    let with_cert = format!("{base} sslcert={} sslkey={}", cert.display(), key.display());
+
+    // Without the certificate PostgreSQL turns `app` away, naming it.
+    let (code, message) = error_of(
+        &client,
+        &format!(
+            "CREATE SOURCE plain WITH (connector = 'postgres-cdc', dsn = '{base}', table = 'items', slot = 'weir_plain')"
+        ),
+    )
+    .await;
+    assert_eq!(code, "58000", "{message}");
+    assert!(message.contains("certificate"), "{message}");
+    // A key without its certificate is refused before connecting.
+    let (code, message) = error_of(
+        &client,
+        &format!(
+            "CREATE SINK half AS SELECT 1 AS id WITH (connector = 'postgres', dsn = '{base} sslkey={}', table = 'copied', key = 'id')",
+            key.display()
+        ),
+    )
+    .await;
+    assert_eq!(code, "22023", "{message}");
+    assert!(
+        message.contains("sslkey is given without sslcert"),
+        "{message}"
+    );
+
+    // With it: the snapshot, the stream and a sink back.
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE items_cdc WITH (connector = 'postgres-cdc', dsn = '{with_cert}',
+                 table = 'items', slot = 'weir_items');
+             CREATE PROJECTION names AS SELECT id, name FROM items_cdc;
+             CREATE SINK out FROM names WITH (connector = 'postgres', dsn = '{with_cert}',
+                 table = 'copied', key = 'id');"
+        ))
+        .await
+        .expect("a source and a sink authenticated by certificate");
+    upstream
+        .batch_execute(
+            "INSERT INTO items VALUES (2, 'two'); UPDATE items SET name = 'uno' WHERE id = 1",
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "rows through certificate-authenticated sessions both ways",
+        || async {
+            let got = rows(&upstream, "SELECT id, name FROM copied").await.ok()?;
+            (got == ["1|uno", "2|two"]).then_some(())
+        },
+    )
+    .await;
+    let sessions = rows(
+        &upstream,
+        "SELECT a.backend_type || ' ' || s.client_dn FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+         WHERE a.usename = 'app'",
+    )
+    .await
+    .unwrap();
+    assert!(
+        sessions.iter().any(|s| s == "walsender /CN=app"),
+        "{sessions:?}"
+    );
+    assert!(
+        sessions.iter().all(|s| s.ends_with(" /CN=app")),
+        "{sessions:?}"
+    );
+}
+
 /// Waits until `sql` run upstream and `copy` read from the destination's
 /// table agree.
 async fn copied(upstream: &tokio_postgres::Client, want_sql: &str, got_sql: &str) {

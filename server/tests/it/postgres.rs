@@ -223,6 +223,31 @@ impl PgCluster {
         cert
     }
 
+    /// Accepts client certificates signed by `ca` (for `cert`
+    /// authentication in pg_hba.conf).
+    pub async fn trust_client_certificates_of(&self, ca: &Path) {
+        let copy = self
+            .dir
+            .as_ref()
+            .expect("running")
+            .path()
+            .join("db/client_ca.crt");
+        std::fs::copy(ca, &copy).expect("copy the CA certificate");
+        if is_root() {
+            let mut chown = Command::new("chown");
+            chown.arg("postgres:postgres").arg(&copy);
+            let (code, out, err) = run_command(chown, Duration::from_secs(10), "chown");
+            assert_eq!(code, Some(0), "{out}{err}");
+        }
+        let client = self.connect().await;
+        for sql in [
+            format!("ALTER SYSTEM SET ssl_ca_file = '{}'", copy.display()),
+            "SELECT pg_reload_conf()".to_string(),
+        ] {
+            client.batch_execute(&sql).await.expect("ssl_ca_file");
+        }
+    }
+
     /// A tokio-postgres session on [`Self::dsn`].
     pub async fn connect(&self) -> tokio_postgres::Client {
         let (client, connection) = tokio_postgres::connect(&self.dsn(), tokio_postgres::NoTls)

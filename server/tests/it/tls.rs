@@ -42,6 +42,98 @@ pub(crate) fn self_signed(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf
     (cert, key)
 }
 
+/// A certificate authority and a client certificate it signed for the
+/// PostgreSQL user `user` (its common name), made with openssl: returns
+/// (CA certificate, client certificate, client key).
+pub(crate) fn client_certificate(
+    dir: &Path,
+    user: &str,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let [ca, ca_key, csr, cert, key, extensions] = [
+        "ca.crt",
+        "ca.key",
+        "client.csr",
+        "client.crt",
+        "client.key",
+        "client.ext",
+    ]
+    .map(|f| dir.join(f));
+    // X.509 v3 (rustls refuses an extension-less v1 certificate).
+    std::fs::write(
+        &extensions,
+        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    let openssl = |what: &str, args: Vec<std::ffi::OsString>| {
+        let mut command = Command::new("openssl");
+        command.args(args);
+        let (code, out, err) = run_command(command, Duration::from_secs(60), what);
+        assert_eq!(code, Some(0), "openssl {what}\n{out}\n{err}");
+    };
+    let os = |parts: &[&dyn AsRef<std::ffi::OsStr>]| -> Vec<std::ffi::OsString> {
+        parts.iter().map(|p| p.as_ref().to_os_string()).collect()
+    };
+    openssl(
+        "req -x509 (CA)",
+        os(&[
+            &"req",
+            &"-x509",
+            &"-newkey",
+            &"rsa:2048",
+            &"-nodes",
+            &"-days",
+            &"2",
+            &"-subj",
+            &"/CN=weir test CA",
+            &"-addext",
+            &"basicConstraints=critical,CA:TRUE",
+            &"-addext",
+            &"keyUsage=critical,keyCertSign,cRLSign",
+            &"-keyout",
+            &ca_key,
+            &"-out",
+            &ca,
+        ]),
+    );
+    let subject = format!("/CN={user}");
+    openssl(
+        "req (client)",
+        os(&[
+            &"req",
+            &"-newkey",
+            &"rsa:2048",
+            &"-nodes",
+            &"-subj",
+            &subject,
+            &"-keyout",
+            &key,
+            &"-out",
+            &csr,
+        ]),
+    );
+    openssl(
+        "x509 -req (sign)",
+        os(&[
+            &"x509",
+            &"-req",
+            &"-in",
+            &csr,
+            &"-CA",
+            &ca,
+            &"-CAkey",
+            &ca_key,
+            &"-CAcreateserial",
+            &"-extfile",
+            &extensions,
+            &"-days",
+            &"2",
+            &"-out",
+            &cert,
+        ]),
+    );
+    (ca, cert, key)
+}
+
 /// psql with a full connection string; returns (exit code, stdout, stderr).
 fn psql(conninfo: &str, sql: &str) -> (Option<i32>, String, String) {
     let mut command = Command::new("psql");
