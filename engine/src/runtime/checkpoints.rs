@@ -239,7 +239,7 @@ impl Checkpointer {
         self.last_sealed_lsn
     }
 
-    /// The latest epoch sealed (or being sealed).
+    /// The latest epoch sealed (landed).
     pub fn last_sealed_epoch(&self) -> u64 {
         self.last_sealed
     }
