@@ -298,20 +298,7 @@ async fn the_postgres_connectors_speak_tls_as_sslmode_says() {
     )
     .await;
     let upstream = pg.connect().await;
-    upstream
-        .batch_execute(
-            "CREATE ROLE app LOGIN REPLICATION;
-             CREATE TABLE items (id bigint PRIMARY KEY, name text);
-             ALTER TABLE items REPLICA IDENTITY FULL;
-             INSERT INTO items VALUES (1, 'one');
-             CREATE TABLE copied (id bigint PRIMARY KEY, name text);
-             GRANT SELECT ON items TO app;
-             GRANT ALL ON SCHEMA public TO app;
-             GRANT ALL ON copied TO app;
-             CREATE PUBLICATION weir_items FOR TABLE items;",
-        )
-        .await
-        .unwrap();
+    app_and_items(&upstream).await;
     let server = WeirServer::start();
     let client = server.connect().await;
     let base = format!("host=127.0.0.1 port={} user=app dbname=weir", pg.port);
@@ -359,36 +346,7 @@ async fn the_postgres_connectors_speak_tls_as_sslmode_says() {
         ))
         .await
         .expect("a source and a sink over TLS");
-    upstream
-        .batch_execute(
-            "INSERT INTO items VALUES (2, 'two'); UPDATE items SET name = 'uno' WHERE id = 1",
-        )
-        .await
-        .unwrap();
-    eventually(
-        Duration::from_secs(30),
-        "rows through TLS both ways",
-        || async {
-            let got = rows(&upstream, "SELECT id, name FROM copied").await.ok()?;
-            (got == ["1|uno", "2|two"]).then_some(())
-        },
-    )
-    .await;
-    let sessions = rows(
-        &upstream,
-        "SELECT a.backend_type || ' ' || s.ssl FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
-         WHERE a.usename = 'app'",
-    )
-    .await
-    .unwrap();
-    assert!(
-        sessions.iter().any(|s| s == "walsender true"),
-        "{sessions:?}"
-    );
-    assert!(
-        sessions.iter().all(|s| s.ends_with(" true")),
-        "{sessions:?}"
-    );
+    items_reach_copied_over_sessions_showing(&upstream, "ssl", "true").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -408,20 +366,7 @@ async fn the_postgres_connectors_authenticate_with_a_client_certificate() {
     )
     .await;
     let upstream = pg.connect().await;
-    upstream
-        .batch_execute(
-            "CREATE ROLE app LOGIN REPLICATION;
-             CREATE TABLE items (id bigint PRIMARY KEY, name text);
-             ALTER TABLE items REPLICA IDENTITY FULL;
-             INSERT INTO items VALUES (1, 'one');
-             CREATE TABLE copied (id bigint PRIMARY KEY, name text);
-             GRANT SELECT ON items TO app;
-             GRANT ALL ON SCHEMA public TO app;
-             GRANT ALL ON copied TO app;
-             CREATE PUBLICATION weir_items FOR TABLE items;",
-        )
-        .await
-        .unwrap();
+    app_and_items(&upstream).await;
     let server = WeirServer::start();
     let client = server.connect().await;
     let base = format!(
@@ -466,6 +411,37 @@ async fn the_postgres_connectors_authenticate_with_a_client_certificate() {
         ))
         .await
         .expect("a source and a sink authenticated by certificate");
+    items_reach_copied_over_sessions_showing(&upstream, "client_dn", "/CN=app").await;
+}
+
+/// Role `app` (login, replication), table `items` (one row, replica
+/// identity full, in publication `weir_items`) that `app` may read, and
+/// table `copied` it may write.
+async fn app_and_items(upstream: &tokio_postgres::Client) {
+    upstream
+        .batch_execute(
+            "CREATE ROLE app LOGIN REPLICATION;
+             CREATE TABLE items (id bigint PRIMARY KEY, name text);
+             ALTER TABLE items REPLICA IDENTITY FULL;
+             INSERT INTO items VALUES (1, 'one');
+             CREATE TABLE copied (id bigint PRIMARY KEY, name text);
+             GRANT SELECT ON items TO app;
+             GRANT ALL ON SCHEMA public TO app;
+             GRANT ALL ON copied TO app;
+             CREATE PUBLICATION weir_items FOR TABLE items;",
+        )
+        .await
+        .unwrap();
+}
+
+/// Changes `items` and waits until a source of it and a sink back have
+/// brought `copied` level; then every session of `app` (its walsender
+/// among them) shows `value` in `pg_stat_ssl.column`.
+async fn items_reach_copied_over_sessions_showing(
+    upstream: &tokio_postgres::Client,
+    column: &str,
+    value: &str,
+) {
     upstream
         .batch_execute(
             "INSERT INTO items VALUES (2, 'two'); UPDATE items SET name = 'uno' WHERE id = 1",
@@ -474,26 +450,28 @@ async fn the_postgres_connectors_authenticate_with_a_client_certificate() {
         .unwrap();
     eventually(
         Duration::from_secs(30),
-        "rows through certificate-authenticated sessions both ways",
+        "items changed upstream reach copied through the source and the sink",
         || async {
-            let got = rows(&upstream, "SELECT id, name FROM copied").await.ok()?;
+            let got = rows(upstream, "SELECT id, name FROM copied").await.ok()?;
             (got == ["1|uno", "2|two"]).then_some(())
         },
     )
     .await;
     let sessions = rows(
-        &upstream,
-        "SELECT a.backend_type || ' ' || s.client_dn FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
-         WHERE a.usename = 'app'",
+        upstream,
+        &format!(
+            "SELECT a.backend_type || ' ' || s.{column} FROM pg_stat_activity a \
+             JOIN pg_stat_ssl s USING (pid) WHERE a.usename = 'app'"
+        ),
     )
     .await
     .unwrap();
     assert!(
-        sessions.iter().any(|s| s == "walsender /CN=app"),
+        sessions.iter().any(|s| *s == format!("walsender {value}")),
         "{sessions:?}"
     );
     assert!(
-        sessions.iter().all(|s| s.ends_with(" /CN=app")),
+        sessions.iter().all(|s| s.ends_with(&format!(" {value}"))),
         "{sessions:?}"
     );
 }
