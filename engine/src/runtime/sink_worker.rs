@@ -19,7 +19,12 @@
 //!   pre-committed; past that the loop waits for it (backpressure), so
 //!   memory stays bounded and every epoch in flight can be replayed.
 //! - Stopping a worker (a reopen, a DROP) lets the call it is in finish
-//!   and skips the rest: a new writer never races an old one on one target.
+//!   and skips the rest: a new writer never races an old one on one
+//!   target. A call that has not finished after [`STOP_WAIT`] (a target
+//!   cut off by the network, its TCP connection hanging) is abandoned, as
+//!   a crash would abandon it, so that an `ALTER CONNECTION` pointing the
+//!   sink elsewhere does not wait for it; the sink's reopen then aborts
+//!   whatever that call staged, like a restart's.
 
 use futures::FutureExt;
 use tokio::sync::mpsc;
@@ -30,6 +35,9 @@ use weir_connectors::{ConnectorError, Sink, Skips, Tally};
 use super::sink_retry::MAX_WAITING_ROWS;
 use super::sink_seal::SinkSeal;
 use super::streams::{Streams, guarded};
+
+/// How long stopping a worker waits for the call it is in.
+pub const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Row changes a sink may have been sent and not yet pre-committed before
 /// the loop waits for it: half of what a sink keeps to replay
@@ -122,11 +130,24 @@ impl SinkWorker {
     }
 
     /// Stops the worker: the call it is in finishes, the rest is skipped.
-    /// Returns once it has.
+    /// Returns once it has, or after [`STOP_WAIT`], abandoning the call.
     pub async fn stop(&mut self) {
+        self.stop_within(STOP_WAIT).await;
+    }
+
+    /// [`Self::stop`], waiting at most `wait` for the call in progress.
+    pub async fn stop_within(&mut self, wait: std::time::Duration) {
         self.stop.cancel();
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
+        let Some(mut task) = self.task.take() else {
+            return;
+        };
+        if tokio::time::timeout(wait, &mut task).await.is_err() {
+            task.abort();
+            tracing::warn!(
+                run = self.run,
+                waited_ms = wait.as_millis() as u64,
+                "a sink call did not finish when its worker was stopped; abandoned"
+            );
         }
     }
 }

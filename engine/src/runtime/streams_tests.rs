@@ -294,3 +294,25 @@ async fn a_sink_that_fails_as_it_opens_stays_failed_in_every_seal() {
         assert!(entry.behind, "{entry:?}");
     }
 }
+
+#[tokio::test]
+async fn a_worker_stuck_in_a_call_is_abandoned_when_stopped() {
+    let (events, _reports) = tokio::sync::mpsc::unbounded_channel();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut worker = crate::runtime::sink_worker::SinkWorker::start(
+        ObjectId(8),
+        1,
+        Box::new(Gated(gate, Default::default())),
+        "gated".into(),
+        events,
+    );
+    worker.send(crate::runtime::sink_worker::SinkOp::Write {
+        epoch: 1,
+        changes: crate::testing::change("k int", "1 +1"),
+    });
+    // The gate never opens: the write never returns, and stopping the
+    // worker still does.
+    worker
+        .stop_within(std::time::Duration::from_millis(50))
+        .await;
+}
