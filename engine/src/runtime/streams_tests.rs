@@ -7,37 +7,39 @@ use super::*;
 use crate::runtime::sink_worker::IN_FLIGHT_ROWS;
 use weir_connectors::{ConnectorKind, Sink, SinkOpen};
 
-/// A sink whose code has a bug in `write`.
-struct Panics;
-
-#[async_trait::async_trait]
-impl Sink for Panics {
-    async fn write(&mut self, _: u64, _: &ChangeBatch) -> Result<(), ConnectorError> {
-        panic!("a bug in the connector")
-    }
-    async fn pre_commit(&mut self, epoch: u64) -> Result<String, ConnectorError> {
-        Ok(epoch.to_string())
-    }
-    fn receipt(&mut self) -> weir_connectors::Receipt {
-        Default::default()
-    }
-    async fn commit(&mut self, _: u64, _: &str) -> Result<(), ConnectorError> {
-        Ok(())
-    }
-    async fn abort(&mut self, _: u64) -> Result<(), ConnectorError> {
-        Ok(())
-    }
+/// What a test sink's `write` does; everything else is a plain
+/// two-phase sink whose receipt is what it tallied.
+enum Writes {
+    /// Panics: a bug in the connector.
+    Panics,
+    /// Tallies only the first row of each batch, as a sink with an
+    /// encoding bug would.
+    LosesRows,
+    /// Waits for the test to open the gate, then tallies every row.
+    Gated(Arc<tokio::sync::Semaphore>),
 }
 
-/// A sink that writes what it is handed but drops the second row of
-/// each batch from its receipt, as a sink with an encoding bug would.
-struct LosesRows(weir_connectors::Tally);
+struct TestSink(Writes, weir_connectors::Tally);
+
+fn test_sink(writes: Writes) -> Box<dyn Sink> {
+    Box::new(TestSink(writes, Default::default()))
+}
 
 #[async_trait::async_trait]
-impl Sink for LosesRows {
+impl Sink for TestSink {
     async fn write(&mut self, _: u64, changes: &ChangeBatch) -> Result<(), ConnectorError> {
-        let first = ChangeBatch::new(changes.rows().slice(0, 1), changes.weights().slice(0, 1));
-        self.0.add_changes(&first.unwrap()).unwrap();
+        match &self.0 {
+            Writes::Panics => panic!("a bug in the connector"),
+            Writes::LosesRows => {
+                let first =
+                    ChangeBatch::new(changes.rows().slice(0, 1), changes.weights().slice(0, 1));
+                self.1.add_changes(&first.unwrap()).unwrap();
+            }
+            Writes::Gated(gate) => {
+                let _open = gate.acquire().await.expect("the gate is never closed");
+                self.1.add_changes(changes).unwrap();
+            }
+        }
         Ok(())
     }
     async fn pre_commit(&mut self, epoch: u64) -> Result<String, ConnectorError> {
@@ -50,7 +52,7 @@ impl Sink for LosesRows {
         Ok(())
     }
     fn receipt(&mut self) -> weir_connectors::Receipt {
-        self.0.take()
+        self.1.take()
     }
 }
 
@@ -103,7 +105,7 @@ fn blackhole() -> Box<dyn Sink> {
 async fn a_panicking_sink_fails_alone_and_the_loop_goes_on() {
     let mut streams = Streams::detached();
     let (buggy, fine) = (ObjectId(8), ObjectId(9));
-    open(&mut streams, buggy, Box::new(Panics), "buggy");
+    open(&mut streams, buggy, test_sink(Writes::Panics), "buggy");
     open(&mut streams, fine, blackhole(), "blackhole");
     let rows = crate::testing::change("k int", "1 +1");
     streams
@@ -123,12 +125,7 @@ async fn a_panicking_sink_fails_alone_and_the_loop_goes_on() {
 async fn a_sink_whose_receipt_differs_from_what_it_was_handed_fails() {
     let mut streams = Streams::detached();
     let (lossy, fine) = (ObjectId(8), ObjectId(9));
-    open(
-        &mut streams,
-        lossy,
-        Box::new(LosesRows(Default::default())),
-        "lossy",
-    );
+    open(&mut streams, lossy, test_sink(Writes::LosesRows), "lossy");
     open(&mut streams, fine, blackhole(), "blackhole");
     // One row: the receipt matches.
     let one = crate::testing::change("k int", "1 +1");
@@ -157,30 +154,6 @@ async fn a_sink_whose_receipt_differs_from_what_it_was_handed_fails() {
     assert_ne!(status.sinks[&fine].status, "failed");
 }
 
-/// A sink whose writes wait for the test to open its gate.
-struct Gated(Arc<tokio::sync::Semaphore>, weir_connectors::Tally);
-
-#[async_trait::async_trait]
-impl Sink for Gated {
-    async fn write(&mut self, _: u64, changes: &ChangeBatch) -> Result<(), ConnectorError> {
-        let _open = self.0.acquire().await.expect("the gate is never closed");
-        self.1.add_changes(changes).unwrap();
-        Ok(())
-    }
-    async fn pre_commit(&mut self, epoch: u64) -> Result<String, ConnectorError> {
-        Ok(epoch.to_string())
-    }
-    async fn commit(&mut self, _: u64, _: &str) -> Result<(), ConnectorError> {
-        Ok(())
-    }
-    async fn abort(&mut self, _: u64) -> Result<(), ConnectorError> {
-        Ok(())
-    }
-    fn receipt(&mut self) -> weir_connectors::Receipt {
-        self.1.take()
-    }
-}
-
 #[tokio::test]
 async fn a_stuck_sink_holds_up_nothing_and_a_seal_keeps_its_epochs_in_flight() {
     let mut streams = Streams::detached();
@@ -189,7 +162,7 @@ async fn a_stuck_sink_holds_up_nothing_and_a_seal_keeps_its_epochs_in_flight() {
     open(
         &mut streams,
         stuck,
-        Box::new(Gated(gate.clone(), Default::default())),
+        test_sink(Writes::Gated(gate.clone())),
         "gated",
     );
     open(&mut streams, fine, blackhole(), "blackhole");
@@ -245,7 +218,7 @@ async fn a_sink_that_lags_too_far_makes_the_loop_wait() {
     open(
         &mut streams,
         stuck,
-        Box::new(Gated(gate.clone(), Default::default())),
+        test_sink(Writes::Gated(gate.clone())),
         "gated",
     );
     let keys = arrow::array::Int64Array::from_iter_values(0..=IN_FLIGHT_ROWS as i64);
@@ -302,7 +275,7 @@ async fn a_worker_stuck_in_a_call_is_abandoned_when_stopped() {
     let mut worker = crate::runtime::sink_worker::SinkWorker::start(
         ObjectId(8),
         1,
-        Box::new(Gated(gate, Default::default())),
+        test_sink(Writes::Gated(gate)),
         "gated".into(),
         events,
     );
