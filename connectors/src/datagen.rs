@@ -340,6 +340,7 @@ mod tests {
                 options: &options,
                 offsets: &offsets,
                 until: None,
+                tables: &[],
             })
             .unwrap();
         let mut out = Vec::new();
@@ -350,6 +351,7 @@ mod tests {
                     out.extend(batches.iter().map(|b| b.changes.rows().clone()))
                 }
                 SourceEvent::SplitEnd { .. } => break,
+                SourceEvent::SplitFailed { message, .. } => panic!("a split failed: {message}"),
                 SourceEvent::Idle => {}
             }
         }

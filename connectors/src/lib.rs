@@ -57,7 +57,9 @@ use arrow::datatypes::SchemaRef;
 pub use error::ConnectorError;
 pub use receipt::{Receipt, Tally};
 pub use sink::{Sink, SinkOpen, Skips};
-pub use source::{GAPS_ACCEPTED, Offsets, Source, SourceBatch, SourceEvent, SourceOpen};
+pub use source::{
+    GAPS_ACCEPTED, Offsets, Source, SourceBatch, SourceEvent, SourceOpen, SourceTable,
+};
 pub use spec::{Capabilities, ConnectorKind, ConnectorSpec, Delivery, OptionSpec, OptionType};
 
 /// One connector: its spec and how to open it.
@@ -106,6 +108,36 @@ pub trait Connector: Send + Sync {
         options: &'a std::collections::BTreeMap<String, String>,
     ) -> futures::future::BoxFuture<'a, Result<SchemaRef, ConnectorError>> {
         Box::pin(async move { self.source_columns(declared, options) })
+    }
+
+    /// Whether a source with these options covers several upstream tables,
+    /// each read as its own relation (`CREATE SOURCE t FROM name TABLE
+    /// 'schema.table'`), rather than being a relation itself: a
+    /// postgres-cdc source without a `table`.
+    fn covers_tables(&self, options: &std::collections::BTreeMap<String, String>) -> bool {
+        let _ = options;
+        false
+    }
+
+    /// The columns of one table of a source that covers several, checked
+    /// against the upstream as [`Self::describe_source`] checks a source's
+    /// own table. `options` are the covering source's (secrets resolved).
+    fn describe_source_table<'a>(
+        &'a self,
+        declared: Option<&'a SchemaRef>,
+        options: &'a std::collections::BTreeMap<String, String>,
+        table: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<SchemaRef, ConnectorError>> {
+        let _ = (declared, options);
+        Box::pin(async move {
+            Err(ConnectorError::Rejected {
+                connector: self.spec().name.to_string(),
+                message: format!(
+                    "a {} source does not cover several tables, so it has no table {table}",
+                    self.spec().name
+                ),
+            })
+        })
     }
 
     /// Releases what a dropped source held outside (a replication slot),

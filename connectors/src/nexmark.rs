@@ -453,6 +453,7 @@ mod tests {
                 options: &options,
                 offsets: &offsets,
                 until: None,
+                tables: &[],
             })
             .unwrap()
     }
@@ -466,6 +467,7 @@ mod tests {
                     out.extend(batches.iter().map(|b| b.changes.rows().clone()))
                 }
                 SourceEvent::SplitEnd { .. } => return out,
+                SourceEvent::SplitFailed { message, .. } => panic!("a split failed: {message}"),
                 SourceEvent::Idle => {}
             }
         }
@@ -585,6 +587,7 @@ mod tests {
                 options: &options,
                 offsets: &Default::default(),
                 until: Some(&until),
+                tables: &[],
             })
             .unwrap();
         let head = drain(&mut replay).await;

@@ -55,6 +55,16 @@ pub enum SourceEvent {
     SplitEnd {
         split: String,
     },
+    /// This split cannot go on (one table of a source that covers several
+    /// broke: truncated, dropped, changed); its offset, sealed with the
+    /// batches before this event, is final and records the failure. The
+    /// other splits go on. `gap` when changes were lost upstream (the
+    /// failure can be accepted with `ALTER DESTINATION ... ACCEPT GAP`).
+    SplitFailed {
+        split: String,
+        gap: bool,
+        message: String,
+    },
     /// Nothing arrived within the poll interval; call again.
     Idle,
 }
@@ -103,4 +113,25 @@ pub struct SourceOpen<'a> {
     /// The source yields exactly the rows before these offsets, then ends
     /// the split; a split not named here ends at once.
     pub until: Option<&'a Offsets>,
+    /// For a source that covers several upstream tables (a shared
+    /// postgres-cdc source): the tables read now, each its own split and
+    /// relation. Empty for every other source (`schema` is then the
+    /// source's one relation).
+    pub tables: &'a [SourceTable],
+}
+
+/// One upstream table of a source that covers several.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceTable {
+    /// The split its rows and offset travel under: the id of the Weir
+    /// relation it feeds, in decimal, so a table dropped and added again
+    /// (a new relation) never resumes at stale progress.
+    pub split: String,
+    /// The upstream table, as `name` or `schema.name`.
+    pub upstream: String,
+    /// The relation's columns (already checked against the upstream).
+    pub schema: SchemaRef,
+    /// Retention gaps accepted for this table (`ALTER DESTINATION ...
+    /// ACCEPT GAP` on a destination that reads it).
+    pub gaps_accepted: u32,
 }

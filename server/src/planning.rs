@@ -197,6 +197,7 @@ impl PlanContext {
             )
             .is_ok_and(|c| c.spec().capabilities.replayable),
             paused: def.paused,
+            tables: Vec::new(),
         })
     }
 

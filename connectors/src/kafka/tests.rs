@@ -38,6 +38,7 @@ fn source(options: &BTreeMap<String, String>, offsets: &Offsets) -> KafkaSource 
         options,
         offsets,
         until: None,
+        tables: &[],
     })
     .unwrap()
 }
@@ -117,6 +118,7 @@ async fn the_source_reads_every_partition_and_resumes_at_sealed_offsets() {
         options: &opts,
         offsets: &Offsets::new(),
         until: Some(&offsets),
+        tables: &[],
     })
     .unwrap();
     let mut rows = Vec::new();

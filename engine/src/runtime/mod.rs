@@ -63,7 +63,7 @@ use crate::{Coordinator, EngineError, EpochView, Graph, SourceBinding, TableStat
 
 pub use checkpoints::{CheckpointLog, Checkpointer, ObjectChain};
 pub use restore::ChainPrefetch;
-pub use streams::{SealedStreams, SinkToOpen, SourceToRead, StreamStatus};
+pub use streams::{SealedStreams, SinkToOpen, SourceToRead, StreamStatus, TableToRead};
 
 /// Pending rows after which an epoch closes without waiting for the timer.
 pub const EPOCH_ROW_BUDGET: usize = 65_536;

@@ -70,6 +70,24 @@ pub struct SourceToRead {
     /// Paused (`ALTER SOURCE ... PAUSE`): no reader runs for it; it keeps
     /// its position until it is resumed.
     pub paused: bool,
+    /// For a source that covers several upstream tables (a shared
+    /// postgres-cdc source): the tables read now, ordered by id, each its
+    /// own relation. Empty for every other source, whose rows are the
+    /// relation `id` itself.
+    pub tables: Vec<TableToRead>,
+}
+
+/// One upstream table of a source that covers several: the relation its
+/// rows feed (whose id, in decimal, is the table's split).
+#[derive(Debug, Clone)]
+pub struct TableToRead {
+    pub id: ObjectId,
+    pub name: String,
+    /// The upstream table, as `name` or `schema.name`.
+    pub upstream: String,
+    pub schema: SchemaRef,
+    /// Retention gaps accepted for this table.
+    pub gaps_accepted: u32,
 }
 
 /// The connector a sink deployment writes to.

@@ -326,6 +326,7 @@ const SOURCE_ROWS: &str = "k int";
 fn ten_rows(replayable: bool) -> SourceToRead {
     SourceToRead {
         paused: false,
+        tables: Vec::new(),
         id: SOURCE,
         name: "public.ten".into(),
         connector: "datagen".into(),

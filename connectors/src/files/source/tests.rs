@@ -38,6 +38,7 @@ fn open(
         options,
         offsets,
         until,
+        tables: &[],
     })
     .unwrap()
 }
@@ -55,6 +56,7 @@ async fn drain(source: &mut FilesSource) -> (Vec<String>, Offsets) {
                 rows.extend(show(batch.changes.rows()));
             }
             SourceEvent::SplitEnd { .. } => return (rows, offsets),
+            SourceEvent::SplitFailed { message, .. } => panic!("a split failed: {message}"),
             SourceEvent::Idle => {
                 idle += 1;
                 if idle == 2 {
