@@ -281,6 +281,12 @@ impl From<DataFusionError> for ServerError {
                     sqlstate,
                     message: message.clone(),
                 },
+                // Raised by a catalog provider (a relation that cannot be
+                // read): its own words, not DataFusion's wrapping.
+                Some(Self::Sqlstate { code, message }) => Self::Sqlstate {
+                    code,
+                    message: message.clone(),
+                },
                 Some(_) => Self::DataFusion(e),
                 None => match inner.downcast_ref::<PgsemError>() {
                     Some(PgsemError::Value { sqlstate, message }) => Self::Value {

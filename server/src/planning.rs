@@ -19,13 +19,14 @@ use datafusion::sql::sqlparser::ast::{Query, Statement};
 use weir_common::ObjectId;
 use weir_engine::SourceBinding;
 use weir_engine::runtime::Deployment;
+use weir_engine::runtime::TableToRead;
 use weir_engine::runtime::streams::{SinkToOpen, SourceToRead};
 use weir_planner::StreamPlan;
 
 use crate::catalog::Catalog;
 use crate::catalog::model::ProjectionDef;
 use crate::catalog::provider::{SessionView, WeirCatalogList};
-use crate::catalog::streaming::SinkDef;
+use crate::catalog::streaming::{SinkDef, SourceDef, SourceKind};
 use crate::db::Database;
 use crate::error::ServerError;
 
@@ -171,13 +172,23 @@ impl PlanContext {
         deployment_of(def.id, planned, def.arrow_schema(), None)
     }
 
-    /// A committed sink, planned into what the runtime deploys.
     /// What the runtime needs to read a source: its options resolved
-    /// (connection, secrets) and the gaps accepted so far.
-    pub fn source_to_read(
-        &self,
-        def: &crate::catalog::streaming::SourceDef,
-    ) -> Result<SourceToRead, ServerError> {
+    /// (connection, secrets) and the gaps accepted so far. A table of a
+    /// shared source is read by its parent's reader, so for one (and for
+    /// the shared source itself) this is the parent's, with every table of
+    /// it: one reader per slot, whichever table a deployment binds.
+    pub fn source_to_read(&self, def: &SourceDef) -> Result<SourceToRead, ServerError> {
+        let def = match def.kind {
+            SourceKind::Table { source, .. } => {
+                self.catalog.sources.get(&source).ok_or_else(|| {
+                    ServerError::internal(format!(
+                        "source {} is a table of source {source}, which is not in the catalog",
+                        def.qualified_name()
+                    ))
+                })?
+            }
+            SourceKind::Rows | SourceKind::Shared => def,
+        };
         let mut options = self.connector_options(&def.connector, &def.options, &def.secrets)?;
         if def.gaps_accepted > 0 {
             options.insert(
@@ -185,6 +196,21 @@ impl PlanContext {
                 def.gaps_accepted.to_string(),
             );
         }
+        let tables = self
+            .catalog
+            .tables_of_source(def.id)
+            .into_iter()
+            .filter_map(|t| match &t.kind {
+                SourceKind::Table { upstream, .. } => Some(TableToRead {
+                    id: t.id,
+                    name: t.qualified_name(),
+                    upstream: upstream.clone(),
+                    schema: t.arrow_schema(),
+                    gaps_accepted: t.gaps_accepted,
+                }),
+                _ => None,
+            })
+            .collect();
         Ok(SourceToRead {
             id: def.id,
             name: def.qualified_name(),
@@ -197,10 +223,11 @@ impl PlanContext {
             )
             .is_ok_and(|c| c.spec().capabilities.replayable),
             paused: def.paused,
-            tables: Vec::new(),
+            tables,
         })
     }
 
+    /// A committed sink, planned into what the runtime deploys.
     pub async fn sink(&self, def: &SinkDef) -> Result<Deployment, ServerError> {
         let query = parse_query(&def.query)?;
         let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
@@ -298,6 +325,9 @@ fn resolve_source(
         return Ok(p.id);
     }
     if let Some(s) = catalog.source(schema, table) {
+        if s.is_shared() {
+            return Err(catalog.shared_source_unreadable(s));
+        }
         return Ok(s.id);
     }
     Err(ServerError::feature_not_supported(format!(

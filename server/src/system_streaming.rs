@@ -1,7 +1,8 @@
 //! The `weir_catalog` tables of streaming objects:
 //! - `sources`: every source with its connector, status (`idle` until
 //!   something reads it, `running`, `retrying`, `completed`, `failed`),
-//!   rows read, offsets per split, largest event time and last error;
+//!   rows read, offsets per split, largest event time and last error; a
+//!   table of a shared source names its parent in `source`;
 //! - `sinks`: every sink with its connector, status (`running`,
 //!   `backing_off`, `failed`), rows handed to it, rows, epoch and
 //!   connector descriptor committed, last error, retries and next retry;
@@ -48,6 +49,7 @@ pub fn fields(name: &str) -> Option<Vec<Field>> {
             utf8("schema"),
             utf8("name"),
             int8("id"),
+            opt_utf8("source"),
             utf8("connector"),
             utf8("status"),
             int8("rows_in"),
@@ -146,6 +148,14 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                 text(defs.iter().map(|d| d.schema.clone()).collect()),
                 text(defs.iter().map(|d| d.name.clone()).collect()),
                 int(defs.iter().map(|d| d.id.0 as i64).collect()),
+                opt_text(
+                    defs.iter()
+                        .map(|d| {
+                            let parent = snapshot.catalog.sources.get(&d.parent()?)?;
+                            Some(parent.qualified_name())
+                        })
+                        .collect(),
+                ),
                 text(defs.iter().map(|d| d.connector.clone()).collect()),
                 text(
                     state
@@ -184,7 +194,11 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                         .collect(),
                 ),
                 opt_text(state.iter().map(|s| s.error.clone()).collect()),
-                text(defs.iter().map(|d| d.create_statement()).collect()),
+                text(
+                    defs.iter()
+                        .map(|d| d.create_statement(&snapshot.catalog))
+                        .collect(),
+                ),
             ]
         }
         "sinks" => {

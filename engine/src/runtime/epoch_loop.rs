@@ -143,9 +143,11 @@ impl Loop {
             Some(Command::TableLog(commit)) => self.commit_received(commit).await,
             Some(Command::Source(message)) => match message {
                 SourceMessage::Batch(reader, batches, _permit) => {
+                    // All in this one call: a transaction's batches, one
+                    // per table it touched, land in one epoch.
                     for batch in batches {
-                        if self.streams.received(reader, &batch) {
-                            self.coordinator.push(reader.source, batch.changes);
+                        if let Some(to) = self.streams.received(reader, &batch) {
+                            self.coordinator.push(to, batch.changes);
                         }
                     }
                     if self.coordinator.pending_rows() >= EPOCH_ROW_BUDGET {
@@ -161,6 +163,9 @@ impl Loop {
                     self.streams.set_source_status(id, "retrying", Some(e))
                 }
                 SourceMessage::Gap(id, e) => self.streams.set_source_status(id, "gap", Some(e)),
+                SourceMessage::SplitFailed(id, split, gap, e) => {
+                    self.streams.split_failed(id, &split, gap, e)
+                }
             },
             Some(Command::Barrier(target, reply)) => {
                 self.waiting.push((target, reply));
@@ -172,7 +177,10 @@ impl Loop {
                 let opened: Vec<_> = restore
                     .deployments
                     .iter()
-                    .map(|d| (d.id, d.sources_read.clone(), d.sink.clone()))
+                    .map(|d| {
+                        let relations = d.sources.iter().map(|s| s.object).collect();
+                        (d.id, d.sources_read.clone(), relations, d.sink.clone())
+                    })
                     .collect();
                 let result = super::restore::restore(
                     &mut self.coordinator,
@@ -184,8 +192,8 @@ impl Loop {
                 .await;
                 if let Ok(emitted) = &result {
                     let at = self.coordinator.view().epoch.0;
-                    for (id, sources, sink) in opened {
-                        self.streams.start_readers(id, &sources);
+                    for (id, sources, relations, sink) in opened {
+                        self.streams.start_readers(id, &sources, relations);
                         if let Some(sink) = sink {
                             let undelivered = self.coordinator.undelivered(id);
                             self.streams.open_sink(id, &sink, None, at, undelivered);
@@ -397,6 +405,7 @@ impl Loop {
             .await
             .map_err(|e| invariant(format!("backfilling from a source: {e}")))?;
         let sources_read = deployment.sources_read.clone();
+        let relations = deployment.sources.iter().map(|s| s.object).collect();
         let sink = deployment.sink.clone();
         let coordinator = &mut self.coordinator;
         let deployed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -408,7 +417,7 @@ impl Loop {
                 panic_message(&panic)
             )))
         })?;
-        self.streams.start_readers(id, &sources_read);
+        self.streams.start_readers(id, &sources_read, relations);
         if let Some(sink) = sink {
             let epoch = self.coordinator.view().epoch.0;
             self.streams
@@ -431,7 +440,11 @@ impl Loop {
             let failure = view.projections.get(&s.object)?.failure.as_ref()?;
             Some(format!("a projection it reads failed: {failure}"))
         });
-        failed_input.or_else(|| self.streams.cannot_replay(&deployment.sources_read))
+        let relations = deployment.sources.iter().map(|s| s.object).collect();
+        failed_input.or_else(|| {
+            self.streams
+                .cannot_replay(&deployment.sources_read, &relations)
+        })
     }
 }
 

@@ -13,10 +13,12 @@
 //!   must cover ([`BarrierTarget`]), and is answered by the first epoch that
 //!   covers it, whatever path the rows took to get there.
 //! - [`streams`]: one shared reader per source, one writer per sink, and
-//!   the offsets and descriptors every seal records; `sink_retry`: a sink
-//!   whose target is unreachable backs off and catches up; `sink_commit`:
-//!   when a sink commits (each seal, or grouped); `sink_worker`: each
-//!   sink's calls run on a task of their own, off the loop.
+//!   the offsets and descriptors every seal records; `source_tables`: a
+//!   source that covers several upstream tables feeds each table's
+//!   relation from the table's split; `sink_retry`: a sink whose target
+//!   is unreachable backs off and catches up; `sink_commit`: when a sink
+//!   commits (each seal, or grouped); `sink_worker`: each sink's calls
+//!   run on a task of their own, off the loop.
 //! - [`checkpoints`]: writes each completed epoch as per-vnode partials,
 //!   then its seal (with the table-log LSN, source offsets, sink
 //!   descriptors and state fingerprints).
@@ -43,6 +45,7 @@ mod sink_retry;
 mod sink_seal;
 mod sink_worker;
 mod source_reset;
+mod source_tables;
 pub mod streams;
 mod table_log;
 #[cfg(test)]

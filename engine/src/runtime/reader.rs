@@ -8,12 +8,12 @@
 //! and try again; others end the reader and say why. What differs between
 //! the two kinds of reader is only where the messages go ([`Route`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
-use weir_common::ChangeBatch;
+use weir_common::{ChangeBatch, ObjectId};
 use weir_connectors::{
     ConnectorError, ConnectorKind, Offsets, Source, SourceBatch, SourceEvent, SourceOpen,
 };
@@ -156,8 +156,23 @@ pub(super) async fn read(mut task: ReaderTask, source: Result<Box<dyn Source>, C
                 }
                 continue;
             }
-            // Replaced by the per-split failure handling (in progress).
-            Ok(SourceEvent::SplitFailed { .. }) => continue,
+            Ok(SourceEvent::SplitFailed {
+                split,
+                gap,
+                message,
+            }) => {
+                tracing::error!(
+                    source = %task.name, %split, error = %message,
+                    "a split failed; the others go on"
+                );
+                if !task
+                    .report(|id| SourceMessage::SplitFailed(id, split, gap, message))
+                    .await
+                {
+                    return;
+                }
+                continue;
+            }
             Ok(SourceEvent::Idle) => continue,
             Err(e) if e.is_retryable() => {
                 let Some(wait) = task.retry.next_delay() else {
@@ -211,22 +226,26 @@ pub(super) async fn read(mut task: ReaderTask, source: Result<Box<dyn Source>, C
     }
 }
 
-/// Replays `source` from offset 0 up to `target` and collects its rows.
+/// Replays `source` from offset 0 up to `target` and collects its rows,
+/// per relation they feed.
 pub(super) async fn read_up_to(
     source: &SourceToRead,
     target: &Offsets,
-) -> Result<ChangeBatch, EngineError> {
+) -> Result<HashMap<ObjectId, ChangeBatch>, EngineError> {
     let empty = Offsets::new();
     let mut reader = open_source(source, &empty, Some(target))?;
     let splits = reader.splits();
     let mut ended: HashSet<String> = HashSet::new();
-    let mut parts: Vec<ChangeBatch> = Vec::new();
+    let mut parts: HashMap<ObjectId, Vec<ChangeBatch>> = HashMap::new();
+    let mut keep = |batch: SourceBatch| {
+        if let Some(to) = source.relation_of(&batch.split) {
+            parts.entry(to).or_default().push(batch.changes);
+        }
+    };
     while ended.len() < splits.len() {
         match reader.next().await? {
-            SourceEvent::Batch(batch) => parts.push(batch.changes),
-            SourceEvent::Transaction { batches, .. } => {
-                parts.extend(batches.into_iter().map(|b| b.changes))
-            }
+            SourceEvent::Batch(batch) => keep(batch),
+            SourceEvent::Transaction { batches, .. } => batches.into_iter().for_each(&mut keep),
             SourceEvent::SplitEnd { split } => {
                 ended.insert(split);
             }
@@ -235,8 +254,14 @@ pub(super) async fn read_up_to(
             SourceEvent::SplitFailed { .. } | SourceEvent::Idle => {}
         }
     }
-    let schema = source.schema.clone();
-    crate::rows::concat_changes(&schema, &parts)
+    source
+        .relations()
+        .into_iter()
+        .map(|(id, schema)| {
+            let rows = parts.get(&id).map_or(&[][..], Vec::as_slice);
+            Ok((id, crate::rows::concat_changes(schema, rows)?))
+        })
+        .collect()
 }
 
 /// Opens an external source's connector at `offsets`.
@@ -245,13 +270,14 @@ pub(super) fn open_source(
     offsets: &Offsets,
     until: Option<&Offsets>,
 ) -> Result<Box<dyn Source>, ConnectorError> {
+    let tables = source.source_tables();
     weir_connectors::connector(&source.connector, ConnectorKind::Source)?.open_source(SourceOpen {
         name: &source.name,
         schema: source.schema.clone(),
         options: &source.options,
         offsets,
         until,
-        tables: &[],
+        tables: &tables,
     })
 }
 

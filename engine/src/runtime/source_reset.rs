@@ -25,8 +25,13 @@ impl Streams {
         tracing::info!(source = %source.name, "offsets reset: reading from the beginning");
         self.received.remove(&source.id);
         self.covered.remove(&source.id);
-        if let Some(entry) = self.status.write().sources.get_mut(&source.id) {
-            entry.offsets = Default::default();
+        {
+            let mut status = self.status.write();
+            for id in std::iter::once(source.id).chain(source.tables.iter().map(|t| t.id)) {
+                if let Some(entry) = status.sources.get_mut(&id) {
+                    entry.offsets = Default::default();
+                }
+            }
         }
         self.restart_source(source);
         self.resets_waiting.push((self.seals_taken, done));

@@ -18,6 +18,13 @@
 //!   sink. A seal records the covered offsets (`source:<id>`) and the
 //!   latest descriptors (`sink:<id>`); after it, sinks commit and sources
 //!   hear `on_sealed`.
+//! - A source that covers several upstream tables (a shared postgres-cdc
+//!   source) is read once too: each batch's split names the table whose
+//!   relation its rows feed (the relation id in decimal), and the source's
+//!   own `stream` split feeds none. Every split's offset is received,
+//!   covered and sealed under the source, so an epoch takes a transaction
+//!   over several tables whole; `weir_catalog.sources` shows each table
+//!   with its own offset, rows and failure (`source_tables`).
 //! - A source or sink that fails is marked failed alone (its error in
 //!   `weir_catalog.sources` / `sinks`); the rest keep running. A sink
 //!   whose error is retryable backs off and catches up instead
@@ -40,6 +47,7 @@ use weir_connectors::{ConnectorError, Offsets, SourceBatch};
 
 use super::Command;
 use super::reader::{ReaderTask, Route, open_source, read, read_up_to};
+use super::source_tables;
 use crate::EngineError;
 
 /// The seal key of a source's covered offsets.
@@ -129,6 +137,9 @@ pub enum SourceMessage {
     Gap(ReaderId, String),
     /// A retryable error; the reader backs off and tries again.
     Retrying(ReaderId, String),
+    /// One split cannot go on, the others do: (split, whether changes
+    /// were lost upstream, why). Its offset is final.
+    SplitFailed(ReaderId, String, bool, String),
 }
 
 /// One source's state, for `weir_catalog.sources`.
@@ -182,7 +193,7 @@ pub struct StreamStatus {
     pub sinks: HashMap<ObjectId, SinkStatus>,
 }
 
-struct Reader {
+pub(super) struct Reader {
     run: u64,
     stop: CancellationToken,
     sealed: mpsc::UnboundedSender<(u64, Offsets)>,
@@ -230,15 +241,23 @@ pub(super) struct SinkSlot {
 pub struct Streams {
     commands: mpsc::WeakSender<Command>,
     pub(super) status: Arc<RwLock<StreamStatus>>,
-    readers: HashMap<ObjectId, Reader>,
+    pub(super) readers: HashMap<ObjectId, Reader>,
     /// The definition of every source being read.
-    defs: HashMap<ObjectId, SourceToRead>,
+    pub(super) defs: HashMap<ObjectId, SourceToRead>,
+    /// Tables of sources being read that failed alone
+    /// ([`Self::split_failed`]): the reader's own state is not theirs.
+    pub(super) failed_tables: HashSet<ObjectId>,
     /// Per source, the offsets of every batch pushed to the coordinator.
     pub(super) received: HashMap<ObjectId, Offsets>,
     /// Per source, the offsets the latest closed epoch includes.
     pub(super) covered: HashMap<ObjectId, Offsets>,
     /// Per deployment, the sources it reads.
     reads: HashMap<ObjectId, Vec<ObjectId>>,
+    /// Per deployment, the relations its graph reads: a source that covers
+    /// several tables reads only the tables some deployment reads, so a
+    /// table's snapshot is never read into nothing before its first
+    /// projection exists.
+    relations_read: HashMap<ObjectId, HashSet<ObjectId>>,
     pub(super) sinks: HashMap<ObjectId, SinkSlot>,
     /// Sink entries of the seal the loop started from, until each sink opens.
     pub(super) sealed_sinks: HashMap<ObjectId, SinkSeal>,
@@ -292,9 +311,11 @@ impl Streams {
             status,
             readers: HashMap::new(),
             defs: HashMap::new(),
+            failed_tables: HashSet::new(),
             received: sealed.offsets.clone(),
             covered: sealed.offsets,
             reads: HashMap::new(),
+            relations_read: HashMap::new(),
             sinks: HashMap::new(),
             sealed_sinks: sealed.sinks,
             failed_at_open: HashMap::new(),
@@ -319,8 +340,8 @@ impl Streams {
     }
 
     /// Backfills for the sources `sources` that already have received
-    /// offsets: their rows from offset 0 up to those offsets. Call right
-    /// after an epoch closed (received == covered).
+    /// offsets: their rows from offset 0 up to those offsets, per relation
+    /// they feed. Call right after an epoch closed (received == covered).
     pub fn backfills(
         &self,
         sources: &[SourceToRead],
@@ -340,7 +361,7 @@ impl Streams {
         async move {
             let mut out = HashMap::new();
             for (source, target) in targets {
-                out.insert(source.id, read_up_to(&source, &target).await?);
+                out.extend(read_up_to(&source, &target).await?);
             }
             Ok(out)
         }
@@ -349,10 +370,25 @@ impl Streams {
     /// The first of `sources` that cannot replay and was read before (in
     /// this run or before the seal the loop started from), with why a
     /// deployment that must read it from the start cannot be built.
-    pub fn cannot_replay(&self, sources: &[SourceToRead]) -> Option<String> {
-        let source = sources
-            .iter()
-            .find(|s| !s.replayable && self.received.get(&s.id).is_some_and(|o| !o.is_empty()))?;
+    /// `relations` are the ones the deployment reads: of a source that
+    /// covers several tables, only their splits count.
+    pub fn cannot_replay(
+        &self,
+        sources: &[SourceToRead],
+        relations: &HashSet<ObjectId>,
+    ) -> Option<String> {
+        let read_before = |s: &SourceToRead| {
+            let Some(offsets) = self.received.get(&s.id) else {
+                return false;
+            };
+            if s.tables.is_empty() {
+                return !offsets.is_empty();
+            }
+            s.tables
+                .iter()
+                .any(|t| relations.contains(&t.id) && offsets.contains_key(&t.split()))
+        };
+        let source = sources.iter().find(|s| !s.replayable && read_before(s))?;
         Some(format!(
             "its state could not be restored and source {} cannot replay the rows read before; \
              DROP and CREATE it again to start from the source's current position",
@@ -360,98 +396,115 @@ impl Streams {
         ))
     }
 
-    /// Starts reading the sources of a deployment that nothing read yet.
-    pub fn start_readers(&mut self, deployment: ObjectId, sources: &[SourceToRead]) {
+    /// Starts reading the sources of a deployment that nothing read yet;
+    /// `relations` are the ones its graph reads. A source that covers
+    /// several tables and is read already starts again when the deployment
+    /// reads a table it did not read (the connector reads that table's
+    /// snapshot, then streams on).
+    pub fn start_readers(
+        &mut self,
+        deployment: ObjectId,
+        sources: &[SourceToRead],
+        relations: HashSet<ObjectId>,
+    ) {
         self.reads
             .insert(deployment, sources.iter().map(|s| s.id).collect());
+        self.relations_read.insert(deployment, relations);
         for source in sources {
+            let source = self.narrowed(source);
             if self.readers.contains_key(&source.id) {
-                continue;
+                let reading = self.defs.get(&source.id).map(|d| d.tables.as_slice());
+                let new_table = source
+                    .tables
+                    .iter()
+                    .any(|t| !reading.unwrap_or_default().iter().any(|r| r.id == t.id));
+                if !new_table {
+                    continue;
+                }
+                if let Some(reader) = self.readers.remove(&source.id) {
+                    reader.stop.cancel();
+                }
             }
-            self.defs.insert(source.id, source.clone());
-            if source.paused {
-                let mut status = self.status.write();
-                let entry = status.sources.entry(source.id).or_default();
-                entry.status = "paused";
-                entry.error = None;
-                continue;
-            }
-            let offsets = self.received.get(&source.id).cloned().unwrap_or_default();
-            let stop = CancellationToken::new();
-            let (sealed, sealed_rx) = mpsc::unbounded_channel();
-            {
-                let mut status = self.status.write();
-                let entry = status.sources.entry(source.id).or_default();
-                entry.status = "running";
-                entry.offsets = offsets.clone();
-                entry.error = None;
-            }
-            self.runs += 1;
-            let reader = ReaderId {
-                source: source.id,
-                run: self.runs,
-            };
-            let task = ReaderTask {
-                name: source.name.clone(),
-                connector: source.connector.clone(),
-                route: Route::Source(reader),
-                commands: self.commands.clone(),
-                stop: stop.clone(),
-                sealed: sealed_rx,
-                // Checked at CREATE; a stored value that no longer reads
-                // (an older build's) falls back to the defaults.
-                retry: RetryState::new(
-                    weir_connectors::recovery::Recovery::restarts(&source.options)
-                        .unwrap_or_default(),
-                ),
-            };
-            tokio::spawn(read(task, open_source(source, &offsets, None)));
-            self.readers.insert(
-                source.id,
-                Reader {
-                    run: reader.run,
-                    stop,
-                    sealed,
-                },
-            );
+            self.start_reader(&source);
         }
     }
 
+    /// `source` with only the tables some deployment reads.
+    fn narrowed(&self, source: &SourceToRead) -> SourceToRead {
+        let mut source = source.clone();
+        source
+            .tables
+            .retain(|t| self.relations_read.values().any(|r| r.contains(&t.id)));
+        source
+    }
+
+    /// Starts `source`'s shared reader at the offsets received so far
+    /// (or, paused, only records it).
+    fn start_reader(&mut self, source: &SourceToRead) {
+        if source.paused {
+            self.reader_starts(source, "paused", None);
+            self.defs.insert(source.id, source.clone());
+            return;
+        }
+        let offsets = self.received.get(&source.id).cloned().unwrap_or_default();
+        self.reader_starts(source, "running", Some(&offsets));
+        self.defs.insert(source.id, source.clone());
+        let stop = CancellationToken::new();
+        let (sealed, sealed_rx) = mpsc::unbounded_channel();
+        self.runs += 1;
+        let reader = ReaderId {
+            source: source.id,
+            run: self.runs,
+        };
+        let task = ReaderTask {
+            name: source.name.clone(),
+            connector: source.connector.clone(),
+            route: Route::Source(reader),
+            commands: self.commands.clone(),
+            stop: stop.clone(),
+            sealed: sealed_rx,
+            // Checked at CREATE; a stored value that no longer reads
+            // (an older build's) falls back to the defaults.
+            retry: RetryState::new(
+                weir_connectors::recovery::Recovery::restarts(&source.options).unwrap_or_default(),
+            ),
+        };
+        tokio::spawn(read(task, open_source(source, &offsets, None)));
+        self.readers.insert(
+            source.id,
+            Reader {
+                run: reader.run,
+                stop,
+                sealed,
+            },
+        );
+    }
+
     /// Whether `reader` is the current run of its source's reader.
-    fn is_current(&self, reader: ReaderId) -> bool {
+    pub(super) fn is_current(&self, reader: ReaderId) -> bool {
         self.readers
             .get(&reader.source)
             .is_some_and(|r| r.run == reader.run)
     }
 
-    /// A batch from a reader: the offsets it brings are received. False
-    /// for a batch of a stopped reader, which must be dropped.
-    pub fn received(&mut self, reader: ReaderId, batch: &SourceBatch) -> bool {
+    /// A batch from a reader: the offsets it brings are received, under
+    /// its source whatever the split. Returns the relation its rows feed
+    /// ([`SourceToRead::relation_of`]); none for a batch of a stopped
+    /// reader, which must be dropped, or of a split that feeds none.
+    pub fn received(&mut self, reader: ReaderId, batch: &SourceBatch) -> Option<ObjectId> {
         if !self.is_current(reader) {
-            return false;
+            return None;
         }
-        let id = reader.source;
         self.received
-            .entry(id)
+            .entry(reader.source)
             .or_default()
             .insert(batch.split.clone(), batch.offset.clone());
-        let mut status = self.status.write();
-        let entry = status.sources.entry(id).or_default();
-        if entry.status == "retrying" {
-            entry.status = "running";
-            entry.error = None;
-        }
-        entry.rows_in += batch.changes.num_rows() as u64;
-        entry.rows_skipped += batch.skipped;
-        entry
-            .offsets
-            .insert(batch.split.clone(), batch.offset.clone());
-        if let Some(t) = batch.max_event_time {
-            entry.max_event_time = Some(entry.max_event_time.map_or(t, |m| m.max(t)));
-        }
-        true
+        self.count_received(reader, batch);
+        self.defs.get(&reader.source)?.relation_of(&batch.split)
     }
 
+    /// The state of `reader` as a whole: its source's, and that of each of
+    /// its tables that did not fail alone.
     pub fn set_source_status(&self, reader: ReaderId, status: &'static str, error: Option<String>) {
         if !self.is_current(reader) {
             return;
@@ -459,7 +512,13 @@ impl Streams {
         let mut all = self.status.write();
         let entry = all.sources.entry(reader.source).or_default();
         entry.status = status;
-        entry.error = error;
+        entry.error = error.clone();
+        if let Some(def) = self.defs.get(&reader.source) {
+            source_tables::tables_follow(&mut all, &def.tables, &self.failed_tables, |e| {
+                e.status = status;
+                e.error = error.clone();
+            });
+        }
     }
 
     /// An epoch closed: it covers everything received; `emitted` is each
@@ -634,6 +693,7 @@ impl Streams {
         self.failed_at_open.remove(&id);
         self.status.write().sinks.remove(&id);
         self.reads.remove(&id);
+        self.relations_read.remove(&id);
         let still_read: HashSet<ObjectId> = self.reads.values().flatten().copied().collect();
         let idle: Vec<ObjectId> = self
             .readers
@@ -645,10 +705,17 @@ impl Streams {
             if let Some(reader) = self.readers.remove(&source) {
                 reader.stop.cancel();
             }
-            if let Some(s) = self.status.write().sources.get_mut(&source)
-                && s.status == "running"
-            {
-                s.status = "idle";
+            let mut status = self.status.write();
+            let idle = |s: &mut SourceStatus| {
+                if s.status == "running" {
+                    s.status = "idle";
+                }
+            };
+            if let Some(s) = status.sources.get_mut(&source) {
+                idle(s);
+            }
+            if let Some(def) = self.defs.get(&source) {
+                source_tables::tables_follow(&mut status, &def.tables, &self.failed_tables, idle);
             }
         }
     }
@@ -661,27 +728,25 @@ impl Streams {
         if let Some(reader) = self.readers.remove(&source.id) {
             reader.stop.cancel();
         }
-        let Some(readers) = self
+        if !self
             .reads
-            .iter()
-            .find(|(_, sources)| sources.contains(&source.id))
-            .map(|(id, _)| *id)
-        else {
+            .values()
+            .any(|sources| sources.contains(&source.id))
+        {
             // Nothing reads it: the next reader starts with the new options.
+            let state = if source.paused { "paused" } else { "idle" };
+            self.reader_stops(&source, state);
             self.defs.remove(&source.id);
-            let mut status = self.status.write();
-            if let Some(entry) = status.sources.get_mut(&source.id) {
-                entry.status = if source.paused { "paused" } else { "idle" };
-            }
             return;
-        };
-        let reads = self.reads.get(&readers).cloned().unwrap_or_default();
-        self.start_readers(readers, std::slice::from_ref(&source));
-        self.reads.insert(readers, reads);
+        }
+        let source = self.narrowed(&source);
+        self.start_reader(&source);
     }
 
-    /// A source was dropped: forget it entirely.
+    /// A source was dropped: forget it entirely. A table of a source
+    /// being read leaves its reader, which goes on without it.
     pub fn source_dropped(&mut self, id: ObjectId) {
+        self.table_dropped(id);
         if let Some(reader) = self.readers.remove(&id) {
             reader.stop.cancel();
         }

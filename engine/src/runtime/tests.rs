@@ -469,6 +469,69 @@ async fn a_reset_source_is_read_again_once_a_seal_records_the_reset() {
     assert_eq!(row_count(&runtime, PROJECTION), 20);
 }
 
+/// The relation of the one table `ten_rows` covers when it is declared
+/// to cover tables: datagen's one split is "0".
+const TABLE_OF_SOURCE: ObjectId = ObjectId(0);
+
+/// `ten_rows` as a source that covers one table, relation
+/// [`TABLE_OF_SOURCE`], which its rows feed instead of the source.
+fn ten_rows_of_a_table(replayable: bool) -> SourceToRead {
+    SourceToRead {
+        tables: vec![TableToRead {
+            id: TABLE_OF_SOURCE,
+            name: "public.ten_table".into(),
+            upstream: "public.ten".into(),
+            schema: schema(SOURCE_ROWS),
+            gaps_accepted: 0,
+        }],
+        ..ten_rows(replayable)
+    }
+}
+
+#[tokio::test]
+async fn a_split_named_after_a_relation_feeds_that_relation_not_its_source() {
+    let state = claim(Arc::new(InMemory::new()), "test").await;
+    let runtime = Arc::new(start(state, Duration::from_millis(20)).await);
+    let over_table = |id| Deployment {
+        sources_read: vec![ten_rows_of_a_table(true)],
+        ..copy_of(id, TABLE_OF_SOURCE, SOURCE_ROWS)
+    };
+    runtime.deploy(over_table(PROJECTION)).await.unwrap();
+    runtime
+        .deploy(Deployment {
+            sources_read: vec![ten_rows_of_a_table(true)],
+            ..copy_of(LATE, SOURCE, SOURCE_ROWS)
+        })
+        .await
+        .unwrap();
+    until_rows(&runtime, PROJECTION, 10).await;
+    assert_eq!(row_count(&runtime, PROJECTION), 10);
+    assert_eq!(row_count(&runtime, LATE), 0);
+    {
+        let status = runtime.stream_status();
+        let table = &status.sources[&TABLE_OF_SOURCE];
+        assert_eq!(table.rows_in, 10);
+        assert_eq!(table.offsets.get("0").map(String::as_str), Some("10"));
+        assert_eq!(status.sources[&SOURCE].rows_in, 10);
+    }
+    // Every split ended: the table is complete with its source.
+    for _ in 0..500 {
+        if runtime.stream_status().sources[&TABLE_OF_SOURCE].status == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        runtime.stream_status().sources[&TABLE_OF_SOURCE].status,
+        "completed"
+    );
+    // A projection over the table deployed later is backfilled with its
+    // rows, read again from the source.
+    const BACKFILLED: ObjectId = ObjectId(5);
+    runtime.deploy(over_table(BACKFILLED)).await.unwrap();
+    assert_eq!(row_count(&runtime, BACKFILLED), 10);
+}
+
 /// A sink whose writes take longer than a barrier interval: checkpoints
 /// go on without it, and once the source is done and it has caught up,
 /// a seal records its last pre-commit and it commits every row, though

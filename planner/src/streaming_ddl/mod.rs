@@ -2,7 +2,7 @@
 //!
 //! ```sql
 //! CREATE SOURCE [IF NOT EXISTS] name [(column type, ... [, WATERMARK FOR col AS expr])]
-//!   WITH (connector = '...', option = 'value', ...)
+//!   { WITH (connector = '...', option = 'value', ...) | FROM source TABLE 'schema.table' }
 //! CREATE SINK [IF NOT EXISTS] name { FROM relation | AS query } WITH (connector = '...', ...)
 //! DROP SOURCE | SINK | DESTINATION [IF EXISTS] name [, ...] [CASCADE | RESTRICT]
 //! SHOW SOURCES | SINKS | DESTINATIONS | CONNECTORS
@@ -106,6 +106,12 @@ pub enum StreamingDdl {
         /// `option = SECRET name`: (option, secret name).
         #[serde(default)]
         secrets: Vec<(String, String)>,
+        /// `FROM source TABLE 'schema.table'` instead of `WITH (...)`: one
+        /// upstream table of a source that covers several, as (the
+        /// source's name parts, normalized; the table as written). Then
+        /// `options` and `secrets` are empty.
+        #[serde(default)]
+        from: Option<(Vec<String>, String)>,
     },
     CreateSink {
         if_not_exists: bool,
@@ -392,7 +398,25 @@ fn create_source(
         }
         p.expect_token(&Token::RParen)?;
     }
-    let (options, secrets) = with_options(p)?;
+    let from = if p.parse_keyword(Keyword::FROM) {
+        let source = name_parts(&p.parse_object_name(false)?);
+        p.expect_keyword_is(Keyword::TABLE)?;
+        let table = match p.next_token().token {
+            Token::SingleQuotedString(table) if !table.trim().is_empty() => table,
+            _ => {
+                return parser_error(
+                    "FROM source TABLE takes the upstream table as a quoted name: TABLE 'schema.table'",
+                );
+            }
+        };
+        Some((source, table))
+    } else {
+        None
+    };
+    let (options, secrets) = match from {
+        Some(_) => (Vec::new(), Vec::new()),
+        None => with_options(p)?,
+    };
     Ok(StreamingDdl::CreateSource {
         if_not_exists,
         name,
@@ -400,6 +424,7 @@ fn create_source(
         watermark,
         options,
         secrets,
+        from,
     })
 }
 

@@ -251,3 +251,69 @@ fn reads_destinations() {
         }
     );
 }
+
+#[test]
+fn reads_a_table_of_a_source_that_covers_several() {
+    let discovered = parse("CREATE SOURCE orders FROM shop TABLE 'public.orders'").unwrap();
+    assert_eq!(
+        discovered,
+        StreamingDdl::CreateSource {
+            if_not_exists: false,
+            name: vec!["orders".into()],
+            columns: vec![],
+            watermark: None,
+            options: vec![],
+            secrets: vec![],
+            from: Some((vec!["shop".into()], "public.orders".into())),
+        }
+    );
+    assert_eq!(from_statement(&to_statement(&discovered)), Some(discovered));
+    // Columns and a watermark, a qualified source, the table kept as
+    // written (quotes and case are the upstream's).
+    let declared = parse(
+        "create source if not exists s.Lines (id BIGINT NOT NULL, at TIMESTAMP,
+           WATERMARK FOR at AS at - INTERVAL '1' SECOND)
+         FROM S.\"Shop\" TABLE '\"Sales\".order_lines';",
+    )
+    .unwrap();
+    let StreamingDdl::CreateSource {
+        if_not_exists,
+        name,
+        columns,
+        watermark,
+        options,
+        from,
+        ..
+    } = declared
+    else {
+        panic!("not a source")
+    };
+    assert!(if_not_exists);
+    assert_eq!(name, ["s", "lines"]);
+    assert_eq!(columns.len(), 2);
+    assert!(columns[0].not_null);
+    assert_eq!(watermark.unwrap().0, "at");
+    assert!(options.is_empty());
+    assert_eq!(
+        from,
+        Some((
+            vec!["s".into(), "Shop".into()],
+            "\"Sales\".order_lines".into()
+        ))
+    );
+    // A stored statement from before `from` existed still reads.
+    let old = r#"{"CreateSource":{"if_not_exists":false,"name":["o"],"columns":[],"watermark":null,"options":[["connector","datagen"]],"secrets":[]}}"#;
+    assert!(matches!(
+        serde_json::from_str::<StreamingDdl>(old).unwrap(),
+        StreamingDdl::CreateSource { from: None, .. }
+    ));
+    for wrong in [
+        "CREATE SOURCE o FROM shop TABLE orders",
+        "CREATE SOURCE o FROM shop TABLE ''",
+        "CREATE SOURCE o FROM shop 'public.orders'",
+        "CREATE SOURCE o FROM shop TABLE 'orders' WITH (connector = 'x')",
+        "CREATE SOURCE o FROM TABLE 'orders'",
+    ] {
+        assert!(parse(wrong).is_err(), "{wrong}");
+    }
+}

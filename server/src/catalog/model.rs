@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use weir_common::ObjectId;
 use weir_pgsem::SqlType;
 
+use super::streaming::{SourceDef, SourceKind, upstream_table_key};
 use crate::error::ServerError;
 
 /// The hidden key column of tables declared without a primary key.
@@ -443,11 +444,25 @@ impl Catalog {
                 if self.relation_exists(&def.schema, &def.name) {
                     return Err(ServerError::DuplicateTable(def.name.clone()));
                 }
+                if let SourceKind::Table { source, upstream } = &def.kind {
+                    self.check_source_table(*source, upstream)?;
+                }
                 self.next_id = self.next_id.max(def.id.0 + 1);
                 self.sources.insert(def.id, Arc::new(def.clone()));
             }
             CatalogChange::DropSource { id } => {
                 self.refuse_if_read(*id)?;
+                let tables = self.tables_of_source(*id);
+                if !tables.is_empty() {
+                    return Err(ServerError::DependentObjects {
+                        object: format!("source {}", self.sources[id].qualified_name()),
+                        dependents: tables
+                            .iter()
+                            .map(|t| format!("source {}", t.qualified_name()))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    });
+                }
                 if self.sources.remove(id).is_none() {
                     return Err(ServerError::UndefinedTable(format!("object {id}")));
                 }
@@ -551,6 +566,72 @@ impl Catalog {
 }
 
 impl Catalog {
+    /// The tables of shared source `id` (`CREATE SOURCE t FROM it TABLE
+    /// ...`), by id; none for any other object.
+    pub fn tables_of_source(&self, id: ObjectId) -> Vec<&Arc<SourceDef>> {
+        self.sources
+            .values()
+            .filter(|s| s.parent() == Some(id))
+            .collect()
+    }
+
+    /// Why shared source `def` cannot be read (a SELECT, a projection or
+    /// sink over it): its rows are its tables'; 42809 naming them.
+    pub fn shared_source_unreadable(&self, def: &SourceDef) -> ServerError {
+        let name = def.qualified_name();
+        let tables: Vec<String> = self
+            .tables_of_source(def.id)
+            .iter()
+            .map(|t| t.qualified_name())
+            .collect();
+        let read = if tables.is_empty() {
+            format!("declare one to read it: CREATE SOURCE t FROM {name} TABLE 'schema.table'")
+        } else {
+            format!("read one of them: {}", tables.join(", "))
+        };
+        ServerError::Sqlstate {
+            code: "42809",
+            message: format!("source {name} covers several upstream tables; {read}"),
+        }
+    }
+
+    /// The table of shared source `parent` that already reads upstream
+    /// table `upstream` (however spelled).
+    pub fn source_table_reading(
+        &self,
+        parent: ObjectId,
+        upstream: &str,
+    ) -> Option<&Arc<SourceDef>> {
+        let key = upstream_table_key(upstream);
+        self.tables_of_source(parent).into_iter().find(|t| {
+            matches!(&t.kind, SourceKind::Table { upstream, .. } if upstream_table_key(upstream) == key)
+        })
+    }
+
+    /// A new table `upstream` of source `parent`: the parent exists and is
+    /// shared, and no other table of it reads the same upstream table
+    /// (one reader would deliver its rows to one relation only).
+    pub fn check_source_table(&self, parent: ObjectId, upstream: &str) -> Result<(), ServerError> {
+        let Some(def) = self.sources.get(&parent) else {
+            return Err(ServerError::UndefinedTable(format!("source {parent}")));
+        };
+        if !def.is_shared() {
+            return Err(not_shared(def));
+        }
+        if let Some(sibling) = self.source_table_reading(parent, upstream) {
+            return Err(ServerError::Sqlstate {
+                code: "42710",
+                message: format!(
+                    "source {} already reads upstream table '{upstream}' as source {}: read that one, or DROP SOURCE {} first",
+                    def.qualified_name(),
+                    sibling.qualified_name(),
+                    sibling.qualified_name()
+                ),
+            });
+        }
+        Ok(())
+    }
+
     fn refuse_if_read(&self, id: ObjectId) -> Result<(), ServerError> {
         let readers: Vec<String> = self
             .readers_of(id)
@@ -584,6 +665,17 @@ impl Catalog {
             object: name,
             dependents: readers.join(", "),
         })
+    }
+}
+
+/// `CREATE SOURCE ... FROM def TABLE ...` where `def` covers no tables.
+pub fn not_shared(def: &SourceDef) -> ServerError {
+    ServerError::Sqlstate {
+        code: "42809",
+        message: format!(
+            "source {} does not cover several tables: FROM names a postgres-cdc source created without a table option (CREATE SOURCE shop WITH (connector = 'postgres-cdc', slot = ..., ...))",
+            def.qualified_name()
+        ),
     }
 }
 

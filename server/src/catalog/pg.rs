@@ -313,8 +313,9 @@ impl PgCatalog {
             ));
         }
         // A source is PostgreSQL's nearest kind of relation: a foreign
-        // table (rows from outside), which `\d` lists as such.
-        for def in snapshot.catalog.sources.values() {
+        // table (rows from outside), which `\d` lists as such. A shared
+        // source is not a relation (its tables are).
+        for def in snapshot.catalog.sources.values().filter(|d| !d.is_shared()) {
             rows.push(class_row(
                 table_oid(def.id),
                 &def.name,
@@ -532,6 +533,7 @@ impl PgCatalog {
                         .catalog
                         .sources
                         .values()
+                        .filter(|d| !d.is_shared())
                         .map(|d| d.as_ref()),
                 ),
                 None,

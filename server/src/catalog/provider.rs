@@ -250,13 +250,21 @@ impl SchemaProvider for UserSchema {
                     .catalog
                     .sources
                     .values()
-                    .filter(|s| s.schema == self.name)
+                    .filter(|s| s.schema == self.name && !s.is_shared())
                     .map(|s| s.name.clone()),
             )
             .collect()
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        // A shared source is not a relation: its rows are its tables'.
+        let snapshot = self.view.snapshot();
+        if let Some(def) = snapshot.catalog.source(&self.name, name)
+            && def.is_shared()
+        {
+            let refused = snapshot.catalog.shared_source_unreadable(def);
+            return Err(DataFusionError::External(Box::new(refused)));
+        }
         Ok(self.view.table(&self.name, name))
     }
 

@@ -1,5 +1,7 @@
-//! Catalog entries of streaming objects: sources (rows from a connector),
-//! sinks (a query's changes pushed to a connector), destinations (sinks
+//! Catalog entries of streaming objects: sources (rows from a connector;
+//! or, for a source that covers several upstream tables, a shared one that
+//! holds the upstream position and one source relation per table, see
+//! [`SourceKind`]), sinks (a query's changes pushed to a connector), destinations (sinks
 //! that keep a keyed copy of a projection, [`DestinationDef`]), and the
 //! secrets and connections they name.
 
@@ -10,7 +12,7 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_common::ObjectId;
 
-use super::model::{ColumnDef, DEFAULT_SCHEMA, quote_ident};
+use super::model::{Catalog, ColumnDef, DEFAULT_SCHEMA, quote_ident};
 
 /// `WATERMARK FOR column AS expression`, stored for event time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,6 +43,35 @@ pub struct SourceDef {
     /// `ALTER SOURCE ... PAUSE`: nothing reads it until RESUME.
     #[serde(default)]
     pub paused: bool,
+    /// What the source is: a relation of its own rows, a shared source
+    /// covering several upstream tables, or one of those tables.
+    #[serde(default)]
+    pub kind: SourceKind,
+}
+
+/// What a source is. A postgres-cdc source without a `table` is
+/// [`SourceKind::Shared`]: it holds the slot and publication, has no
+/// columns and cannot be read; each `CREATE SOURCE t FROM shared TABLE
+/// 'schema.table'` is a [`SourceKind::Table`] of it, an ordinary readable
+/// relation whose rows one shared reader delivers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// Its connector's rows are the relation (every source before shared
+    /// ones existed).
+    #[default]
+    Rows,
+    /// Covers several upstream tables; `options` are the shared reader's
+    /// (connection, slot, publication, snapshot); no columns.
+    Shared,
+    /// One upstream table of the shared source `source`: `connector` is
+    /// the parent's, `options` and `secrets` are empty (the parent's
+    /// apply), `gaps_accepted` counts this table's gaps, `paused` is unused.
+    Table {
+        source: ObjectId,
+        /// The upstream table as written (`name` or `schema.name`).
+        upstream: String,
+    },
 }
 
 /// The option the server passes a source's accepted gaps in; `weir.`
@@ -56,8 +87,21 @@ impl SourceDef {
         qualified(&self.schema, &self.name)
     }
 
-    /// `CREATE SOURCE` text that recreates this source exactly.
-    pub fn create_statement(&self) -> String {
+    /// The shared source this is a table of.
+    pub fn parent(&self) -> Option<ObjectId> {
+        match self.kind {
+            SourceKind::Table { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    pub fn is_shared(&self) -> bool {
+        self.kind == SourceKind::Shared
+    }
+
+    /// `CREATE SOURCE` text that recreates this source exactly; a table of
+    /// a shared source names its parent, looked up in `catalog`.
+    pub fn create_statement(&self, catalog: &Catalog) -> String {
         let mut parts: Vec<String> = self
             .columns
             .iter()
@@ -77,12 +121,64 @@ impl SourceDef {
                 w.expr
             ));
         }
-        format!(
-            "CREATE SOURCE {} ({}) WITH ({})",
-            quoted_name(&self.schema, &self.name),
-            parts.join(", "),
-            with_options(Some(&self.connector), &self.options, &self.secrets)
-        )
+        // A shared source has no columns, and `()` does not parse.
+        let columns = if parts.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", parts.join(", "))
+        };
+        let name = quoted_name(&self.schema, &self.name);
+        match &self.kind {
+            SourceKind::Table { source, upstream } => {
+                let parent = catalog.sources.get(source).map_or_else(
+                    || format!("\"{source}\""),
+                    |p| format!("{}.{}", always_quoted(&p.schema), always_quoted(&p.name)),
+                );
+                format!(
+                    "CREATE SOURCE {name}{columns} FROM {parent} TABLE '{}'",
+                    upstream.replace('\'', "''")
+                )
+            }
+            SourceKind::Rows | SourceKind::Shared => format!(
+                "CREATE SOURCE {name}{columns} WITH ({})",
+                with_options(Some(&self.connector), &self.options, &self.secrets)
+            ),
+        }
+    }
+}
+
+/// An identifier in double quotes whatever it is, as PostgreSQL's
+/// `quote_ident` would print it with `force_quote`.
+fn always_quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `schema.table` as PostgreSQL resolves it: unquoted parts lower case,
+/// quoted ones as they are, schema `public` when none is given. Two
+/// spellings of one upstream table give the same key (`Orders`,
+/// `public.orders`, `"public"."orders"`).
+pub fn upstream_table_key(upstream: &str) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut part = String::new();
+    let mut quoted = false;
+    let mut chars = upstream.trim().chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                chars.next();
+                part.push('"');
+            }
+            '"' => quoted = !quoted,
+            '.' if !quoted => parts.push(std::mem::take(&mut part)),
+            c if quoted => part.push(c),
+            c => part.extend(c.to_lowercase()),
+        }
+    }
+    parts.push(part);
+    let parts: Vec<String> = parts.iter().map(|p| p.trim().to_string()).collect();
+    match parts.as_slice() {
+        [table] => format!("{DEFAULT_SCHEMA}.{table}"),
+        _ => parts.join("."),
     }
 }
 
@@ -315,4 +411,166 @@ fn with_options(
         .chain(all.into_iter().map(|(k, v)| format!("{} = {v}", key(k))))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::CatalogChange;
+    use weir_pgsem::SqlType;
+
+    fn source(id: u64, name: &str, kind: SourceKind) -> SourceDef {
+        let shared = kind == SourceKind::Shared;
+        let table = matches!(kind, SourceKind::Table { .. });
+        SourceDef {
+            id: ObjectId(id),
+            schema: DEFAULT_SCHEMA.into(),
+            name: name.into(),
+            columns: if shared {
+                vec![]
+            } else {
+                vec![ColumnDef {
+                    name: "id".into(),
+                    sql_type: SqlType::Int8,
+                    nullable: false,
+                    default: None,
+                }]
+            },
+            watermark: None,
+            connector: "postgres-cdc".into(),
+            options: if table {
+                BTreeMap::new()
+            } else {
+                BTreeMap::from([
+                    ("connection".to_string(), "shop_db".to_string()),
+                    ("slot".to_string(), "weir_shop".to_string()),
+                ])
+            },
+            secrets: BTreeMap::new(),
+            gaps_accepted: 0,
+            paused: false,
+            kind,
+        }
+    }
+
+    fn table_of(id: u64, name: &str, parent: u64, upstream: &str) -> SourceDef {
+        source(
+            id,
+            name,
+            SourceKind::Table {
+                source: ObjectId(parent),
+                upstream: upstream.into(),
+            },
+        )
+    }
+
+    #[test]
+    fn a_source_stored_before_kinds_existed_reads_as_rows() {
+        let mut json = serde_json::to_value(source(1, "s", SourceKind::Rows)).unwrap();
+        json.as_object_mut().unwrap().remove("kind");
+        let def: SourceDef = serde_json::from_value(json).unwrap();
+        assert_eq!(def.kind, SourceKind::Rows);
+        let table = table_of(3, "orders", 2, "public.orders");
+        let json = serde_json::to_string(&table).unwrap();
+        assert!(
+            json.contains(r#""kind":{"table":{"source":2,"upstream":"public.orders"}}"#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<SourceDef>(&json).unwrap(), table);
+    }
+
+    #[test]
+    fn a_shared_source_and_its_tables_print_statements_that_parse() {
+        let mut catalog = Catalog::bootstrap();
+        catalog
+            .apply(&CatalogChange::CreateSource(source(
+                2,
+                "shop",
+                SourceKind::Shared,
+            )))
+            .unwrap();
+        let mut orders = table_of(3, "orders", 2, "public.o'rders");
+        orders.columns[0].nullable = true;
+        catalog
+            .apply(&CatalogChange::CreateSource(orders.clone()))
+            .unwrap();
+        assert_eq!(
+            catalog.sources[&ObjectId(2)].create_statement(&catalog),
+            "CREATE SOURCE shop WITH (connector = 'postgres-cdc', connection = shop_db, slot = 'weir_shop')"
+        );
+        assert_eq!(
+            orders.create_statement(&catalog),
+            "CREATE SOURCE orders (id BIGINT) FROM \"public\".\"shop\" TABLE 'public.o''rders'"
+        );
+        assert_eq!(
+            source(1, "s", SourceKind::Rows).create_statement(&catalog),
+            "CREATE SOURCE s (id BIGINT NOT NULL) WITH (connector = 'postgres-cdc', connection = shop_db, slot = 'weir_shop')"
+        );
+    }
+
+    #[test]
+    fn a_table_needs_a_shared_parent_and_an_upstream_table_of_its_own() {
+        let mut catalog = Catalog::bootstrap();
+        for def in [
+            source(1, "plain", SourceKind::Rows),
+            source(2, "shop", SourceKind::Shared),
+            table_of(3, "orders", 2, "public.orders"),
+        ] {
+            catalog.apply(&CatalogChange::CreateSource(def)).unwrap();
+        }
+        let create = |def| CatalogChange::CreateSource(def);
+        let err = catalog
+            .apply(&create(table_of(4, "o2", 2, "\"public\".Orders")))
+            .unwrap_err();
+        assert_eq!(err.sqlstate(), "42710", "{err}");
+        assert!(err.to_string().contains("as source orders"), "{err}");
+        let err = catalog
+            .apply(&create(table_of(4, "o2", 1, "orders")))
+            .unwrap_err();
+        assert_eq!(err.sqlstate(), "42809", "{err}");
+        let err = catalog
+            .apply(&create(table_of(4, "o2", 3, "orders")))
+            .unwrap_err();
+        assert_eq!(err.sqlstate(), "42809", "{err}");
+        catalog
+            .apply(&create(table_of(4, "customers", 2, "customers")))
+            .unwrap();
+        assert_eq!(
+            catalog
+                .tables_of_source(ObjectId(2))
+                .iter()
+                .map(|t| t.name.as_str())
+                .collect::<Vec<_>>(),
+            ["orders", "customers"]
+        );
+        let err = catalog
+            .apply(&CatalogChange::DropSource { id: ObjectId(2) })
+            .unwrap_err();
+        assert_eq!(err.sqlstate(), "2BP01", "{err}");
+        assert!(
+            matches!(&err, crate::error::ServerError::DependentObjects { dependents, .. }
+                if dependents == "source orders, source customers"),
+            "{err:?}"
+        );
+        let unreadable = catalog.shared_source_unreadable(&catalog.sources[&ObjectId(2)]);
+        assert_eq!(unreadable.sqlstate(), "42809");
+        assert_eq!(
+            unreadable.to_string(),
+            "source shop covers several upstream tables; read one of them: orders, customers"
+        );
+        for id in [3, 4, 2] {
+            catalog
+                .apply(&CatalogChange::DropSource { id: ObjectId(id) })
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn spellings_of_one_upstream_table_have_one_key() {
+        for same in ["orders", "Orders", "public.orders", "\"public\".\"orders\""] {
+            assert_eq!(upstream_table_key(same), "public.orders", "{same}");
+        }
+        assert_eq!(upstream_table_key("\"Sales\".\"A.b\""), "Sales.A.b");
+        assert_ne!(upstream_table_key("\"Orders\""), "public.orders");
+    }
 }

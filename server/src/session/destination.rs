@@ -330,6 +330,24 @@ impl Session {
                     ));
                     changes.push(CatalogChange::ReplaceSource(accepted.clone()));
                     sources.push(accepted);
+                    // A table of a shared source whose slot lost changes:
+                    // the shared source's gap is accepted too, once.
+                    let parent_gapped = source.parent().filter(|p| {
+                        !sources.iter().any(|s| s.id == *p)
+                            && self
+                                .db
+                                .runtime()
+                                .stream_status()
+                                .sources
+                                .get(p)
+                                .is_some_and(|s| s.status == "gap")
+                    });
+                    if let Some(parent) = parent_gapped.and_then(|p| catalog.sources.get(&p)) {
+                        let mut accepted = (**parent).clone();
+                        accepted.gaps_accepted += 1;
+                        changes.push(CatalogChange::ReplaceSource(accepted.clone()));
+                        sources.push(accepted);
+                    }
                 }
                 let mut replaced = (*def).clone();
                 replaced.destination = Some(destination);
@@ -338,9 +356,15 @@ impl Session {
                     ddl: changes,
                     tables: vec![],
                 })?;
+                // The tables of a shared source have one reader between
+                // them: it restarts once.
+                let mut restarted = Vec::new();
                 for source in &sources {
                     let read = self.plan_context().source_to_read(source)?;
-                    self.db.runtime().restart_source(read).await;
+                    if !restarted.contains(&read.id) {
+                        restarted.push(read.id);
+                        self.db.runtime().restart_source(read).await;
+                    }
                 }
                 Ok(command("ALTER DESTINATION"))
             }

@@ -10,7 +10,8 @@
 //!
 //! Submodules: [`api`] (what front ends see), `query` (SELECT/EXPLAIN and
 //! planning helpers), `dml` (INSERT/UPDATE/DELETE/TRUNCATE/COPY/ingest),
-//! `ddl` (CREATE/DROP), `streaming` (sources and sinks), `secrets`
+//! `ddl` (CREATE/DROP), `streaming` (sources and sinks), `sources` (CREATE
+//! SOURCE, shared sources and their tables), `secrets`
 //! (secrets and connections), `show` (SHOW/DESCRIBE), `vars` (SET/SHOW variables),
 //! `prepared` (extended protocol), `functions` (PostgreSQL functions).
 
@@ -29,6 +30,7 @@ mod projection;
 mod query;
 mod secrets;
 mod show;
+mod sources;
 mod streaming;
 mod vars;
 
@@ -483,6 +485,7 @@ impl Session {
     async fn commit_txn(&mut self, txn: Txn) -> Result<(), ServerError> {
         let wrote_tables = !txn.writes.tables.is_empty();
         let ddl = txn.writes.ddl.clone();
+        let before = txn.base.catalog.clone();
         let seq = self
             .db
             .commit_applied(&txn.base, Some(&txn.overlay), txn.writes)
@@ -494,7 +497,7 @@ impl Session {
             return Ok(());
         }
         self.refresh_view();
-        self.after_commit(&ddl).await
+        self.after_commit(&ddl, &before).await
     }
 
     /// The open transaction block, for statements that only make sense in

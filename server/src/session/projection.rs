@@ -115,8 +115,33 @@ impl Session {
     }
 
     /// Runs after a transaction commits: deploys the projections it
-    /// created and stops the ones it dropped.
-    pub(super) async fn after_commit(&mut self, ddl: &[CatalogChange]) -> Result<(), ServerError> {
+    /// created and stops the ones it dropped; a shared source whose tables
+    /// it created or dropped has its reader restarted with the tables there
+    /// are now (nothing happens if nothing reads it). `before` is the
+    /// catalog the transaction started from.
+    pub(super) async fn after_commit(
+        &mut self,
+        ddl: &[CatalogChange],
+        before: &Catalog,
+    ) -> Result<(), ServerError> {
+        let done = self.deploy_committed(ddl).await;
+        // After the drops, so a reader nothing needs any more is stopped,
+        // not restarted.
+        let catalog = self.snapshot().catalog.clone();
+        for parent in super::sources::shared_sources_changed(ddl, before, &catalog) {
+            match self.plan_context().source_to_read(&parent) {
+                Ok(read) => self.db.runtime().restart_source(read).await,
+                // Its reader fails at open with the same error, in
+                // weir_catalog.sources.
+                Err(e) => {
+                    tracing::warn!(source = %parent.qualified_name(), error = %e, "cannot restart a shared source's reader with its tables")
+                }
+            }
+        }
+        done
+    }
+
+    async fn deploy_committed(&mut self, ddl: &[CatalogChange]) -> Result<(), ServerError> {
         for change in ddl {
             match change {
                 CatalogChange::CreateProjection(def) => {
@@ -176,7 +201,25 @@ impl Session {
         object: &str,
         deployment: &weir_engine::runtime::Deployment,
     ) -> Result<(), ServerError> {
-        for source in deployment.sources_read.iter().filter(|s| !s.replayable) {
+        // The relations read: a source, or the tables of a shared source
+        // that the object reads, each read or not on its own (its split).
+        let relations = deployment
+            .sources_read
+            .iter()
+            .filter(|s| !s.replayable)
+            .flat_map(|source| {
+                if source.tables.is_empty() {
+                    return vec![(source, source.id, source.name.clone())];
+                }
+                source
+                    .tables
+                    .iter()
+                    .filter(|t| deployment.sources.iter().any(|b| b.object == t.id))
+                    .map(|t| (source, t.id, t.name.clone()))
+                    .collect()
+            })
+            .collect::<Vec<_>>();
+        for (source, id, name) in relations {
             let retracts = weir_connectors::connector(
                 &source.connector,
                 weir_connectors::ConnectorKind::Source,
@@ -187,24 +230,22 @@ impl Session {
                 .runtime()
                 .stream_status()
                 .sources
-                .get(&source.id)
+                .get(&id)
                 .is_some_and(|s| !s.offsets.is_empty());
             if retracts && read {
                 return Err(ServerError::Sqlstate {
                     code: "55000",
                     message: format!(
-                        "{kind} {object} cannot read source {}: the source carries updates and deletes, \
+                        "{kind} {object} cannot read source {name}: the source carries updates and deletes, \
                          has already been read and cannot replay, so the {kind} would retract rows it \
                          never saw; create it before the source is first read (in the same statement \
-                         batch as the source), or read the table through a new source with its own slot",
-                        source.name
+                         batch as the source), or read the table through a new source with its own slot"
                     ),
                 });
             }
             self.notice(format!(
-                "{kind} {object} reads source {}, whose connector cannot replay: it starts at the \
-                 source's current position and does not see the rows read before",
-                source.name
+                "{kind} {object} reads source {name}, whose connector cannot replay: it starts at the \
+                 source's current position and does not see the rows read before"
             ));
         }
         Ok(())

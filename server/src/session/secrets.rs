@@ -15,7 +15,6 @@ use std::sync::Arc;
 use weir_connectors::Connector;
 use weir_planner::streaming_ddl::NamedKind;
 
-use super::projection::drop_readers;
 use super::{Session, StatementResult, command, show::text_rows};
 use crate::catalog::CatalogChange;
 use crate::catalog::streaming::{ConnectionDef, SecretDef};
@@ -285,9 +284,8 @@ impl Session {
                 push_once(&mut changes, CatalogChange::DropSink { id: sink.id });
             }
             for source in &sources {
-                let what = format!("source {}", source.qualified_name());
-                drop_readers(&catalog, source.id, &what, true, &mut changes)?;
-                push_once(&mut changes, CatalogChange::DropSource { id: source.id });
+                // A shared source's tables go first.
+                super::sources::drop_source(&catalog, source, true, &mut changes)?;
                 // Opened while the secret still exists.
                 if let Ok(options) = crate::secrets::resolve(
                     &catalog,

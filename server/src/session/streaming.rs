@@ -1,5 +1,6 @@
-//! CREATE / DROP / SHOW of sources, sinks and destinations (whose CREATE
-//! and ALTER are in `destination.rs`), and deploying sinks.
+//! DROP / SHOW / ALTER of sources (whose CREATE is in `sources.rs`),
+//! CREATE / DROP / SHOW of sinks and destinations (whose CREATE and ALTER
+//! are in `destination.rs`), and deploying sinks.
 //!
 //! A source is only a catalog entry until something reads it: the first
 //! projection or sink over it starts its reader (see [`weir_engine::runtime::streams`]).
@@ -17,12 +18,13 @@ use weir_planner::streaming_ddl::{
     DeclaredColumn, SinkAction, SourceAction, StreamingDdl, StreamingKind,
 };
 
-use super::projection::{column_def_of, column_defs, drop_readers};
+use super::projection::column_defs;
 use super::secrets::Named;
+use super::sources::SourceInput;
 use super::{Session, StatementResult, command, show::text_rows};
 use crate::catalog::CatalogChange;
 use crate::catalog::model::ColumnDef;
-use crate::catalog::streaming::{SinkDef, SourceDef, WatermarkDef};
+use crate::catalog::streaming::{SinkDef, SourceDef};
 use crate::db::TxnWrites;
 use crate::error::ServerError;
 use crate::planning::parse_query;
@@ -40,15 +42,14 @@ impl Session {
                 watermark,
                 options,
                 secrets,
+                from,
             } => {
-                self.create_source(
-                    if_not_exists,
-                    &name,
-                    &columns,
-                    watermark,
-                    (options, secrets),
-                )
-                .await
+                let input = match from {
+                    Some((source, table)) => SourceInput::Table(source, table),
+                    None => SourceInput::With((options, secrets)),
+                };
+                self.create_source(if_not_exists, &name, &columns, watermark, input)
+                    .await
             }
             StreamingDdl::CreateSink {
                 if_not_exists,
@@ -113,7 +114,7 @@ impl Session {
                 let (qualified, sql) = match kind {
                     StreamingKind::Source => catalog
                         .source(&schema, &name)
-                        .map(|d| (d.qualified_name(), d.create_statement())),
+                        .map(|d| (d.qualified_name(), d.create_statement(&catalog))),
                     StreamingKind::Sink | StreamingKind::Destination => catalog
                         .sink(&schema, &name)
                         .filter(|d| is_kind(d, kind))
@@ -136,102 +137,6 @@ impl Session {
                 parts.join(".")
             ))),
         }
-    }
-
-    async fn create_source(
-        &mut self,
-        if_not_exists: bool,
-        name: &[String],
-        declared: &[DeclaredColumn],
-        watermark: Option<(String, String)>,
-        (options, secrets): ParsedOptions,
-    ) -> Result<StatementResult, ServerError> {
-        let (schema, name) = self.split_parts(name)?;
-        let catalog = self.snapshot().catalog.clone();
-        if !catalog.schemas.contains(&schema) {
-            return Err(ServerError::UndefinedSchema(schema));
-        }
-        if catalog.relation_exists(&schema, &name) {
-            if if_not_exists && catalog.source(&schema, &name).is_some() {
-                return Ok(command("CREATE SOURCE"));
-            }
-            return Err(ServerError::DuplicateTable(name));
-        }
-        let (connector_name, given) = split_connector(options, "CREATE SOURCE")?;
-        let connector = weir_connectors::connector(&connector_name, ConnectorKind::Source)?;
-        let super::secrets::ConnectorOptions {
-            stored,
-            secrets,
-            resolved: options,
-        } = self.connector_options(connector, &connector_name, given, &secrets)?;
-        let declared_columns = declared
-            .iter()
-            .map(column_of)
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut seen = std::collections::HashSet::new();
-        for c in &declared_columns {
-            if !seen.insert(c.name.clone()) {
-                return Err(ServerError::DuplicateColumn(c.name.clone()));
-            }
-        }
-        let declared_schema = (!declared_columns.is_empty()).then(|| {
-            std::sync::Arc::new(arrow::datatypes::Schema::new(
-                declared_columns
-                    .iter()
-                    .map(|c| c.sql_type.field(&c.name, c.nullable))
-                    .collect::<Vec<_>>(),
-            ))
-        });
-        let produced = connector
-            .describe_source(declared_schema.as_ref(), &options)
-            .await?;
-        let columns = if declared_columns.is_empty() {
-            let what = format!("column produced by connector {connector_name}");
-            produced
-                .fields()
-                .iter()
-                .map(|f| column_def_of(f, &what))
-                .collect::<Result<Vec<_>, ServerError>>()?
-        } else {
-            declared_columns
-        };
-        let watermark = match watermark {
-            None => None,
-            Some((column, expr)) => {
-                let c = columns
-                    .iter()
-                    .find(|c| c.name == column)
-                    .ok_or_else(|| ServerError::UndefinedColumn(column.clone()))?;
-                if !matches!(c.sql_type, SqlType::Timestamp | SqlType::Timestamptz) {
-                    return Err(ServerError::Sqlstate {
-                        code: "42804",
-                        message: format!(
-                            "WATERMARK FOR {column}: the column is {}, a watermark needs a timestamp column",
-                            c.sql_type.display_name()
-                        ),
-                    });
-                }
-                Some(WatermarkDef { column, expr })
-            }
-        };
-        let id = (*catalog).clone().allocate_id();
-        let def = SourceDef {
-            id,
-            schema,
-            name,
-            columns,
-            watermark,
-            connector: connector_name,
-            options: stored,
-            secrets,
-            gaps_accepted: 0,
-            paused: false,
-        };
-        self.write(TxnWrites {
-            ddl: vec![CatalogChange::CreateSource(def)],
-            tables: vec![],
-        })?;
-        Ok(command("CREATE SOURCE"))
     }
 
     async fn create_sink(
@@ -330,9 +235,13 @@ impl Session {
             match kind {
                 StreamingKind::Source => match catalog.source(&schema, &name) {
                     Some(def) => {
-                        let what = format!("source {}", def.qualified_name());
-                        drop_readers(&catalog, def.id, &what, cascade, &mut changes)?;
-                        changes.push(CatalogChange::DropSource { id: def.id });
+                        super::sources::drop_source(&catalog, def, cascade, &mut changes)?;
+                        // A table of a shared source holds nothing
+                        // upstream: its parent's reader restarts without it
+                        // (after the commit).
+                        if def.parent().is_some() {
+                            continue;
+                        }
                         match crate::secrets::resolve(
                             &catalog,
                             self.db.secret_key(),
@@ -450,6 +359,22 @@ impl Session {
             .source(&schema, &name)
             .cloned()
             .ok_or_else(|| undefined(StreamingKind::Source, &name))?;
+        if let Some(parent) = def.parent().and_then(|p| catalog.sources.get(&p)) {
+            let action = match action {
+                SourceAction::Pause => "PAUSE",
+                SourceAction::Resume => "RESUME",
+                SourceAction::ResetOffset => "RESET OFFSET",
+            };
+            return Err(ServerError::Sqlstate {
+                code: "42809",
+                message: format!(
+                    "{} is a table of source {}, whose reader reads all its tables: ALTER SOURCE {} {action}",
+                    def.qualified_name(),
+                    parent.qualified_name(),
+                    parent.qualified_name()
+                ),
+            });
+        }
         if action == SourceAction::ResetOffset {
             return self.reset_source(&def).await;
         }
@@ -647,9 +572,9 @@ pub(super) fn undefined(kind: StreamingKind, name: &str) -> ServerError {
 
 /// The `connector` option apart from the rest.
 /// Option values and `option = SECRET name` pairs, as parsed.
-type ParsedOptions = (Vec<(String, String)>, Vec<(String, String)>);
+pub(super) type ParsedOptions = (Vec<(String, String)>, Vec<(String, String)>);
 
-fn split_connector(
+pub(super) fn split_connector(
     options: Vec<(String, String)>,
     statement: &str,
 ) -> Result<(String, BTreeMap<String, String>), ServerError> {
@@ -664,7 +589,7 @@ fn split_connector(
     Ok((connector, rest))
 }
 
-fn column_of(c: &DeclaredColumn) -> Result<ColumnDef, ServerError> {
+pub(super) fn column_of(c: &DeclaredColumn) -> Result<ColumnDef, ServerError> {
     let data_type = Parser::new(&PostgreSqlDialect {})
         .try_with_sql(&c.data_type)
         .and_then(|mut p| p.parse_data_type())

@@ -29,6 +29,10 @@
 //!   CREATE checks upstream, and a changing table through a projection to
 //!   a postgres sink and a destination exactly across `kill -9`; a dropped
 //!   slot blocks a destination until ACCEPT GAP.
+//! - `pg_cdc_tables`: a shared `postgres-cdc` source and its tables
+//!   (`CREATE SOURCE t FROM shared TABLE '...'`): checks at CREATE, SHOW
+//!   CREATE round trips, DROP CASCADE letting the slot go; one table read
+//!   into a projection.
 //! - `destination`: CREATE DESTINATION checks, a projection mirrored into
 //!   a created target, SHOW CREATE, REPAIR under a new generation.
 //! - `secrets`: CREATE SECRET / CONNECTION: a password that reaches a real
@@ -64,6 +68,8 @@ mod jdbc;
 mod kafka;
 mod nexmark;
 mod pg_cdc;
+mod pg_cdc_several;
+mod pg_cdc_tables;
 mod pg_cursors_copy;
 mod pg_sink;
 mod pg_sink_skip;

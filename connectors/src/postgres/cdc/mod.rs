@@ -1,5 +1,10 @@
-//! The `postgres-cdc` source: one table of a PostgreSQL database, read as
-//! a snapshot and then as every committed change, exactly once.
+//! The `postgres-cdc` source: tables of a PostgreSQL database, read as a
+//! snapshot and then as every committed change, exactly once.
+//!
+//! Two forms: with a `table` option the source is that table; without
+//! one it holds the slot and publication and covers several tables, each
+//! declared as its own relation (`CREATE SOURCE orders FROM shop TABLE
+//! 'public.orders'`) and read through the one slot.
 //!
 //! - `mod.rs` (here): the spec, the upstream (connections, the table's
 //!   shape) and what CREATE SOURCE checks against the live database.
@@ -54,9 +59,8 @@ pub(crate) static SPEC: ConnectorSpec = ConnectorSpec {
         OptionSpec::optional(
             "table",
             OptionType::Text,
-            "the table, as name or schema.name; it needs a primary key and REPLICA IDENTITY FULL",
-        )
-        .required(),
+            "the table, as name or schema.name; it needs a primary key and REPLICA IDENTITY FULL. Without it the source covers several tables, each declared with CREATE SOURCE name FROM this_source TABLE 'schema.name'",
+        ),
         OptionSpec::optional(
             "slot",
             OptionType::Text,
@@ -66,7 +70,7 @@ pub(crate) static SPEC: ConnectorSpec = ConnectorSpec {
         OptionSpec::optional(
             "publication",
             OptionType::Text,
-            "the publication to stream (created FOR TABLE table if absent; default: the slot's name)",
+            "the publication to stream (created FOR TABLE the tables read if absent, and then kept listing exactly them; default: the slot's name)",
         ),
         OptionSpec::optional(
             "snapshot",
@@ -102,6 +106,10 @@ impl Connector for PostgresCdcConnector {
         Upstream::parse(options).map(drop)
     }
 
+    fn covers_tables(&self, options: &BTreeMap<String, String>) -> bool {
+        !options.contains_key("table")
+    }
+
     fn describe_source<'a>(
         &'a self,
         declared: Option<&'a SchemaRef>,
@@ -111,11 +119,48 @@ impl Connector for PostgresCdcConnector {
             let upstream = Upstream::parse(options)?;
             let client = upstream.connect().await?;
             upstream.check_server(&client).await?;
-            let shape = upstream.shape(&client).await?;
+            let Some(table) = &upstream.table else {
+                if declared.is_some() {
+                    return Err(bad_option(
+                        "table",
+                        "a source without a table covers several tables and has no columns of its own: declare the columns on each table (CREATE SOURCE name (columns) FROM this_source TABLE 'schema.name')",
+                    ));
+                }
+                upstream.check_slot_is_free(&client).await?;
+                return Ok(std::sync::Arc::new(Schema::empty()));
+            };
+            let shape = upstream.shape(&client, table).await?;
             let produced = shape.produced(declared)?;
             let columns = fit_columns(NAME, declared, &produced)?;
             upstream.check_slot_is_free(&client).await?;
-            upstream.check_publication(&client).await?;
+            upstream.check_publication(&client, table).await?;
+            Ok(columns)
+        })
+    }
+
+    fn describe_source_table<'a>(
+        &'a self,
+        declared: Option<&'a SchemaRef>,
+        options: &'a BTreeMap<String, String>,
+        table: &'a str,
+    ) -> BoxFuture<'a, Result<SchemaRef, ConnectorError>> {
+        Box::pin(async move {
+            let upstream = Upstream::parse(options)?;
+            if upstream.table.is_some() {
+                return Err(rejected(
+                    "the source reads one table (its `table` option); only a postgres-cdc source without one covers several",
+                ));
+            }
+            let table = UpstreamTable::parse(table)?;
+            let client = upstream.connect().await?;
+            let shape = upstream.shape(&client, &table).await?;
+            let produced = shape.produced(declared)?;
+            let columns = fit_columns(NAME, declared, &produced)?;
+            // Weir's own publication gains the table when it is first
+            // read; a user's must list it already.
+            if !upstream.is_own_publication(&client).await? {
+                upstream.check_publication(&client, &table).await?;
+            }
             Ok(columns)
         })
     }
@@ -140,6 +185,11 @@ impl Connector for PostgresCdcConnector {
             });
         }
         let upstream = Upstream::parse(open.options)?;
+        if upstream.table.is_some() && !open.tables.is_empty() {
+            return Err(rejected(
+                "a source with a `table` option reads that table only",
+            ));
+        }
         Ok(Box::new(source::CdcSource::new(&open, upstream)?))
     }
 }
@@ -174,13 +224,34 @@ fn pg_error(doing: &str, e: tokio_postgres::Error) -> ConnectorError {
 /// Session settings that make both sessions' text values parse the same.
 pub(crate) const SESSION_OPTIONS: &str = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c extra_float_digits=3 -c client_encoding=UTF8 -c standard_conforming_strings=on";
 
+/// One upstream table, as `schema.name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UpstreamTable {
+    pub(crate) schema: String,
+    pub(crate) table: String,
+}
+
+impl UpstreamTable {
+    /// `name` or `schema.name` (each part quoted or not).
+    pub(crate) fn parse(text: &str) -> Result<Self, ConnectorError> {
+        let (schema, table) = split_table(text)
+            .map_err(|_| bad_option("table", format!("\"{text}\" is not name or schema.name")))?;
+        Ok(Self { schema, table })
+    }
+
+    /// `"schema"."table"`.
+    pub(crate) fn qualified(&self) -> String {
+        format!("{}.{}", quote(&self.schema), quote(&self.table))
+    }
+}
+
 /// Everything the options say about the upstream.
 #[derive(Debug, Clone)]
 pub(crate) struct Upstream {
     config: tokio_postgres::Config,
     tls: super::tls::Tls,
-    pub(crate) schema: String,
-    pub(crate) table: String,
+    /// The `table` option: the one table of a source that reads one.
+    pub(crate) table: Option<UpstreamTable>,
     pub(crate) slot: String,
     pub(crate) publication: String,
     pub(crate) snapshot: bool,
@@ -199,8 +270,7 @@ impl Upstream {
         if config.get_hosts().len() != 1 {
             return Err(bad_option("dsn", "name exactly one host"));
         }
-        let (schema, table) = split_table(opts.get("table").unwrap_or_default())
-            .map_err(|_| bad_option("table", "not name or schema.name"))?;
+        let table = opts.get("table").map(UpstreamTable::parse).transpose()?;
         let slot = opts.get("slot").unwrap_or_default().to_string();
         if slot.is_empty()
             || slot.len() > 63
@@ -219,7 +289,6 @@ impl Upstream {
         Ok(Self {
             config,
             tls,
-            schema,
             table,
             slot,
             publication,
@@ -230,11 +299,6 @@ impl Upstream {
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(0),
         })
-    }
-
-    /// `"schema"."table"`.
-    pub(crate) fn qualified(&self) -> String {
-        format!("{}.{}", quote(&self.schema), quote(&self.table))
     }
 
     /// A session for queries (not replication).
@@ -306,10 +370,14 @@ impl Upstream {
 
     /// The table as it is now: its columns and key, with a replica
     /// identity that logs whole old rows.
-    pub(crate) async fn shape(&self, client: &Client) -> Result<Shape, ConnectorError> {
-        let (shape, identity) = table_shape(client, &self.schema, &self.table, NAME).await?;
+    pub(crate) async fn shape(
+        &self,
+        client: &Client,
+        table: &UpstreamTable,
+    ) -> Result<Shape, ConnectorError> {
+        let (shape, identity) = table_shape(client, &table.schema, &table.table, NAME).await?;
         if identity != "f" {
-            let qualified = self.qualified();
+            let qualified = table.qualified();
             return Err(rejected(format!(
                 "table {qualified} does not log whole old rows, so an update or delete would not say what it replaced: ALTER TABLE {qualified} REPLICA IDENTITY FULL"
             )));
@@ -349,12 +417,16 @@ impl Upstream {
     }
 
     /// Whether the publication lists the table.
-    async fn publication_covers_table(&self, client: &Client) -> Result<bool, ConnectorError> {
+    async fn publication_covers_table(
+        &self,
+        client: &Client,
+        table: &UpstreamTable,
+    ) -> Result<bool, ConnectorError> {
         Ok(client
             .query_opt(
                 "SELECT 1 FROM pg_publication_tables
                  WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
-                &[&self.publication, &self.schema, &self.table],
+                &[&self.publication, &table.schema, &table.table],
             )
             .await
             .map_err(|e| pg_error("reading the publication's tables", e))?
@@ -362,20 +434,24 @@ impl Upstream {
     }
 
     /// The publication, if it exists, covers the table.
-    async fn check_publication(&self, client: &Client) -> Result<(), ConnectorError> {
+    async fn check_publication(
+        &self,
+        client: &Client,
+        table: &UpstreamTable,
+    ) -> Result<(), ConnectorError> {
         if !self.publication_exists(client).await? {
             return Ok(());
         }
-        let covers = self.publication_covers_table(client).await?;
+        let covers = self.publication_covers_table(client, table).await?;
         if !covers {
             return Err(bad_option(
                 "publication",
                 format!(
                     "publication {} exists and does not include {}: ALTER PUBLICATION {} ADD TABLE {}",
                     self.publication,
-                    self.qualified(),
+                    table.qualified(),
                     quote(&self.publication),
-                    self.qualified()
+                    table.qualified()
                 ),
             ));
         }
@@ -383,38 +459,100 @@ impl Upstream {
     }
 
     /// The table's OID now (`None`: there is no such table).
-    pub(crate) async fn table_oid(&self, client: &Client) -> Result<Option<u32>, ConnectorError> {
+    pub(crate) async fn table_oid(
+        &self,
+        client: &Client,
+        table: &UpstreamTable,
+    ) -> Result<Option<u32>, ConnectorError> {
         Ok(client
             .query_opt(
                 "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                  WHERE n.nspname = $1 AND c.relname = $2",
-                &[&self.schema, &self.table],
+                &[&table.schema, &table.table],
             )
             .await
             .map_err(|e| pg_error("looking up the table", e))?
             .map(|r| r.get(0)))
     }
 
-    /// Creates the publication if it does not exist, and adds the table
-    /// to it if it does and lacks it (a table created again after the
-    /// publication lost it).
-    pub(crate) async fn ensure_publication_covers(
+    /// Adds the table to the publication if it lacks it (a table created
+    /// again after the publication lost it, a table newly read).
+    pub(crate) async fn add_to_publication(
         &self,
         client: &Client,
+        table: &UpstreamTable,
     ) -> Result<(), ConnectorError> {
-        self.ensure_publication(client).await?;
-        let covers = self.publication_covers_table(client).await?;
-        if !covers {
+        if !self.publication_covers_table(client, table).await? {
             client
                 .batch_execute(&format!(
                     "ALTER PUBLICATION {} ADD TABLE {}",
                     quote(&self.publication),
-                    self.qualified()
+                    table.qualified()
                 ))
                 .await
                 .map_err(|e| pg_error("adding the table to the publication", e))?;
         }
         Ok(())
+    }
+
+    /// For a source that covers several tables: the publication exists
+    /// and lists `tables`. Weir's own is kept listing exactly them (a
+    /// table no longer read leaves it, so its changes are not sent); a
+    /// user's must list them already (it is theirs to change).
+    pub(crate) async fn reconcile_publication(
+        &self,
+        client: &Client,
+        tables: &[UpstreamTable],
+    ) -> Result<(), ConnectorError> {
+        self.ensure_publication(client, tables).await?;
+        let own = self.is_own_publication(client).await?;
+        for table in tables {
+            if own {
+                self.add_to_publication(client, table).await?;
+            } else {
+                self.check_publication(client, table).await?;
+            }
+        }
+        if !own {
+            return Ok(());
+        }
+        let listed = client
+            .query(
+                "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1",
+                &[&self.publication],
+            )
+            .await
+            .map_err(|e| pg_error("reading the publication's tables", e))?;
+        for row in listed {
+            let table = UpstreamTable {
+                schema: row.get(0),
+                table: row.get(1),
+            };
+            if !tables.contains(&table) {
+                client
+                    .batch_execute(&format!(
+                        "ALTER PUBLICATION {} DROP TABLE {}",
+                        quote(&self.publication),
+                        table.qualified()
+                    ))
+                    .await
+                    .map_err(|e| pg_error("removing a table from the publication", e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the publication exists and is one Weir created.
+    pub(crate) async fn is_own_publication(&self, client: &Client) -> Result<bool, ConnectorError> {
+        Ok(client
+            .query_opt(
+                "SELECT 1 FROM pg_publication p
+                 WHERE p.pubname = $1 AND obj_description(p.oid, 'pg_publication') = $2",
+                &[&self.publication, &self.own_publication_comment()],
+            )
+            .await
+            .map_err(|e| pg_error("looking up the publication", e))?
+            .is_some())
     }
 
     /// The comment Weir sets on a publication it created (for this slot),
@@ -426,16 +564,7 @@ impl Upstream {
     /// Drops the publication if this source created it (its comment says
     /// so); a publication the user made stays.
     pub(crate) async fn drop_own_publication(&self, client: &Client) -> Result<(), ConnectorError> {
-        let ours = client
-            .query_opt(
-                "SELECT 1 FROM pg_publication p
-                 WHERE p.pubname = $1 AND obj_description(p.oid, 'pg_publication') = $2",
-                &[&self.publication, &self.own_publication_comment()],
-            )
-            .await
-            .map_err(|e| pg_error("looking up the publication", e))?
-            .is_some();
-        if ours {
+        if self.is_own_publication(client).await? {
             client
                 .batch_execute(&format!(
                     "DROP PUBLICATION IF EXISTS {}",
@@ -447,12 +576,21 @@ impl Upstream {
         Ok(())
     }
 
-    /// Creates the publication if it does not exist.
-    pub(crate) async fn ensure_publication(&self, client: &Client) -> Result<(), ConnectorError> {
+    /// Creates the publication for `tables` if it does not exist.
+    pub(crate) async fn ensure_publication(
+        &self,
+        client: &Client,
+        tables: &[UpstreamTable],
+    ) -> Result<(), ConnectorError> {
         if !self.publication_exists(client).await? {
+            let listed: Vec<String> = tables.iter().map(UpstreamTable::qualified).collect();
             let sql = format!(
-                "CREATE PUBLICATION {p} FOR TABLE {}; COMMENT ON PUBLICATION {p} IS '{}'",
-                self.qualified(),
+                "CREATE PUBLICATION {p}{}; COMMENT ON PUBLICATION {p} IS '{}'",
+                if listed.is_empty() {
+                    String::new()
+                } else {
+                    format!(" FOR TABLE {}", listed.join(", "))
+                },
                 self.own_publication_comment().replace('\'', "''"),
                 p = quote(&self.publication),
             );

@@ -1,11 +1,12 @@
 //! Gaps: what the source does when the upstream lost changes it had
 //! not read (its slot gone, or confirmed past the seal by someone else)
-//! or its table is no longer the one it read (dropped, or created again
+//! or a table is no longer the one it read (dropped, or created again
 //! under the name), and how it goes on once a gap is accepted.
 
 use pgwire_replication::Lsn;
 use tokio_postgres::Client;
 
+use super::progress::Carry;
 use super::{CdcSource, IDENTITY_CHECK, Phase};
 use crate::postgres::cdc::{gap, pg_error};
 use crate::{ConnectorError, SourceEvent};
@@ -18,7 +19,9 @@ impl CdcSource {
         &mut self,
         client: Client,
     ) -> Result<Option<SourceEvent>, ConnectorError> {
-        self.upstream.ensure_publication(&client).await?;
+        self.upstream
+            .ensure_publication(&client, &self.upstream_tables())
+            .await?;
         let row = client
             .query_one(
                 "SELECT (lsn - '0/0')::int8 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
@@ -27,16 +30,20 @@ impl CdcSource {
             .await
             .map_err(|e| pg_error("creating the replication slot again", e))?;
         let start = row.get::<_, i64>(0) as u64;
-        let progress = self.progress.as_mut().expect("a gap has progress");
-        tracing::warn!(source = %self.name, from = %Lsn::from_u64(progress.lsn), to = %Lsn::from_u64(start), "going on past an accepted retention gap with a new slot");
-        progress.lsn = start;
-        progress.snapshot_done = true;
-        progress.gaps_accepted = self.upstream.gaps_accepted;
+        let gaps = self.upstream.gaps_accepted;
+        let stream = self.stream.as_mut().expect("a gap has a stream state");
+        tracing::warn!(source = %self.name, from = %Lsn::from_u64(stream.lsn), to = %Lsn::from_u64(start), "going on past an accepted retention gap with a new slot");
+        stream.lsn = start;
+        stream.gaps_accepted = gaps;
+        for t in &mut self.tables {
+            if let Some(progress) = &mut t.progress {
+                progress.snapshot_done = true;
+            }
+        }
         self.sealed_lsn = Some(start);
         // Seal the new position, so a restart streams from it.
-        let batch = self.batch(self.empty()?)?;
         self.phase = Phase::Connect;
-        Ok(Some(SourceEvent::Batch(batch)))
+        Ok(Some(self.emit(Vec::new(), Carry::All, false)))
     }
 
     /// The slot's confirmed position and the process holding it, if any;
@@ -61,8 +68,8 @@ impl CdcSource {
         }))
     }
 
-    /// Every [`IDENTITY_CHECK`] while streaming: the table is still there,
-    /// and still the one read. A failed lookup is left to the stream to
+    /// Every [`IDENTITY_CHECK`] while streaming: each table is still
+    /// there, and still the one read. A failed lookup is left to the stream to
     /// notice (the server down ends it too).
     pub(super) async fn check_identity(&mut self) -> Result<(), ConnectorError> {
         let Phase::Stream(stream) = &mut self.phase else {
@@ -78,14 +85,21 @@ impl CdcSource {
         let Some(checker) = &stream.checker else {
             return Ok(());
         };
-        let Ok(now) = self.upstream.table_oid(checker).await else {
-            return Ok(());
-        };
-        let read = self.shape.as_ref().map(|s| s.oid);
-        if now != read {
-            let lsn = self.progress.as_ref().map_or(0, |p| p.lsn);
-            self.phase = Phase::Connect;
-            return Err(self.table_replaced(read, now, lsn));
+        for i in 0..self.tables.len() {
+            let Ok(now) = self
+                .upstream
+                .table_oid(checker, &self.tables[i].upstream)
+                .await
+            else {
+                return Ok(());
+            };
+            let read = self.tables[i].shape.as_ref().map(|s| s.oid);
+            if now != read {
+                let lsn = self.stream.as_ref().map_or(0, |s| s.lsn);
+                let error = self.table_replaced(i, read, now, lsn);
+                self.phase = Phase::Connect;
+                return Err(error);
+            }
         }
         Ok(())
     }
@@ -94,11 +108,12 @@ impl CdcSource {
     /// its name.
     pub(super) fn table_replaced(
         &self,
+        table: usize,
         read: Option<u32>,
         now: Option<u32>,
         lsn: u64,
     ) -> ConnectorError {
-        let table = self.upstream.qualified();
+        let table = self.tables[table].upstream.qualified();
         let what = match now {
             None => format!("table {table} was dropped upstream"),
             Some(now) => format!(
