@@ -8,7 +8,8 @@
 //! - A deployment backfills from the tables as of a commit; it waits until
 //!   that commit is received, so the changes after it are exactly the ones
 //!   that reach it.
-//! - An epoch closes every barrier interval when rows are pending, when
+//! - An epoch closes every barrier interval when rows are pending (or a
+//!   source's position moved without rows), when
 //!   pending changes pass [`EPOCH_ROW_BUDGET`] rows (bounded memory under a
 //!   burst), and for a [`Command::Barrier`] once its target is received.
 //! - Each epoch publishes an [`EpochView`]; a statement reads every
@@ -124,13 +125,15 @@ impl Loop {
                 // A sink that backs off retries at an epoch close, so one
                 // closes for it even when nothing is pending; and so does
                 // a sink's pre-commit that completed after the seal of its
-                // epoch was taken, for a seal to record it.
+                // epoch was taken, for a seal to record it; and a source
+                // position that moved without rows.
                 let pre_commit_unsealed = self.sealing.is_none()
                     && self.streams.pre_commits_unsealed()
                     && self.coordinator.view().epoch.0 <= self.checkpointer.last_sealed_epoch();
                 if self.coordinator.pending_rows() > 0
                     || self.streams.any_retry_due()
                     || pre_commit_unsealed
+                    || self.streams.offsets_moved()
                 {
                     self.close().await;
                 } else {

@@ -487,6 +487,15 @@ impl Streams {
             .is_some_and(|r| r.run == reader.run)
     }
 
+    /// Whether a source's position moved since the last epoch closed
+    /// without rows to carry it (a replication keepalive, a table's
+    /// failure sealed, a gap accepted): an epoch then closes anyway, so a
+    /// seal records the position and the upstream may let go of what is
+    /// before it (an idle database's WAL does not grow for ever).
+    pub fn offsets_moved(&self) -> bool {
+        self.received != self.covered
+    }
+
     /// A batch from a reader: the offsets it brings are received, under
     /// its source whatever the split. Returns the relation its rows feed
     /// ([`SourceToRead::relation_of`]); none for a batch of a stopped

@@ -20,8 +20,8 @@ use tokio_postgres::NoTls;
 use crate::harness::{eventually, try_rows as rows};
 use crate::postgres::PgCluster;
 use crate::sources::{
-    ROUNDS, Rng, crash_rng, crash_server, kill_at_a_random_moment, sinks_committed, until_returns,
-    value,
+    ROUNDS, Rng, crash_rng, crash_server, kill_and_restart, kill_at_a_random_moment,
+    sinks_committed, status_becomes, until_returns, value,
 };
 
 const ORDERS: i64 = 20_000;
@@ -278,4 +278,166 @@ async fn several_tables_of_one_slot_reach_their_relations_exactly_across_kill_9(
         "0",
     )
     .await;
+}
+
+/// `SELECT id, v FROM {copy} ORDER BY id` in Weir equals `SELECT id, v
+/// FROM {table} ORDER BY id` upstream, eventually.
+async fn copy_equals(
+    upstream: &tokio_postgres::Client,
+    client: &tokio_postgres::Client,
+    table: &str,
+    copy: &str,
+) {
+    let want = rows(upstream, &format!("SELECT id, v FROM {table} ORDER BY id"))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(60), copy, || async {
+        let got = rows(client, &format!("SELECT id, v FROM {copy} ORDER BY id"))
+            .await
+            .ok()?;
+        (got == want).then_some(())
+    })
+    .await;
+}
+
+/// One table truncated and another dropped and created again upstream:
+/// each fails alone (`failed`, `gap`), sealed so a kill -9 keeps them so,
+/// while the third table, the shared source and the slot go on. The gap
+/// is accepted through a destination and that table is read on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_that_breaks_fails_alone_and_the_slot_moves_on() {
+    let pg = PgCluster::start();
+    let upstream = pg.connect().await;
+    let mut setup = String::new();
+    for t in ["a", "b", "c"] {
+        setup.push_str(&format!(
+            "CREATE TABLE {t} (id bigint PRIMARY KEY, v bigint NOT NULL);
+             ALTER TABLE {t} REPLICA IDENTITY FULL;
+             INSERT INTO {t} SELECT i, i * 10 FROM generate_series(1, 100) i;"
+        ));
+    }
+    upstream.batch_execute(&setup).await.unwrap();
+    let dsn = pg.dsn();
+    let mut server = crash_server();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE shop WITH (connector = 'postgres-cdc', dsn = '{dsn}', slot = 'weir_parts');
+             CREATE SOURCE a FROM shop TABLE 'a';
+             CREATE SOURCE b FROM shop TABLE 'b';
+             CREATE SOURCE c FROM shop TABLE 'c';
+             CREATE PROJECTION a_copy AS SELECT id, v FROM a;
+             CREATE PROJECTION b_copy AS SELECT id, v FROM b;
+             CREATE PROJECTION c_copy AS SELECT id, v FROM c;
+             CREATE DESTINATION c_pg FROM c_copy
+               INTO postgres (dsn = '{dsn}', table = 'c_mirror') KEY (id);"
+        ))
+        .await
+        .expect("setup");
+    for t in ["a", "b", "c"] {
+        copy_equals(&upstream, &client, t, &format!("{t}_copy")).await;
+    }
+
+    upstream
+        .batch_execute(
+            "TRUNCATE b;
+             DROP TABLE c;
+             CREATE TABLE c (id bigint PRIMARY KEY, v bigint NOT NULL);
+             ALTER TABLE c REPLICA IDENTITY FULL;
+             INSERT INTO c VALUES (1000, 1);
+             INSERT INTO a SELECT i, i FROM generate_series(101, 150) i;
+             UPDATE a SET v = v + 1 WHERE id <= 10;",
+        )
+        .await
+        .unwrap();
+    let b = status_becomes(&client, "sources", "b", "failed").await;
+    assert!(b.contains("truncated"), "{b}");
+    let c = status_becomes(&client, "sources", "c", "gap").await;
+    assert!(c.contains("created again"), "{c}");
+    until_returns(
+        &client,
+        "SELECT status FROM weir_catalog.destinations WHERE name = 'c_pg'",
+        "blocked_by_gap",
+    )
+    .await;
+    copy_equals(&upstream, &client, "a", "a_copy").await;
+    assert_eq!(
+        value(
+            &client,
+            "SELECT status FROM weir_catalog.sources WHERE name = 'shop'"
+        )
+        .await,
+        "running"
+    );
+    // The slot moves on past the failures.
+    let now = value(&upstream, "SELECT pg_current_wal_lsn()::text").await;
+    until_returns(
+        &upstream,
+        &format!(
+            "SELECT confirmed_flush_lsn >= '{now}'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'weir_parts'"
+        ),
+        "t",
+    )
+    .await;
+
+    // Sealed: a start reports both failures again, and a reads on.
+    let client = kill_and_restart(&mut server, "after the failures").await;
+    upstream
+        .batch_execute("INSERT INTO a VALUES (151, 1); DELETE FROM a WHERE id = 2;")
+        .await
+        .unwrap();
+    copy_equals(&upstream, &client, "a", "a_copy").await;
+    assert!(
+        status_becomes(&client, "sources", "b", "failed")
+            .await
+            .contains("truncated")
+    );
+    assert!(
+        status_becomes(&client, "sources", "c", "gap")
+            .await
+            .contains("created again")
+    );
+
+    // The gap accepted: c reads on from the table there is now (its rows
+    // from before are the gap), b stays failed.
+    client
+        .batch_execute("ALTER DESTINATION c_pg ACCEPT GAP")
+        .await
+        .unwrap();
+    status_becomes(&client, "sources", "c", "running").await;
+    // Changes before the reader has the table there is now in its
+    // publication are part of the gap too.
+    until_returns(
+        &upstream,
+        "SELECT count(*) FROM pg_publication_tables WHERE pubname = 'weir_parts' AND tablename = 'c'",
+        "1",
+    )
+    .await;
+    upstream
+        .batch_execute("INSERT INTO c VALUES (1001, 2); UPDATE c SET v = 3 WHERE id = 1001;")
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(60), "c read on", || async {
+        let got = value(
+            &client,
+            "SELECT string_agg(v::text, ',') FROM c_copy WHERE id = 1001",
+        )
+        .await;
+        (got == "3").then_some(())
+    })
+    .await;
+    until_returns(
+        &client,
+        "SELECT status FROM weir_catalog.destinations WHERE name = 'c_pg'",
+        "running",
+    )
+    .await;
+    assert_eq!(
+        value(
+            &client,
+            "SELECT status FROM weir_catalog.sources WHERE name = 'b'"
+        )
+        .await,
+        "failed"
+    );
 }

@@ -31,6 +31,7 @@
 //! and every [`IDENTITY_CHECK`] while streaming (a table dropped from a
 //! `FOR TABLE` publication sends nothing at all).
 
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use arrow::array::RecordBatch;
@@ -111,6 +112,11 @@ pub(crate) struct CdcSource {
     /// The `lsn` of the latest seal: what the slot may confirm.
     sealed_lsn: Option<u64>,
     phase: Phase,
+    /// Events to return before reading on (tables' failures, after the
+    /// event that seals them).
+    pending: VecDeque<SourceEvent>,
+    /// Tables whose failure the next event must seal.
+    unsealed: BTreeSet<usize>,
 }
 
 impl CdcSource {
@@ -162,7 +168,7 @@ impl CdcSource {
                     .collect::<Result<_, ConnectorError>>()?
             }
         };
-        Ok(Self {
+        let mut source = Self {
             name: open.name.to_string(),
             single: upstream.table.is_some(),
             sealed_lsn: stream.as_ref().map(|s| s.lsn),
@@ -170,17 +176,60 @@ impl CdcSource {
             tables,
             stream,
             phase: Phase::Connect,
-        })
+            pending: VecDeque::new(),
+            unsealed: BTreeSet::new(),
+        };
+        source.accept_table_gaps();
+        source.report_sealed_failures();
+        Ok(source)
     }
 
+    /// The tables read on (not failed).
     fn upstream_tables(&self) -> Vec<UpstreamTable> {
-        self.tables.iter().map(|t| t.upstream.clone()).collect()
+        self.tables
+            .iter()
+            .filter(|t| !t.failed())
+            .map(|t| t.upstream.clone())
+            .collect()
     }
 
-    /// Reads each table's shape and checks the relation's columns still
-    /// fit it.
+    /// Reads the shape of each table read on; a table that no longer fits
+    /// fails alone (reading one table, the source fails).
     async fn read_shapes(&mut self, client: &Client) -> Result<(), ConnectorError> {
-        for t in &mut self.tables {
+        for i in 0..self.tables.len() {
+            if self.tables[i].failed() {
+                continue;
+            }
+            match self.read_shape(client, i).await {
+                Ok(()) => {}
+                Err(
+                    e @ (ConnectorError::Rejected { .. }
+                    | ConnectorError::Gap { .. }
+                    | ConnectorError::ColumnMismatch { .. }),
+                ) => self.fail_table(i, e)?,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads table `i`'s shape and checks the relation's columns still
+    /// fit it. Covering several tables, a table dropped upstream is a gap.
+    async fn read_shape(&mut self, client: &Client, i: usize) -> Result<(), ConnectorError> {
+        let read = self.tables[i].progress.as_ref().and_then(|p| p.table_oid);
+        if !self.single
+            && read.is_some()
+            && self
+                .upstream
+                .table_oid(client, &self.tables[i].upstream)
+                .await?
+                .is_none()
+        {
+            let lsn = self.stream.as_ref().map_or(0, |s| s.lsn);
+            return Err(self.table_replaced(i, read, None, lsn));
+        }
+        let t = &mut self.tables[i];
+        {
             let shape = self.upstream.shape(client, &t.upstream).await?;
             for field in t.schema.fields() {
                 let Some(c) = shape.column(field.name()) else {
@@ -211,21 +260,26 @@ impl CdcSource {
     /// event when there is something to seal at once.
     async fn connect(&mut self) -> Result<Option<SourceEvent>, ConnectorError> {
         let client = self.upstream.connect().await?;
+        let mut accepted = false;
         self.read_shapes(&client).await?;
         let Some(stream) = self.stream.clone() else {
             return self.create_slot(client).await;
         };
         // Tables dropped and created again under their names.
-        let mut accepted = false;
         for i in 0..self.tables.len() {
             let t = &self.tables[i];
+            if t.failed() {
+                continue;
+            }
             let oid = t.shape.as_ref().expect("shapes read").oid;
             let Some(progress) = &t.progress else {
                 continue;
             };
             let recreated = progress.table_oid.is_some_and(|old| old != oid);
             if recreated && t.gaps_accepted <= progress.gaps_accepted {
-                return Err(self.table_replaced(i, progress.table_oid, Some(oid), stream.lsn));
+                let error = self.table_replaced(i, progress.table_oid, Some(oid), stream.lsn);
+                self.fail_table(i, error)?;
+                continue;
             }
             if recreated {
                 // Accepted: read on from the table there is now (its
@@ -278,8 +332,9 @@ impl CdcSource {
             self.phase = Phase::Connect;
             return Ok(Some(self.emit(Vec::new(), Carry::All, false)));
         }
-        if accepted {
-            // The slot is fine: the acceptance is sealed with the new OIDs.
+        if accepted || !self.unsealed.is_empty() {
+            // The slot is fine: acceptances are sealed with the new OIDs,
+            // and failures found now are sealed, before reading on.
             self.phase = Phase::Connect;
             return Ok(Some(self.emit(Vec::new(), Carry::All, false)));
         }
@@ -302,17 +357,18 @@ impl CdcSource {
                         snapshot_done: true,
                         table_oid: t.shape.as_ref().map(|s| s.oid),
                         gaps_accepted: t.gaps_accepted,
+                        failed: None,
                     });
                 }
             }
             self.phase = Phase::Connect;
             return Ok(Some(self.emit(Vec::new(), Carry::All, false)));
         }
-        if self
-            .tables
-            .iter()
-            .any(|t| t.progress.as_ref().is_none_or(|p| !p.snapshot_done))
-        {
+        if self.tables.iter().any(|t| {
+            t.progress
+                .as_ref()
+                .is_none_or(|p| !p.snapshot_done && p.failed.is_none())
+        }) {
             self.resume_snapshot(client).await?;
             return Ok(None);
         }
@@ -355,6 +411,9 @@ impl CdcSource {
             gaps_accepted: self.upstream.gaps_accepted,
         });
         for t in &mut self.tables {
+            if t.failed() {
+                continue;
+            }
             t.progress = Some(TableProgress {
                 segments: if self.upstream.snapshot {
                     vec![Segment {
@@ -367,6 +426,7 @@ impl CdcSource {
                 snapshot_done: !self.upstream.snapshot,
                 table_oid: t.shape.as_ref().map(|s| s.oid),
                 gaps_accepted: t.gaps_accepted,
+                failed: None,
             });
         }
         if !self.upstream.snapshot {
@@ -392,8 +452,9 @@ impl CdcSource {
                 snapshot_done: false,
                 table_oid: oid,
                 gaps_accepted,
+                failed: None,
             });
-            if progress.snapshot_done {
+            if progress.snapshot_done || progress.failed.is_some() {
                 continue;
             }
             // A segment nothing was read from covers no key.
@@ -470,6 +531,9 @@ impl Source for CdcSource {
     }
 
     async fn next(&mut self) -> Result<SourceEvent, ConnectorError> {
+        if let Some(event) = self.pending.pop_front() {
+            return Ok(event);
+        }
         match &self.phase {
             Phase::Connect => {
                 let result = self.connect().await;
@@ -518,6 +582,7 @@ impl Source for CdcSource {
     }
 }
 
+mod faults;
 mod gaps;
 mod progress;
 mod snapshot;

@@ -63,6 +63,7 @@ fn a_shared_source_seals_the_stream_and_each_table_apart() {
         snapshot_done: false,
         table_oid: Some(1),
         gaps_accepted: 0,
+        failed: None,
     };
     let text = serde_json::to_string(&table).unwrap();
     assert_eq!(parse::<TableProgress>(&text).unwrap(), table);
@@ -91,15 +92,19 @@ fn keys_compare_in_the_snapshot_order() {
 
 /// A shared source with one table `public.t (k int8 key, v text)` whose
 /// snapshot was read in `segments`.
-fn source_with(segments: Vec<Segment>) -> CdcSource {
-    use arrow::datatypes::{DataType, Field, Schema};
-    let options: std::collections::BTreeMap<String, String> = [
+fn options() -> std::collections::BTreeMap<String, String> {
+    [
         ("dsn", "host=localhost user=weir dbname=app"),
         ("slot", "weir_test"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    .collect()
+}
+
+fn source_with(segments: Vec<Segment>) -> CdcSource {
+    use arrow::datatypes::{DataType, Field, Schema};
+    let options = options();
     let schema = std::sync::Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, false),
         Field::new("v", DataType::Utf8, true),
@@ -148,6 +153,7 @@ fn source_with(segments: Vec<Segment>) -> CdcSource {
         snapshot_done: true,
         table_oid: Some(7),
         gaps_accepted: 0,
+        failed: None,
     });
     source
 }
@@ -210,4 +216,70 @@ fn a_resumed_snapshot_skips_per_key_range() {
     assert_eq!(kept(&source, 200, &[5, 10, 11, 60]), vec![5, 10]);
     assert_eq!(kept(&source, 50, &[5, 60]), Vec::<i64>::new());
     assert_eq!(kept(&source, 300, &[5, 11, 60]), vec![5, 11, 60]);
+}
+
+/// A table's failure, sealed in its progress, is reported again as the
+/// source opens (before anything is read), and the table is left out of
+/// what is read on.
+#[tokio::test]
+async fn a_sealed_table_failure_is_reported_again_at_open() {
+    use super::progress::TableFailure;
+    let mut source = source_with(Vec::new());
+    let progress = TableProgress {
+        segments: Vec::new(),
+        snapshot_done: true,
+        table_oid: Some(7),
+        gaps_accepted: 0,
+        failed: Some(TableFailure {
+            gap: false,
+            message: "public.t was truncated upstream".into(),
+        }),
+    };
+    let offsets: crate::Offsets = [
+        (
+            "stream".to_string(),
+            serde_json::to_string(&StreamState {
+                start: 1,
+                lsn: 5,
+                gaps_accepted: 0,
+            })
+            .unwrap(),
+        ),
+        ("42".to_string(), serde_json::to_string(&progress).unwrap()),
+    ]
+    .into();
+    let tables = [crate::SourceTable {
+        split: "42".into(),
+        upstream: "public.t".into(),
+        schema: source.tables[0].schema.clone(),
+        gaps_accepted: 0,
+    }];
+    let options = options();
+    let open = SourceOpen {
+        name: "shop",
+        schema: std::sync::Arc::new(arrow::datatypes::Schema::empty()),
+        options: &options,
+        offsets: &offsets,
+        until: None,
+        tables: &tables,
+    };
+    source = CdcSource::new(&open, Upstream::parse(&options).unwrap()).unwrap();
+    assert!(source.tables[0].failed());
+    assert!(source.upstream_tables().is_empty());
+    match source.next().await.unwrap() {
+        SourceEvent::SplitFailed {
+            split,
+            gap,
+            message,
+        } => {
+            assert_eq!((split.as_str(), gap), ("42", false));
+            assert!(message.contains("truncated"), "{message}");
+        }
+        other => panic!("expected the failure first, got {other:?}"),
+    }
+    // A single-table source fails whole instead.
+    let mut single = source_with(Vec::new());
+    single.single = true;
+    assert!(single.fail_table(0, rejected("broken")).is_err());
+    assert!(single.pending.is_empty());
 }

@@ -82,24 +82,34 @@ impl CdcSource {
         if stream.checker.as_ref().is_none_or(|c| c.is_closed()) {
             stream.checker = self.upstream.connect().await.ok();
         }
-        let Some(checker) = &stream.checker else {
+        let Some(checker) = stream.checker.take() else {
             return Ok(());
         };
-        for i in 0..self.tables.len() {
-            let Ok(now) = self
-                .upstream
-                .table_oid(checker, &self.tables[i].upstream)
-                .await
-            else {
-                return Ok(());
+        let mut replaced = Vec::new();
+        for (i, table) in self.tables.iter().enumerate() {
+            if table.failed() {
+                continue;
+            }
+            let Ok(now) = self.upstream.table_oid(&checker, &table.upstream).await else {
+                break;
             };
-            let read = self.tables[i].shape.as_ref().map(|s| s.oid);
+            let read = table.shape.as_ref().map(|s| s.oid);
             if now != read {
-                let lsn = self.stream.as_ref().map_or(0, |s| s.lsn);
-                let error = self.table_replaced(i, read, now, lsn);
+                replaced.push((i, read, now));
+            }
+        }
+        if let Phase::Stream(stream) = &mut self.phase {
+            stream.checker = Some(checker);
+        }
+        let lsn = self.stream.as_ref().map_or(0, |s| s.lsn);
+        for (i, read, now) in replaced {
+            let error = self.table_replaced(i, read, now, lsn);
+            if self.single {
                 self.phase = Phase::Connect;
                 return Err(error);
             }
+            // Sealed by the caller's next event.
+            self.fail_table(i, error)?;
         }
         Ok(())
     }

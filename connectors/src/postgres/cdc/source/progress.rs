@@ -48,6 +48,20 @@ pub(super) struct TableProgress {
     /// Gaps of this table accepted (dropped and created again upstream).
     #[serde(default)]
     pub(super) gaps_accepted: u32,
+    /// Why the table stopped being read, in a source that covers several
+    /// (the others went on): sealed with the changes before it, and
+    /// reported again at every start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) failed: Option<TableFailure>,
+}
+
+/// A table of a source that covers several that cannot be read on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct TableFailure {
+    /// Changes were lost upstream (the table dropped or created again):
+    /// `ALTER DESTINATION ... ACCEPT GAP` goes on past it.
+    pub(super) gap: bool,
+    pub(super) message: String,
 }
 
 /// A snapshot segment: rows with keys up to `upto` (and above the
@@ -89,6 +103,7 @@ impl Progress {
                 snapshot_done: self.snapshot_done,
                 table_oid: self.table_oid,
                 gaps_accepted: self.gaps_accepted,
+                failed: None,
             },
         )
     }
@@ -128,25 +143,28 @@ pub(super) enum Carry {
 
 impl CdcSource {
     /// An event carrying `changes` (per table index) and the offsets
-    /// after them. `whole`: the batches are one upstream transaction
-    /// (an epoch takes them all or none).
+    /// after them, with those of tables that failed since the last event.
+    /// `whole`: the batches are one upstream transaction (an epoch takes
+    /// them all or none).
     pub(super) fn emit(
-        &self,
+        &mut self,
         mut changes: Vec<(usize, ChangeBatch)>,
         carry: Carry,
         whole: bool,
     ) -> SourceEvent {
+        let mut carried: Vec<usize> = std::mem::take(&mut self.unsealed).into_iter().collect();
+        if matches!(carry, Carry::All) {
+            carried = (0..self.tables.len()).collect();
+        }
+        for i in carried {
+            if !changes.iter().any(|(t, _)| *t == i) {
+                changes.push((i, self.tables[i].empty()));
+            }
+        }
         let stream = self
             .stream
             .as_ref()
             .expect("a stream state before any event");
-        if matches!(carry, Carry::All) {
-            for i in 0..self.tables.len() {
-                if !changes.iter().any(|(t, _)| *t == i) {
-                    changes.push((i, self.tables[i].empty()));
-                }
-            }
-        }
         let mut batches: Vec<SourceBatch> = Vec::new();
         if self.single {
             let table = &self.tables[0];

@@ -60,11 +60,11 @@ impl CdcSource {
 
     /// Reads the next page of the first table whose snapshot is not done.
     pub(super) async fn read_page(&mut self) -> Result<SourceEvent, ConnectorError> {
-        let Some(i) = self
-            .tables
-            .iter()
-            .position(|t| t.progress.as_ref().is_some_and(|p| !p.snapshot_done))
-        else {
+        let Some(i) = self.tables.iter().position(|t| {
+            t.progress
+                .as_ref()
+                .is_some_and(|p| !p.snapshot_done && p.failed.is_none())
+        }) else {
             return self.end_snapshot().await;
         };
         let Phase::Snapshot(client) = &self.phase else {
@@ -107,7 +107,19 @@ impl CdcSource {
                 text::column(&values, field.data_type())
                     .map_err(|e| self.bad_value(i, field.name(), &e.0))
             })
-            .collect::<Result<Vec<ArrayRef>, _>>()?;
+            .collect::<Result<Vec<ArrayRef>, _>>();
+        let columns = match columns {
+            Ok(columns) => columns,
+            // A value that does not parse fails its table (or, reading
+            // one table, the source).
+            Err(e) => {
+                self.fail_table(i, e)?;
+                if self.snapshot_done() {
+                    self.end_snapshot_transaction().await?;
+                }
+                return Ok(self.emit(Vec::new(), Carry::Changed, false));
+            }
+        };
         let batch = RecordBatch::try_new(table.schema.clone(), columns)
             .map_err(|e| ConnectorError::arrow(NAME, e))?;
         let last_key = rows.last().map(|r| {
@@ -135,9 +147,11 @@ impl CdcSource {
     }
 
     fn snapshot_done(&self) -> bool {
-        self.tables
-            .iter()
-            .all(|t| t.progress.as_ref().is_some_and(|p| p.snapshot_done))
+        self.tables.iter().all(|t| {
+            t.progress
+                .as_ref()
+                .is_some_and(|p| p.snapshot_done || p.failed.is_some())
+        })
     }
 
     async fn end_snapshot_transaction(&mut self) -> Result<(), ConnectorError> {

@@ -28,6 +28,17 @@ pub(super) struct Stream {
     pub(super) checked_at: tokio::time::Instant,
 }
 
+impl Stream {
+    /// Table `i` failed: its rows are no longer read, nor those of this
+    /// transaction kept.
+    pub(super) fn forget(&mut self, i: usize) {
+        self.tables.retain(|_, t| *t != i);
+        if let Some(txn) = &mut self.txn {
+            txn.retain(|(t, _, _)| *t != i);
+        }
+    }
+}
+
 impl CdcSource {
     pub(super) async fn start_stream(&mut self, from: u64) -> Result<(), ConnectorError> {
         let acked = self.sealed_lsn.unwrap_or(from).min(from);
@@ -39,6 +50,7 @@ impl CdcSource {
             .tables
             .iter()
             .enumerate()
+            .filter(|(_, t)| !t.failed())
             .map(|(i, t)| (t.shape.as_ref().expect("shapes read").oid, i))
             .collect();
         for t in &mut self.tables {
@@ -65,7 +77,7 @@ impl CdcSource {
             let event = match tokio::time::timeout_at(deadline, stream.client.recv()).await {
                 Err(_) => {
                     self.check_identity().await?;
-                    return Ok(SourceEvent::Idle);
+                    return Ok(self.seal_failures().unwrap_or(SourceEvent::Idle));
                 }
                 Ok(Ok(Some(event))) => event,
                 Ok(Ok(None)) => {
@@ -115,6 +127,18 @@ impl CdcSource {
     }
 
     fn on_message(&mut self, message: Message) -> Result<(), ConnectorError> {
+        for (i, fault) in self.take_message(message)? {
+            self.fail_table(i, fault)?;
+        }
+        Ok(())
+    }
+
+    /// Adds a message's change to the transaction; returns the faults of
+    /// tables it shows broken (each fails alone, see [`super::faults`]).
+    fn take_message(
+        &mut self,
+        message: Message,
+    ) -> Result<Vec<(usize, ConnectorError)>, ConnectorError> {
         let Phase::Stream(stream) = &mut self.phase else {
             unreachable!()
         };
@@ -122,18 +146,21 @@ impl CdcSource {
         let ours = |relation: u32| stream.tables.get(&relation).copied();
         match message {
             Message::Relation(relation) => match ours(relation.oid) {
-                Some(i) => {
-                    let layout = layout(&self.tables[i], &relation)?;
-                    self.tables[i].layout = Some(layout);
-                }
+                Some(i) => match layout(&self.tables[i], &relation) {
+                    Ok(layout) => self.tables[i].layout = Some(layout),
+                    Err(e) => return Ok(vec![(i, e)]),
+                },
                 None => {
                     let named = self.tables.iter().position(|t| {
-                        relation.namespace == t.upstream.schema && relation.name == t.upstream.table
+                        !t.failed()
+                            && relation.namespace == t.upstream.schema
+                            && relation.name == t.upstream.table
                     });
                     if let Some(i) = named {
                         let lsn = self.stream.as_ref().map_or(0, |s| s.lsn);
                         let read = self.tables[i].shape.as_ref().map(|s| s.oid);
-                        return Err(self.table_replaced(i, read, Some(relation.oid), lsn));
+                        let fault = self.table_replaced(i, read, Some(relation.oid), lsn);
+                        return Ok(vec![(i, fault)]);
                     }
                 }
             },
@@ -144,13 +171,16 @@ impl CdcSource {
             }
             Message::Update { relation, old, new } => {
                 let Some(i) = ours(relation) else {
-                    return Ok(());
+                    return Ok(Vec::new());
                 };
                 let Some((OldKind::Full, old)) = old else {
                     let table = self.tables[i].upstream.qualified();
-                    return Err(rejected(format!(
-                        "an update of {table} came without its old row: the table's REPLICA IDENTITY is no longer FULL (ALTER TABLE {table} REPLICA IDENTITY FULL, then DROP and CREATE the source)"
-                    )));
+                    return Ok(vec![(
+                        i,
+                        rejected(format!(
+                            "an update of {table} came without its old row: the table's REPLICA IDENTITY is no longer FULL (ALTER TABLE {table} REPLICA IDENTITY FULL, then DROP and CREATE the source)"
+                        )),
+                    )]);
                 };
                 let new = new
                     .into_iter()
@@ -162,27 +192,34 @@ impl CdcSource {
             }
             Message::Delete { relation, old } => {
                 let Some(i) = ours(relation) else {
-                    return Ok(());
+                    return Ok(Vec::new());
                 };
                 if old.0 != OldKind::Full {
-                    return Err(rejected(format!(
-                        "a delete from {} came without its old row: the table's REPLICA IDENTITY is no longer FULL",
-                        self.tables[i].upstream.qualified()
-                    )));
+                    return Ok(vec![(
+                        i,
+                        rejected(format!(
+                            "a delete from {} came without its old row: the table's REPLICA IDENTITY is no longer FULL",
+                            self.tables[i].upstream.qualified()
+                        )),
+                    )]);
                 }
                 txn.push((i, -1, old.1));
             }
             Message::Truncate { relations } => {
-                if let Some(i) = relations.iter().find_map(|r| ours(*r)) {
-                    return Err(rejected(format!(
-                        "{} was truncated upstream; a truncate does not say which rows it removed: DROP and CREATE the source to read the table again",
-                        self.tables[i].upstream.qualified()
-                    )));
-                }
+                let truncated: Vec<usize> = relations.iter().filter_map(|r| ours(*r)).collect();
+                return Ok(truncated
+                    .into_iter()
+                    .map(|i| {
+                        (i, rejected(format!(
+                            "{} was truncated upstream; a truncate does not say which rows it removed: DROP and CREATE the source to read the table again",
+                            self.tables[i].upstream.qualified()
+                        )))
+                    })
+                    .collect());
             }
             _ => {}
         }
-        Ok(())
+        Ok(Vec::new())
     }
 
     fn on_commit(
@@ -213,9 +250,14 @@ impl CdcSource {
                 .layout
                 .clone()
                 .ok_or_else(|| rejected("a change arrived before its table's relation message"))?;
-            let kept = self.keep(i, &layout, commit, rows)?;
-            if !kept.is_empty() {
-                changes.push((i, self.changes(i, &layout, &kept)?));
+            let made = self
+                .keep(i, &layout, commit, rows)
+                .and_then(|kept| self.changes(i, &layout, &kept));
+            match made {
+                Ok(batch) if batch.num_rows() == 0 => {}
+                Ok(batch) => changes.push((i, batch)),
+                // A value that does not parse fails its table.
+                Err(e) => self.fail_table(i, e)?,
             }
         }
         self.stream.as_mut().expect("checked above").lsn = end;
