@@ -303,7 +303,8 @@ async fn copy_equals(
 /// One table truncated and another dropped and created again upstream:
 /// each fails alone (`failed`, `gap`), sealed so a kill -9 keeps them so,
 /// while the third table, the shared source and the slot go on. The gap
-/// is accepted through a destination and that table is read on.
+/// is accepted through a destination and that table is read on. Then an
+/// idle source still lets the slot's position go past the WAL others write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_that_breaks_fails_alone_and_the_slot_moves_on() {
     let pg = PgCluster::start();
@@ -440,4 +441,24 @@ async fn a_table_that_breaks_fails_alone_and_the_slot_moves_on() {
         .await,
         "failed"
     );
+
+    // Idle: nothing the source reads changes, but the database writes on
+    // (another table). Keepalives move the slot's confirmed position past
+    // that WAL, so upstream can recycle it.
+    upstream
+        .batch_execute(
+            "CREATE TABLE elsewhere (x bigint);
+             INSERT INTO elsewhere SELECT generate_series(1, 10000);",
+        )
+        .await
+        .unwrap();
+    let now = value(&upstream, "SELECT pg_current_wal_lsn()::text").await;
+    until_returns(
+        &upstream,
+        &format!(
+            "SELECT confirmed_flush_lsn >= '{now}'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'weir_parts'"
+        ),
+        "t",
+    )
+    .await;
 }
