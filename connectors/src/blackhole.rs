@@ -30,7 +30,8 @@ static SPEC: ConnectorSpec = ConnectorSpec {
         OptionType::Text,
         "how long each write takes (a slow target: `200ms`, `1s`)",
     )
-    .with_default("0s")],
+    .with_default("0s")
+    .tunable()],
     capabilities: Capabilities {
         read_modes: &[],
         append_only: false,

@@ -53,7 +53,8 @@ static SPEC: ConnectorSpec = ConnectorSpec {
             "rate_limit",
             OptionType::Count,
             "events per second of wall clock this source emits (default: as fast as read)",
-        ),
+        )
+        .tunable(),
         OptionSpec::optional(
             "base_time",
             OptionType::EpochMillis,

@@ -91,6 +91,12 @@ pub struct OptionSpec {
     pub required: bool,
     /// Never shown in plain text (passwords); named by `SECRET` instead.
     pub secret: bool,
+    /// Changes how, not what, the source reads or the sink writes (a
+    /// password, a backoff, a batch size): `ALTER SOURCE | SINK ... SET`
+    /// changes it in place, keeping the position. Any other option names
+    /// what is read or written, so changing it makes another input or
+    /// target.
+    pub tunable: bool,
     pub help: &'static str,
 }
 
@@ -116,6 +122,7 @@ impl OptionSpec {
             default: OptionDefault::None,
             required: false,
             secret: false,
+            tunable: false,
             help,
         }
     }
@@ -138,6 +145,12 @@ impl OptionSpec {
     /// A secret: given only as `option = SECRET name`, never shown.
     pub const fn secret(mut self) -> Self {
         self.secret = true;
+        self
+    }
+
+    /// Changeable in place by `ALTER ... SET` ([`Self::tunable`]).
+    pub const fn tunable(mut self) -> Self {
+        self.tunable = true;
         self
     }
 }
@@ -212,27 +225,32 @@ const RESTART_MIN_BACKOFF: OptionSpec = OptionSpec::optional(
     "restart_min_backoff",
     OptionType::Text,
     "after a retryable error, the first retry's delay, doubled for each next one (default 3s)",
-);
+)
+.tunable();
 const RESTART_MAX_BACKOFF: OptionSpec = OptionSpec::optional(
     "restart_max_backoff",
     OptionType::Text,
     "the longest delay between retries (default 30s)",
-);
+)
+.tunable();
 const RESTART_RANDOM_FACTOR: OptionSpec = OptionSpec::optional(
     "restart_random_factor",
     OptionType::Text,
     "each delay is lengthened by up to this fraction, at random (default 0.2)",
-);
+)
+.tunable();
 const RESTART_MAX: OptionSpec = OptionSpec::optional(
     "restart_max",
     OptionType::Count,
     "retries allowed within restart_window before the source or sink fails (default: unlimited)",
-);
+)
+.tunable();
 const RESTART_WINDOW: OptionSpec = OptionSpec::optional(
     "restart_window",
     OptionType::Text,
     "the window restart_max counts retries in, like 10m (default: since it started)",
-);
+)
+.tunable();
 
 /// Options every sink takes, whatever its connector: the delivery
 /// guarantee and how it recovers from errors ([`crate::recovery`]).
@@ -246,7 +264,8 @@ pub const SINK_OPTIONS: &[OptionSpec] = &[
         "on_error",
         OptionType::Text,
         "after an error: unset (back off and retry, see restart_*), 'fail', 'retry_and_fail(n, delay)', 'skip' (an epoch the target refuses is skipped, its offset committed alone) or 'retry_and_skip(n, delay)' (retried n times, then skipped); without arguments 5 times, 1s apart",
-    ),
+    )
+    .tunable(),
     OptionSpec::optional(
         "dead_letter",
         OptionType::OneOf(&["none", "table"]),
@@ -256,12 +275,14 @@ pub const SINK_OPTIONS: &[OptionSpec] = &[
         "group_size",
         OptionType::Count,
         "grouped delivery: commit once this many row changes wait (with group_max_wait, whichever comes first; default: every checkpoint)",
-    ),
+    )
+    .tunable(),
     OptionSpec::optional(
         "group_max_wait",
         OptionType::Text,
         "grouped delivery: commit once the oldest waiting epoch has waited this long, like 10s (default 5s when group_size is given)",
-    ),
+    )
+    .tunable(),
     RESTART_MIN_BACKOFF,
     RESTART_MAX_BACKOFF,
     RESTART_RANDOM_FACTOR,
@@ -277,6 +298,16 @@ impl ConnectorSpec {
             ConnectorKind::Sink => SINK_OPTIONS,
         };
         self.options.iter().chain(common)
+    }
+
+    /// Of the options `changed` (by name), those that are not tunable:
+    /// they name what is read or written, so changing one makes another
+    /// input or target. An option the spec does not know counts as one.
+    pub fn identity_options<'a>(&self, changed: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+        changed
+            .into_iter()
+            .filter(|name| !self.all_options().any(|o| o.tunable && o.matches(name)))
+            .collect()
     }
 
     /// Checks the options of a CREATE (without `connector` itself) and

@@ -529,6 +529,10 @@ pub fn connector_rows() -> Vec<Vec<String>> {
                     if o.secret {
                         s.push_str(" secret");
                     }
+                    if o.tunable {
+                        // ALTER ... SET changes it in place.
+                        s.push_str(" tunable");
+                    }
                     s.push_str(&format!(": {}", o.help));
                     s
                 })

@@ -107,7 +107,8 @@ pub(crate) const PASSWORD_ENV: OptionSpec = OptionSpec::optional(
     "password_env",
     OptionType::Text,
     "the name of an environment variable of the Weir server that holds the password (never stored in the catalog)",
-);
+)
+.tunable();
 
 /// The password as a secret: `password = SECRET name`.
 pub(crate) const PASSWORD: OptionSpec = OptionSpec::optional(
@@ -115,7 +116,8 @@ pub(crate) const PASSWORD: OptionSpec = OptionSpec::optional(
     OptionType::Text,
     "the password, as password = SECRET name (CREATE SECRET name AS '...')",
 )
-.secret();
+.secret()
+.tunable();
 
 pub(crate) struct PostgresConnector;
 

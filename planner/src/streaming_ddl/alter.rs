@@ -1,9 +1,10 @@
-//! `ALTER SOURCE name PAUSE | RESUME | RESET OFFSET` and `ALTER SINK name PAUSE | RESUME | RESET OFFSET`.
+//! `ALTER SOURCE name PAUSE | RESUME | RESET OFFSET`, `ALTER SINK name PAUSE | RESUME | RESET OFFSET`
+//! and `ALTER SOURCE | SINK name SET (option = value, ...)`.
 
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use serde::{Deserialize, Serialize};
 
-use super::{StreamingDdl, name_parts, word};
+use super::{StreamingDdl, StreamingKind, name_parts, option_list, word};
 
 /// What `ALTER SOURCE` asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,9 +24,18 @@ pub(super) fn alter_source(p: &mut Parser) -> Result<StreamingDdl, ParserError> 
         Some("PAUSE") => SourceAction::Pause,
         Some("RESUME") => SourceAction::Resume,
         Some("RESET") if word(p).as_deref() == Some("OFFSET") => SourceAction::ResetOffset,
+        Some("SET") => {
+            let (options, secrets) = option_list(p)?;
+            return Ok(StreamingDdl::AlterOptions {
+                kind: StreamingKind::Source,
+                name,
+                options,
+                secrets,
+            });
+        }
         _ => {
             p.prev_token();
-            return p.expected("PAUSE, RESUME or RESET OFFSET", p.peek_token());
+            return p.expected("PAUSE, RESUME, RESET OFFSET or SET (...)", p.peek_token());
         }
     };
     Ok(StreamingDdl::AlterSource { name, action })
@@ -49,9 +59,18 @@ pub(super) fn alter_sink(p: &mut Parser) -> Result<StreamingDdl, ParserError> {
         Some("PAUSE") => SinkAction::Pause,
         Some("RESUME") => SinkAction::Resume,
         Some("RESET") if word(p).as_deref() == Some("OFFSET") => SinkAction::ResetOffset,
+        Some("SET") => {
+            let (options, secrets) = option_list(p)?;
+            return Ok(StreamingDdl::AlterOptions {
+                kind: StreamingKind::Sink,
+                name,
+                options,
+                secrets,
+            });
+        }
         _ => {
             p.prev_token();
-            return p.expected("PAUSE, RESUME or RESET OFFSET", p.peek_token());
+            return p.expected("PAUSE, RESUME, RESET OFFSET or SET (...)", p.peek_token());
         }
     };
     Ok(StreamingDdl::AlterSink { name, action })

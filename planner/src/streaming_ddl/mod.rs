@@ -137,6 +137,14 @@ pub enum StreamingDdl {
         name: Vec<String>,
         action: SinkAction,
     },
+    /// `ALTER SOURCE | SINK name SET (option = value, ...)`: the options
+    /// given replace those of the same name.
+    AlterOptions {
+        kind: StreamingKind,
+        name: Vec<String>,
+        options: Vec<(String, String)>,
+        secrets: Vec<(String, String)>,
+    },
     CreateSecret {
         if_not_exists: bool,
         name: String,

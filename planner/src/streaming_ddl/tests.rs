@@ -317,3 +317,34 @@ fn reads_a_table_of_a_source_that_covers_several() {
         assert!(parse(wrong).is_err(), "{wrong}");
     }
 }
+
+#[test]
+fn alter_source_and_sink_set_options() {
+    for (sql, kind) in [
+        (
+            "ALTER SOURCE s SET (rate_limit = '10', password = SECRET pw)",
+            StreamingKind::Source,
+        ),
+        (
+            "ALTER SINK public.out SET (table = 't2')",
+            StreamingKind::Sink,
+        ),
+    ] {
+        match parse(sql).expect(sql) {
+            StreamingDdl::AlterOptions {
+                kind: k,
+                options,
+                secrets,
+                ..
+            } => {
+                assert_eq!(k, kind, "{sql}");
+                assert!(!options.is_empty(), "{sql}");
+                if kind == StreamingKind::Source {
+                    assert_eq!(secrets, vec![("password".to_string(), "pw".to_string())]);
+                }
+            }
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+    assert!(parse("ALTER SINK out SET").is_err());
+}

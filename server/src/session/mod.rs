@@ -15,6 +15,7 @@
 //! (secrets and connections), `show` (SHOW/DESCRIBE), `vars` (SET/SHOW variables),
 //! `prepared` (extended protocol), `functions` (PostgreSQL functions).
 
+mod alter_options;
 pub mod api;
 mod copy;
 pub(crate) mod cursor;

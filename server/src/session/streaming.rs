@@ -65,6 +65,12 @@ impl Session {
             StreamingDdl::CreateDestination(create) => self.create_destination(create).await,
             StreamingDdl::AlterSource { name, action } => self.alter_source(&name, action).await,
             StreamingDdl::AlterSink { name, action } => self.alter_sink(&name, action).await,
+            StreamingDdl::AlterOptions {
+                kind,
+                name,
+                options,
+                secrets,
+            } => self.alter_options(kind, &name, options, secrets).await,
             StreamingDdl::AlterDestination { name, action } => {
                 self.alter_destination(&name, action).await
             }

@@ -57,6 +57,7 @@ mod harness;
 mod pgcodec;
 mod postgres;
 
+mod alter_options;
 mod auth;
 mod crash;
 mod crash_projections;

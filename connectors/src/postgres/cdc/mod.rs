@@ -83,7 +83,8 @@ pub(crate) static SPEC: ConnectorSpec = ConnectorSpec {
             OptionType::Count,
             "rows read per snapshot query (each batch's last key is sealed, so a restart resumes after it)",
         )
-        .with_default("10000"),
+        .with_default("10000")
+        .tunable(),
     ],
     capabilities: Capabilities {
         read_modes: &["cdc"],

@@ -1,0 +1,257 @@
+//! `ALTER SOURCE | SINK name SET (option = value, ...)`: the options given
+//! replace those of the same name, checked as a CREATE checks them.
+//!
+//! What the change keeps depends on the options changed (the connector's
+//! spec marks the *tunable* ones: passwords, backoffs, batch sizes):
+//! - only tunable ones: the source's reader restarts where it was, the
+//!   sink reopens from its last sealed epoch (as after a retry): nothing is
+//!   read or delivered twice, nothing is missed;
+//! - a sink's other options name its target (its table, path, topic): the
+//!   change starts a new generation, as `RESET OFFSET` does (a new id,
+//!   delivering its input from the beginning to the target now named);
+//! - a source's other options name what it reads: refused (55000), since
+//!   the projections over it hold rows of the input it read until now.
+
+use std::collections::BTreeMap;
+
+use weir_connectors::ConnectorKind;
+use weir_planner::streaming_ddl::StreamingKind;
+
+use super::streaming::undefined;
+use super::{Session, StatementResult, command};
+use crate::catalog::CatalogChange;
+use crate::db::TxnWrites;
+use crate::error::ServerError;
+
+impl Session {
+    pub(super) async fn alter_options(
+        &mut self,
+        kind: StreamingKind,
+        name: &[String],
+        options: Vec<(String, String)>,
+        secrets: Vec<(String, String)>,
+    ) -> Result<StatementResult, ServerError> {
+        if let Some((option, _)) = options
+            .iter()
+            .chain(&secrets)
+            .find(|(k, _)| k == "connector")
+        {
+            return Err(ServerError::Sqlstate {
+                code: "55000",
+                message: format!(
+                    "ALTER ... SET cannot change the {option}: DROP and CREATE the {} instead",
+                    kind.keyword().to_lowercase()
+                ),
+            });
+        }
+        match kind {
+            StreamingKind::Source => self.alter_source_options(name, options, secrets).await,
+            _ => self.alter_sink_options(name, options, secrets).await,
+        }
+    }
+
+    async fn alter_source_options(
+        &mut self,
+        name: &[String],
+        options: Vec<(String, String)>,
+        secrets: Vec<(String, String)>,
+    ) -> Result<StatementResult, ServerError> {
+        let (schema, name) = self.split_parts(name)?;
+        let catalog = self.snapshot().catalog.clone();
+        let def = catalog
+            .source(&schema, &name)
+            .cloned()
+            .ok_or_else(|| undefined(StreamingKind::Source, &name))?;
+        if let Some(parent) = def.parent().and_then(|p| catalog.sources.get(&p)) {
+            return Err(ServerError::Sqlstate {
+                code: "42809",
+                message: format!(
+                    "{} is a table of source {}, whose options it reads: ALTER SOURCE {} SET (...)",
+                    def.qualified_name(),
+                    parent.qualified_name(),
+                    parent.qualified_name()
+                ),
+            });
+        }
+        let connector = weir_connectors::connector(&def.connector, ConnectorKind::Source)?;
+        let identity = changed_identity(
+            connector.spec(),
+            &def.options,
+            &def.secrets,
+            &options,
+            &secrets,
+        );
+        if !identity.is_empty() {
+            return Err(ServerError::Sqlstate {
+                code: "55000",
+                message: format!(
+                    "changing {} of source {} changes what it reads, and what reads it holds rows of \
+                     what it read until now: CREATE another source (or DROP and CREATE this one); \
+                     ALTER SOURCE ... SET changes only how it reads (passwords, backoffs, batch sizes)",
+                    identity.join(", "),
+                    def.qualified_name()
+                ),
+            });
+        }
+        let (stored, stored_secrets) = self.merged_options(
+            connector,
+            &def.connector,
+            &def.options,
+            &def.secrets,
+            options,
+            secrets,
+        )?;
+        let mut changed = (*def).clone();
+        changed.options = stored;
+        changed.secrets = stored_secrets;
+        self.write(TxnWrites {
+            ddl: vec![CatalogChange::ReplaceSource(changed.clone())],
+            tables: vec![],
+        })?;
+        let read = self.plan_context().source_to_read(&changed)?;
+        self.db.runtime().restart_source(read).await;
+        Ok(command("ALTER SOURCE"))
+    }
+
+    async fn alter_sink_options(
+        &mut self,
+        name: &[String],
+        options: Vec<(String, String)>,
+        secrets: Vec<(String, String)>,
+    ) -> Result<StatementResult, ServerError> {
+        let (schema, name) = self.split_parts(name)?;
+        let catalog = self.snapshot().catalog.clone();
+        let def = catalog
+            .sink(&schema, &name)
+            .cloned()
+            .ok_or_else(|| undefined(StreamingKind::Sink, &name))?;
+        if def.destination.is_some() {
+            return Err(ServerError::Sqlstate {
+                code: "42809",
+                message: format!(
+                    "{} is a destination, not a sink: a destination's target and key are its identity; DROP and CREATE it to change them",
+                    def.qualified_name()
+                ),
+            });
+        }
+        let connector = weir_connectors::connector(&def.connector, ConnectorKind::Sink)?;
+        let identity = changed_identity(
+            connector.spec(),
+            &def.options,
+            &def.secrets,
+            &options,
+            &secrets,
+        );
+        let (stored, stored_secrets) = self.merged_options(
+            connector,
+            &def.connector,
+            &def.options,
+            &def.secrets,
+            options,
+            secrets,
+        )?;
+        let mut changed = (*def).clone();
+        changed.options = stored;
+        changed.secrets = stored_secrets;
+        if identity.is_empty() {
+            self.write(TxnWrites {
+                ddl: vec![CatalogChange::ReplaceSink(changed.clone())],
+                tables: vec![],
+            })?;
+            let spec = self.plan_context().sink_to_open(&changed)?;
+            self.db.runtime().reconfigure_sink(changed.id, spec).await;
+            return Ok(command("ALTER SINK"));
+        }
+        // Another target: a new generation, delivering from the beginning.
+        let resolved = crate::secrets::resolve(
+            &catalog,
+            self.db.secret_key(),
+            &changed.connector,
+            &changed.options,
+            &changed.secrets,
+        )?;
+        if let Some(target) = connector.sink_target(&resolved)
+            && let Some(owner) = self.sink_writing(&target, Some(def.id))
+        {
+            return Err(ServerError::DuplicateObject(format!(
+                "a sink writing to {target} ({owner})"
+            )));
+        }
+        let planned = self
+            .plan_projection(&crate::planning::parse_query(&def.query)?, &[])
+            .await?;
+        connector
+            .check_sink(
+                &planned.stream.schema,
+                &resolved,
+                planned.stream.append_only,
+            )
+            .await?;
+        changed.id = (*catalog).clone().allocate_id();
+        let deployment = self.plan_sink_deployment(&changed).await?;
+        self.check_sources_that_cannot_replay("sink", &changed.qualified_name(), &deployment)?;
+        self.write(TxnWrites {
+            ddl: vec![
+                CatalogChange::DropSink { id: def.id },
+                CatalogChange::CreateSink(changed),
+            ],
+            tables: vec![],
+        })?;
+        self.notice(format!(
+            "changing {} of sink {} starts it over: it delivers its input from the beginning to the target now named",
+            identity.join(", "),
+            def.qualified_name()
+        ));
+        Ok(command("ALTER SINK"))
+    }
+
+    /// `old` options and secrets with `options` and `secrets` over them,
+    /// checked as a CREATE checks them; returns them as stored.
+    fn merged_options(
+        &self,
+        connector: &dyn weir_connectors::Connector,
+        connector_name: &str,
+        old: &BTreeMap<String, String>,
+        old_secrets: &BTreeMap<String, String>,
+        options: Vec<(String, String)>,
+        secrets: Vec<(String, String)>,
+    ) -> Result<(BTreeMap<String, String>, BTreeMap<String, String>), ServerError> {
+        let mut given = old.clone();
+        let mut all_secrets = old_secrets.clone();
+        for (k, v) in options {
+            all_secrets.remove(&k);
+            given.insert(k, v);
+        }
+        for (k, v) in secrets {
+            given.remove(&k);
+            all_secrets.insert(k, v);
+        }
+        let secrets: Vec<(String, String)> = all_secrets.into_iter().collect();
+        let checked = self.connector_options(connector, connector_name, given, &secrets)?;
+        Ok((checked.stored, checked.secrets))
+    }
+}
+
+/// The options (by name) whose value the change alters and that are not
+/// tunable.
+fn changed_identity(
+    spec: &weir_connectors::ConnectorSpec,
+    old: &BTreeMap<String, String>,
+    old_secrets: &BTreeMap<String, String>,
+    options: &[(String, String)],
+    secrets: &[(String, String)],
+) -> Vec<String> {
+    let changed = options
+        .iter()
+        .filter(|(k, v)| old.get(k) != Some(v))
+        .chain(
+            secrets
+                .iter()
+                .filter(|(k, v)| old_secrets.get(k) != Some(v)),
+        )
+        .map(|(k, _)| k.as_str());
+    spec.identity_options(changed)
+        .into_iter()
+        .map(str::to_string)
+        .collect()
+}
