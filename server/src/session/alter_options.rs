@@ -17,7 +17,6 @@ use std::collections::BTreeMap;
 use weir_connectors::ConnectorKind;
 use weir_planner::streaming_ddl::StreamingKind;
 
-use super::streaming::undefined;
 use super::{Session, StatementResult, command};
 use crate::catalog::CatalogChange;
 use crate::db::TxnWrites;
@@ -56,12 +55,7 @@ impl Session {
         options: Vec<(String, String)>,
         secrets: Vec<(String, String)>,
     ) -> Result<StatementResult, ServerError> {
-        let (schema, name) = self.split_parts(name)?;
-        let catalog = self.snapshot().catalog.clone();
-        let def = catalog
-            .source(&schema, &name)
-            .cloned()
-            .ok_or_else(|| undefined(StreamingKind::Source, &name))?;
+        let (catalog, def) = self.named_source(name)?;
         if let Some(parent) = def.parent().and_then(|p| catalog.sources.get(&p)) {
             return Err(ServerError::Sqlstate {
                 code: "42809",
@@ -119,12 +113,7 @@ impl Session {
         options: Vec<(String, String)>,
         secrets: Vec<(String, String)>,
     ) -> Result<StatementResult, ServerError> {
-        let (schema, name) = self.split_parts(name)?;
-        let catalog = self.snapshot().catalog.clone();
-        let def = catalog
-            .sink(&schema, &name)
-            .cloned()
-            .ok_or_else(|| undefined(StreamingKind::Sink, &name))?;
+        let (catalog, def) = self.named_sink(name)?;
         if def.destination.is_some() {
             return Err(ServerError::Sqlstate {
                 code: "42809",

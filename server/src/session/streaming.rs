@@ -8,6 +8,7 @@
 //! output goes to the connector each epoch instead of being kept.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -22,9 +23,9 @@ use super::projection::column_defs;
 use super::secrets::Named;
 use super::sources::SourceInput;
 use super::{Session, StatementResult, command, show::text_rows};
-use crate::catalog::CatalogChange;
 use crate::catalog::model::ColumnDef;
 use crate::catalog::streaming::{SinkDef, SourceDef};
+use crate::catalog::{Catalog, CatalogChange};
 use crate::db::TxnWrites;
 use crate::error::ServerError;
 use crate::planning::parse_query;
@@ -350,6 +351,34 @@ impl Session {
         text_rows(&["schema", "name", "connector", "status"], rows)
     }
 
+    /// The catalog now and the source named `name` in it.
+    pub(super) fn named_source(
+        &self,
+        name: &[String],
+    ) -> Result<(Arc<Catalog>, Arc<SourceDef>), ServerError> {
+        let (schema, name) = self.split_parts(name)?;
+        let catalog = self.snapshot().catalog.clone();
+        let def = catalog
+            .source(&schema, &name)
+            .cloned()
+            .ok_or_else(|| undefined(StreamingKind::Source, &name))?;
+        Ok((catalog, def))
+    }
+
+    /// The catalog now and the sink named `name` in it.
+    pub(super) fn named_sink(
+        &self,
+        name: &[String],
+    ) -> Result<(Arc<Catalog>, Arc<SinkDef>), ServerError> {
+        let (schema, name) = self.split_parts(name)?;
+        let catalog = self.snapshot().catalog.clone();
+        let def = catalog
+            .sink(&schema, &name)
+            .cloned()
+            .ok_or_else(|| undefined(StreamingKind::Sink, &name))?;
+        Ok((catalog, def))
+    }
+
     /// `ALTER SOURCE name PAUSE | RESUME | RESET OFFSET`: the catalog says
     /// whether the source is read (so a pause survives restarts), and its
     /// reader is stopped or started again at the position it had; a reset
@@ -359,12 +388,7 @@ impl Session {
         name: &[String],
         action: SourceAction,
     ) -> Result<StatementResult, ServerError> {
-        let (schema, name) = self.split_parts(name)?;
-        let catalog = self.snapshot().catalog.clone();
-        let def = catalog
-            .source(&schema, &name)
-            .cloned()
-            .ok_or_else(|| undefined(StreamingKind::Source, &name))?;
+        let (catalog, def) = self.named_source(name)?;
         if let Some(parent) = def.parent().and_then(|p| catalog.sources.get(&p)) {
             let action = match action {
                 SourceAction::Pause => "PAUSE",
@@ -426,12 +450,7 @@ impl Session {
         name: &[String],
         action: SinkAction,
     ) -> Result<StatementResult, ServerError> {
-        let (schema, name) = self.split_parts(name)?;
-        let catalog = self.snapshot().catalog.clone();
-        let def = catalog
-            .sink(&schema, &name)
-            .cloned()
-            .ok_or_else(|| undefined(StreamingKind::Sink, &name))?;
+        let (catalog, def) = self.named_sink(name)?;
         if def.destination.is_some() {
             let what = match action {
                 SinkAction::ResetOffset => "REPAIR refills it",
