@@ -67,14 +67,19 @@ impl Session {
                 ),
             });
         }
-        let connector = weir_connectors::connector(&def.connector, ConnectorKind::Source)?;
-        let identity = changed_identity(
-            connector.spec(),
+        let Alteration {
+            identity,
+            options: stored,
+            secrets: stored_secrets,
+            ..
+        } = self.alteration(
+            ConnectorKind::Source,
+            &def.connector,
             &def.options,
             &def.secrets,
-            &options,
-            &secrets,
-        );
+            options,
+            secrets,
+        )?;
         if !identity.is_empty() {
             return Err(ServerError::Sqlstate {
                 code: "55000",
@@ -87,24 +92,10 @@ impl Session {
                 ),
             });
         }
-        let (stored, stored_secrets) = self.merged_options(
-            connector,
-            &def.connector,
-            &def.options,
-            &def.secrets,
-            options,
-            secrets,
-        )?;
         let mut changed = (*def).clone();
         changed.options = stored;
         changed.secrets = stored_secrets;
-        self.write(TxnWrites {
-            ddl: vec![CatalogChange::ReplaceSource(changed.clone())],
-            tables: vec![],
-        })?;
-        let read = self.plan_context().source_to_read(&changed)?;
-        self.db.runtime().restart_source(read).await;
-        Ok(command("ALTER SOURCE"))
+        self.replace_source(changed).await
     }
 
     async fn alter_sink_options(
@@ -123,16 +114,13 @@ impl Session {
                 ),
             });
         }
-        let connector = weir_connectors::connector(&def.connector, ConnectorKind::Sink)?;
-        let identity = changed_identity(
-            connector.spec(),
-            &def.options,
-            &def.secrets,
-            &options,
-            &secrets,
-        );
-        let (stored, stored_secrets) = self.merged_options(
+        let Alteration {
             connector,
+            identity,
+            options: stored,
+            secrets: stored_secrets,
+        } = self.alteration(
+            ConnectorKind::Sink,
             &def.connector,
             &def.options,
             &def.secrets,
@@ -195,16 +183,19 @@ impl Session {
     }
 
     /// `old` options and secrets with `options` and `secrets` over them,
-    /// checked as a CREATE checks them; returns them as stored.
-    fn merged_options(
+    /// checked as a CREATE checks them, and which of the changed ones are
+    /// not tunable.
+    fn alteration(
         &self,
-        connector: &dyn weir_connectors::Connector,
+        kind: ConnectorKind,
         connector_name: &str,
         old: &BTreeMap<String, String>,
         old_secrets: &BTreeMap<String, String>,
         options: Vec<(String, String)>,
         secrets: Vec<(String, String)>,
-    ) -> Result<(BTreeMap<String, String>, BTreeMap<String, String>), ServerError> {
+    ) -> Result<Alteration, ServerError> {
+        let connector = weir_connectors::connector(connector_name, kind)?;
+        let identity = changed_identity(connector.spec(), old, old_secrets, &options, &secrets);
         let mut given = old.clone();
         let mut all_secrets = old_secrets.clone();
         for (k, v) in options {
@@ -217,8 +208,22 @@ impl Session {
         }
         let secrets: Vec<(String, String)> = all_secrets.into_iter().collect();
         let checked = self.connector_options(connector, connector_name, given, &secrets)?;
-        Ok((checked.stored, checked.secrets))
+        Ok(Alteration {
+            connector,
+            identity,
+            options: checked.stored,
+            secrets: checked.secrets,
+        })
     }
+}
+
+/// An `ALTER ... SET` checked: the merged options as stored, and the
+/// changed options that name what is read or written.
+struct Alteration {
+    connector: &'static dyn weir_connectors::Connector,
+    identity: Vec<String>,
+    options: BTreeMap<String, String>,
+    secrets: BTreeMap<String, String>,
 }
 
 /// The options (by name) whose value the change alters and that are not

@@ -428,6 +428,15 @@ impl Session {
         }
         let mut changed = (*def).clone();
         changed.paused = pause;
+        self.replace_source(changed).await
+    }
+
+    /// Stores `changed` in place of the source of its id and restarts the
+    /// source's reader with it, at the position it had.
+    pub(super) async fn replace_source(
+        &mut self,
+        changed: SourceDef,
+    ) -> Result<StatementResult, ServerError> {
         self.write(TxnWrites {
             ddl: vec![CatalogChange::ReplaceSource(changed.clone())],
             tables: vec![],
