@@ -18,7 +18,7 @@ use crate::harness::{WeirServer, eventually, try_rows as rows};
 use crate::postgres::{PgAndWeir, PgCluster, pg_and_weir};
 use crate::sources::{
     ROUNDS, Rng, crash_rng, crash_server, error_of, kill_at_a_random_moment, sinks_committed,
-    status_becomes, until_returns, value,
+    slot_confirmed_past, status_becomes, until_returns, value,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,17 +250,7 @@ async fn a_changing_table_reaches_a_projection_a_sink_and_a_destination_exactly_
     // The slot was confirmed past the middle of the run: the seals move
     // it, so upstream WAL is not kept for ever.
     let midway = midway.unwrap();
-    eventually(Duration::from_secs(30), "the slot confirmed", || async {
-        let confirmed = value(
-            &upstream,
-            &format!(
-                "SELECT confirmed_flush_lsn >= '{midway}'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'weir_orders'"
-            ),
-        )
-        .await;
-        (confirmed == "t").then_some(())
-    })
-    .await;
+    slot_confirmed_past(&upstream, "weir_orders", &midway).await;
 
     // DROP SOURCE lets the slot go.
     client

@@ -21,7 +21,7 @@ use crate::harness::{eventually, try_rows as rows};
 use crate::postgres::PgCluster;
 use crate::sources::{
     ROUNDS, Rng, crash_rng, crash_server, kill_and_restart, kill_at_a_random_moment,
-    sinks_committed, status_becomes, until_returns, value,
+    sinks_committed, slot_confirmed_past_now, status_becomes, until_returns, value,
 };
 
 const ORDERS: i64 = 20_000;
@@ -371,15 +371,7 @@ async fn a_table_that_breaks_fails_alone_and_the_slot_moves_on() {
         "running"
     );
     // The slot moves on past the failures.
-    let now = value(&upstream, "SELECT pg_current_wal_lsn()::text").await;
-    until_returns(
-        &upstream,
-        &format!(
-            "SELECT confirmed_flush_lsn >= '{now}'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'weir_parts'"
-        ),
-        "t",
-    )
-    .await;
+    slot_confirmed_past_now(&upstream, "weir_parts").await;
 
     // Sealed: a start reports both failures again, and a reads on.
     let client = kill_and_restart(&mut server, "after the failures").await;
@@ -452,13 +444,5 @@ async fn a_table_that_breaks_fails_alone_and_the_slot_moves_on() {
         )
         .await
         .unwrap();
-    let now = value(&upstream, "SELECT pg_current_wal_lsn()::text").await;
-    until_returns(
-        &upstream,
-        &format!(
-            "SELECT confirmed_flush_lsn >= '{now}'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'weir_parts'"
-        ),
-        "t",
-    )
-    .await;
+    slot_confirmed_past_now(&upstream, "weir_parts").await;
 }

@@ -63,6 +63,25 @@ pub(crate) async fn until_returns(client: &Client, sql: &str, want: &str) {
     .await
 }
 
+/// Waits until replication slot `slot` of `upstream` is confirmed at or
+/// past `lsn` (a seal let upstream forget what is before it).
+pub(crate) async fn slot_confirmed_past(upstream: &Client, slot: &str, lsn: &str) {
+    until_returns(
+        upstream,
+        &format!(
+            "SELECT confirmed_flush_lsn >= '{lsn}'::pg_lsn FROM pg_replication_slots WHERE slot_name = '{slot}'"
+        ),
+        "t",
+    )
+    .await
+}
+
+/// [`slot_confirmed_past`] the upstream's WAL position now.
+pub(crate) async fn slot_confirmed_past_now(upstream: &Client, slot: &str) {
+    let now = value(upstream, "SELECT pg_current_wal_lsn()::text").await;
+    slot_confirmed_past(upstream, slot, &now).await
+}
+
 /// Waits until every source something reads (the others are `idle`) is
 /// `completed`, then for an epoch covering
 /// all of it, then until every sink has committed what it received.
