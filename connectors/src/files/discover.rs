@@ -10,9 +10,9 @@ use std::sync::Arc;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::error::ArrowError;
 use futures::TryStreamExt;
-use object_store::ObjectStoreExt;
 
-use super::source::{Settings, gunzip};
+use super::read::{self, ReadError};
+use super::source::Settings;
 use super::{Format, Location, NAME};
 use crate::ConnectorError;
 
@@ -53,39 +53,36 @@ pub(super) async fn discover(
                 location.url
             ))
         })?;
-    let bytes = location
-        .store
-        .get(&location.path(&first))
-        .await
-        .map_err(|e| rejected(format!("reading {first} to discover the columns: {e}")))?
-        .bytes()
-        .await
-        .map_err(|e| rejected(format!("reading {first} to discover the columns: {e}")))?;
-    let failed = |e: ArrowError| rejected(format!("discovering the columns of {first}: {e}"));
-    let bytes = if settings.gzipped(&first) {
-        gunzip(&bytes).map_err(failed)?
-    } else {
-        bytes
+    let failed = |e: ReadError| {
+        rejected(match e {
+            ReadError::Store(e) => format!("reading {first} to discover the columns: {e}"),
+            ReadError::Decode { error, .. } => {
+                format!("discovering the columns of {first}: {error}")
+            }
+        })
     };
+    let decode = |error: ArrowError| failed(ReadError::Decode { row: 0, error });
     let schema = match settings.format {
-        Format::Parquet => {
-            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
-                .map_err(|e| failed(ArrowError::ExternalError(Box::new(e))))?
-                .schema()
-                .as_ref()
-                .clone()
-        }
+        Format::Parquet => read::parquet_schema(location, &first)
+            .await
+            .map_err(failed)?,
         Format::Csv => {
+            let head = read::first_lines(location, &first, settings, INFER_LINES + 1)
+                .await
+                .map_err(failed)?;
             arrow::csv::reader::Format::default()
                 .with_header(settings.csv_header)
                 .with_delimiter(settings.csv_delimiter)
-                .infer_schema(std::io::Cursor::new(&bytes), Some(INFER_LINES))
-                .map_err(failed)?
+                .infer_schema(std::io::Cursor::new(&head), Some(INFER_LINES))
+                .map_err(decode)?
                 .0
         }
         Format::Json => {
-            arrow::json::reader::infer_json_schema(std::io::Cursor::new(&bytes), Some(INFER_LINES))
-                .map_err(failed)?
+            let head = read::first_lines(location, &first, settings, INFER_LINES)
+                .await
+                .map_err(failed)?;
+            arrow::json::reader::infer_json_schema(std::io::Cursor::new(&head), Some(INFER_LINES))
+                .map_err(decode)?
                 .0
         }
     };

@@ -18,6 +18,7 @@
 
 mod discover;
 mod encode;
+mod read;
 mod sink;
 mod source;
 

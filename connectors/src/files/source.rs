@@ -16,25 +16,25 @@
 //! A replay (`until`) reads exactly the files and rows the offsets name,
 //! so a projection created later backfills the rows read before it.
 //!
-//! CSV and JSON-lines files may be gzip-compressed (`compression`: by a
-//! `.gz` suffix, or always). A line that does not parse fails the source
-//! naming the file and row, or with `on_error = 'skip'` is dropped and
-//! counted ([`decode_skipping`]); offsets count the rows kept, which a
-//! restart decodes again the same way.
+//! A file is read as it streams from the store ([`super::read`]), never
+//! whole. CSV and JSON-lines files may be gzip-compressed (`compression`:
+//! by a `.gz` suffix, or always). A record that does not parse fails the
+//! source naming the file and row, or with `on_error = 'skip'` is dropped
+//! and counted; offsets count the rows kept, which a restart decodes again
+//! the same way.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use arrow::error::ArrowError;
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::TryStreamExt;
-use object_store::ObjectStoreExt;
 use weir_common::ChangeBatch;
 
+use super::read::{FileReader, ReadError};
 use super::{Format, Location, NAME, bad_option, normalized_url, with_s3_options};
 use crate::spec::{
     Capabilities, ConnectorKind, ConnectorSpec, Delivery, OptionSpec, OptionType, Options,
@@ -43,8 +43,6 @@ use crate::{Connector, ConnectorError, Offsets, Source, SourceBatch, SourceEvent
 
 /// The one split name the runtime is told about; batches name their file.
 const SPLIT: &str = "files";
-/// Rows per batch handed to the runtime.
-const BATCH_ROWS: usize = 8192;
 
 static SPEC: ConnectorSpec = ConnectorSpec {
     name: NAME,
@@ -153,7 +151,7 @@ pub(super) struct Settings {
     pub(super) csv_header: bool,
     pub(super) csv_delimiter: u8,
     compression: Compression,
-    skip_bad: bool,
+    pub(super) skip_bad: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -266,20 +264,10 @@ fn parse_offsets(offsets: &Offsets) -> Result<HashMap<String, FileOffset>, Conne
         .collect()
 }
 
-type Batches = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send>;
-
 /// The file being read.
 struct OpenFile {
     name: String,
-    batches: Batches,
-    /// Lines dropped by `on_error = 'skip'`, counted when the file ends.
-    skipped: u64,
-    /// Rows read from the file so far (skipped ones included).
-    rows: u64,
-    /// Rows still to skip (read before a restart).
-    skip: u64,
-    /// A replay's end within this file.
-    limit: Option<u64>,
+    reader: FileReader,
 }
 
 pub(crate) struct FilesSource {
@@ -347,77 +335,60 @@ impl FilesSource {
         Ok(())
     }
 
-    /// Opens the next queued file, skipping the rows read before.
+    /// Opens the next queued file, to resume after the rows read before
+    /// (or, replaying, to stop at the replay's end).
     async fn open_next(&mut self) -> Result<bool, ConnectorError> {
         let Some(name) = self.queue.pop_front() else {
             return Ok(false);
         };
-        let location = self.location.path(&name);
-        let bytes = match self.location.store.get(&location).await {
-            Ok(got) => got
-                .bytes()
-                .await
-                .map_err(|e| transient(&format!("reading {location}"), e))?,
-            Err(object_store::Error::NotFound { .. }) if self.until.is_none() => {
+        let (skip, limit) = match &self.until {
+            Some(until) => (0, until.get(&name).filter(|o| !o.done).map(|o| o.rows)),
+            None => (self.offsets.get(&name).map_or(0, |o| o.rows), None),
+        };
+        let opened = FileReader::open(
+            &self.location,
+            &name,
+            &self.settings,
+            &self.schema,
+            skip,
+            limit,
+        )
+        .await;
+        let reader = match opened {
+            Ok(reader) => reader,
+            Err(ReadError::Store(object_store::Error::NotFound { .. })) if self.until.is_none() => {
                 tracing::warn!(source = %self.name, file = %name, "a listed file was gone before it was read");
                 return Ok(true);
             }
-            Err(e) => return Err(transient(&format!("reading {location}"), e)),
+            Err(e) => return Err(self.read_error(&name, e)),
         };
-        let bytes = if self.settings.gzipped(&name) {
-            gunzip(&bytes).map_err(|e| rejected(&name, 0, e))?
-        } else {
-            bytes
-        };
-        let (batches, skipped) = if self.settings.skip_bad {
-            decode_skipping(&self.settings, bytes, &self.schema)
-                .map_err(|e| rejected(&name, 0, e))?
-        } else {
-            (
-                decode(&self.settings, bytes, &self.schema).map_err(|e| rejected(&name, 0, e))?,
-                0,
-            )
-        };
-        let skip = self.offsets.get(&name).map_or(0, |o| o.rows);
-        let limit = self
-            .until
-            .as_ref()
-            .and_then(|u| u.get(&name))
-            .filter(|o| !o.done)
-            .map(|o| o.rows);
-        self.current = Some(OpenFile {
-            name,
-            batches,
-            skipped,
-            rows: 0,
-            skip: if self.until.is_some() { 0 } else { skip },
-            limit,
-        });
+        self.current = Some(OpenFile { name, reader });
         Ok(true)
     }
 
     /// The next batch of the open file, or the end-of-file mark; None
     /// when it is finished (it is then closed).
-    fn read_current(&mut self) -> Result<Option<SourceEvent>, ConnectorError> {
+    async fn read_current(&mut self) -> Result<Option<SourceEvent>, ConnectorError> {
         let Some(file) = self.current.as_mut() else {
             return Ok(None);
         };
-        loop {
-            if file.limit.is_some_and(|l| file.rows >= l) {
-                self.current = None;
-                return Ok(None);
+        let read = file.reader.next().await;
+        let rows = file.reader.rows();
+        match read {
+            Ok(Some(batch)) => {
+                let offset = FileOffset { rows, done: false };
+                let name = file.name.clone();
+                self.offsets.insert(name.clone(), offset);
+                Ok(Some(batch_event(name, batch, offset)))
             }
-            let Some(batch) = file.batches.next() else {
-                let skipped = file.skipped;
-                let offset = FileOffset {
-                    rows: file.rows,
-                    done: true,
-                };
+            Ok(None) => {
+                let skipped = file.reader.dropped();
                 let name = file.name.clone();
                 self.current = None;
                 if self.until.is_some() {
                     return Ok(None);
                 }
+                let offset = FileOffset { rows, done: true };
                 self.offsets.insert(name.clone(), offset);
                 let empty = RecordBatch::new_empty(self.schema.clone());
                 // Counted once per file, with the mark that ends it.
@@ -425,29 +396,22 @@ impl FilesSource {
                 if let SourceEvent::Batch(b) = &mut event {
                     b.skipped = skipped;
                 }
-                return Ok(Some(event));
-            };
-            let mut batch = batch.map_err(|e| rejected(&file.name, file.rows, e))?;
-            let start = file.rows;
-            file.rows += batch.num_rows() as u64;
-            if file.skip >= batch.num_rows() as u64 {
-                file.skip -= batch.num_rows() as u64;
-                continue;
+                Ok(Some(event))
             }
-            let skip = std::mem::take(&mut file.skip) as usize;
-            if let Some(limit) = file.limit {
-                let keep = (limit.saturating_sub(start) as usize).min(batch.num_rows());
-                file.rows = start + keep as u64;
-                batch = batch.slice(0, keep);
+            Err(e) => {
+                let name = file.name.clone();
+                // Reopened at its sealed offset after a retry.
+                self.current = None;
+                self.queue.push_front(name.clone());
+                Err(self.read_error(&name, e))
             }
-            let batch = batch.slice(skip, batch.num_rows() - skip);
-            let batch = conform(batch, &self.schema).map_err(|e| rejected(&file.name, start, e))?;
-            let offset = FileOffset {
-                rows: file.rows,
-                done: false,
-            };
-            self.offsets.insert(file.name.clone(), offset);
-            return Ok(Some(batch_event(file.name.clone(), batch, offset)));
+        }
+    }
+
+    fn read_error(&self, file: &str, e: ReadError) -> ConnectorError {
+        match e {
+            ReadError::Store(e) => transient(&format!("reading {}", self.location.path(file)), e),
+            ReadError::Decode { row, error } => rejected(file, row, error),
         }
     }
 }
@@ -470,7 +434,7 @@ impl Source for FilesSource {
 
     async fn next(&mut self) -> Result<SourceEvent, ConnectorError> {
         loop {
-            if let Some(event) = self.read_current()? {
+            if let Some(event) = self.read_current().await? {
                 return Ok(event);
             }
             if self.open_next().await? {
@@ -504,192 +468,6 @@ impl Source for FilesSource {
             });
         }
     }
-}
-
-/// Batches of one file's rows, in the declared columns' types (CSV and
-/// JSON are parsed as those types; Parquet columns are read by name and
-/// cast in [`conform`]).
-fn decode(settings: &Settings, bytes: Bytes, schema: &SchemaRef) -> Result<Batches, ArrowError> {
-    match settings.format {
-        Format::Json => {
-            let reader = arrow::json::ReaderBuilder::new(schema.clone())
-                .with_batch_size(BATCH_ROWS)
-                .build(std::io::Cursor::new(bytes))?;
-            Ok(Box::new(reader))
-        }
-        Format::Csv => {
-            let mut builder = arrow::csv::ReaderBuilder::new(schema.clone())
-                .with_header(settings.csv_header)
-                .with_delimiter(settings.csv_delimiter)
-                .with_batch_size(BATCH_ROWS);
-            if settings.csv_header {
-                // Columns are matched by the header's names: parse every
-                // column of the file, the declared ones as declared, and
-                // keep only those.
-                let format = arrow::csv::reader::Format::default()
-                    .with_header(true)
-                    .with_delimiter(settings.csv_delimiter);
-                let (header, _) = format.infer_schema(std::io::Cursor::new(&bytes), Some(0))?;
-                let mut projection = Vec::new();
-                let fields: Vec<Field> = header
-                    .fields()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, f)| match schema.field_with_name(f.name()) {
-                        Ok(declared) => {
-                            projection.push(i);
-                            declared.clone()
-                        }
-                        Err(_) => Field::new(f.name(), DataType::Utf8, true),
-                    })
-                    .collect();
-                if let Some(missing) = schema
-                    .fields()
-                    .iter()
-                    .find(|f| header.field_with_name(f.name()).is_err())
-                {
-                    return Err(ArrowError::CsvError(format!(
-                        "the header has no column \"{}\" (it has: {})",
-                        missing.name(),
-                        header
-                            .fields()
-                            .iter()
-                            .map(|f| f.name().as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
-                }
-                builder = arrow::csv::ReaderBuilder::new(Arc::new(Schema::new(fields)))
-                    .with_header(true)
-                    .with_delimiter(settings.csv_delimiter)
-                    .with_batch_size(BATCH_ROWS)
-                    .with_projection(projection);
-            }
-            Ok(Box::new(builder.build(std::io::Cursor::new(bytes))?))
-        }
-        Format::Parquet => {
-            let parquet = |e: parquet::errors::ParquetError| ArrowError::ExternalError(Box::new(e));
-            let builder =
-                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
-                    .map_err(parquet)?;
-            let file = builder.schema().clone();
-            let indices = schema
-                .fields()
-                .iter()
-                .map(|f| {
-                    file.index_of(f.name()).map_err(|_| {
-                        ArrowError::SchemaError(format!(
-                            "the file has no column \"{}\" (it has: {})",
-                            f.name(),
-                            file.fields()
-                                .iter()
-                                .map(|f| f.name().as_str())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ))
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), indices);
-            let reader = builder
-                .with_projection(mask)
-                .with_batch_size(BATCH_ROWS)
-                .build()
-                .map_err(parquet)?;
-            Ok(Box::new(reader))
-        }
-    }
-}
-
-/// A gzip file's bytes, decompressed.
-pub(super) fn gunzip(bytes: &[u8]) -> Result<Bytes, ArrowError> {
-    use std::io::Read;
-    let mut out = Vec::new();
-    flate2::read::MultiGzDecoder::new(bytes)
-        .read_to_end(&mut out)
-        .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
-    Ok(Bytes::from(out))
-}
-
-/// [`decode`] under `on_error = 'skip'` (CSV and JSON lines): the whole
-/// file when it parses; else line by line, dropping the lines that do not
-/// (a quoted CSV field with a line break in it counts as bad lines then).
-/// Returns the batches and how many lines were dropped.
-fn decode_skipping(
-    settings: &Settings,
-    bytes: Bytes,
-    schema: &SchemaRef,
-) -> Result<(Batches, u64), ArrowError> {
-    let whole = decode(settings, bytes.clone(), schema)
-        .and_then(|batches| batches.collect::<Result<Vec<_>, _>>());
-    if let Ok(batches) = whole {
-        return Ok((Box::new(batches.into_iter().map(Ok)), 0));
-    }
-    let mut lines = bytes.split(|b| *b == b'\n');
-    let header = match settings.format {
-        Format::Csv if settings.csv_header => lines.next().map(|h| h.to_vec()),
-        _ => None,
-    };
-    let mut kept = Vec::new();
-    let mut skipped = 0;
-    for line in lines {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let mut text = header.clone().map_or_else(Vec::new, |mut h| {
-            h.push(b'\n');
-            h
-        });
-        text.extend_from_slice(line);
-        text.push(b'\n');
-        let row = decode(settings, Bytes::from(text), schema)
-            .and_then(|batches| batches.collect::<Result<Vec<_>, _>>())
-            .and_then(|batches| {
-                let batches: Vec<RecordBatch> = batches
-                    .into_iter()
-                    .map(|b| conform(b, schema))
-                    .collect::<Result<_, _>>()?;
-                arrow::compute::concat_batches(schema, &batches)
-            });
-        match row {
-            Ok(row) if row.num_rows() == 1 => kept.push(row),
-            _ => skipped += 1,
-        }
-    }
-    let mut batches = Vec::new();
-    for chunk in kept.chunks(BATCH_ROWS) {
-        batches.push(arrow::compute::concat_batches(schema, chunk));
-    }
-    Ok((Box::new(batches.into_iter()), skipped))
-}
-
-/// `batch` with the declared columns, in their order, cast to their types.
-fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
-    if batch.schema().fields() == schema.fields() {
-        return Ok(batch);
-    }
-    let columns = schema
-        .fields()
-        .iter()
-        .map(|field| {
-            let column = batch.column_by_name(field.name()).ok_or_else(|| {
-                ArrowError::SchemaError(format!("no column \"{}\"", field.name()))
-            })?;
-            if column.data_type() == field.data_type() {
-                Ok(column.clone())
-            } else {
-                arrow::compute::cast(column, field.data_type()).map_err(|e| {
-                    ArrowError::CastError(format!(
-                        "column \"{}\" ({} in the file) as {}: {e}",
-                        field.name(),
-                        column.data_type(),
-                        field.data_type()
-                    ))
-                })
-            }
-        })
-        .collect::<Result<Vec<_>, ArrowError>>()?;
-    RecordBatch::try_new(schema.clone(), columns)
 }
 
 fn transient(what: &str, e: object_store::Error) -> ConnectorError {

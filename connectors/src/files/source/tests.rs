@@ -5,11 +5,13 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use arrow::array::{Array, ArrayRef, Int64Array, StringArray};
+use arrow::array::{ArrayRef, Int64Array, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 
 use super::*;
 use crate::Sink;
+use crate::files::read::BATCH_ROWS;
+use crate::files::read::tests::show;
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -66,29 +68,6 @@ async fn drain(source: &mut FilesSource) -> (Vec<String>, Offsets) {
             SourceEvent::Transaction { .. } => panic!("files are not transactions"),
         }
     }
-}
-
-fn show(batch: &RecordBatch) -> Vec<String> {
-    let ids = batch
-        .column(0)
-        .as_any()
-        .downcast_ref::<Int64Array>()
-        .unwrap();
-    let names = batch
-        .column(1)
-        .as_any()
-        .downcast_ref::<StringArray>()
-        .unwrap();
-    (0..batch.num_rows())
-        .map(|i| {
-            let name = if names.is_null(i) {
-                "NULL"
-            } else {
-                names.value(i)
-            };
-            format!("{}|{name}", ids.value(i))
-        })
-        .collect()
 }
 
 #[tokio::test]
