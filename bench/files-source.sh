@@ -16,6 +16,10 @@
 #    read_csv(...)` / `read_parquet(...)` over the same files, with the
 #    CPU seconds of its process. Both parse every column; DuckDB keeps the
 #    rows in memory, Weir hands them to a sink that drops them.
+# 4. The CSV files joined into one file (one header), read the same way:
+#    a file many times larger than a batch. For every Weir read, the
+#    growth of the process's peak resident memory during it (VmHWM, reset
+#    through /proc/PID/clear_refs before it starts).
 #
 #   cargo build --release --bin weir
 #   bench/files-source.sh
@@ -39,7 +43,9 @@ bids=$((events * 46 / 50))
 columns="auction BIGINT, bidder BIGINT, price BIGINT, channel TEXT, url TEXT, date_time TIMESTAMP, extra TEXT"
 
 
-declare -A sink_wall sink_cpu read_wall read_cpu duck_wall duck_cpu
+declare -A sink_wall sink_cpu read_wall read_cpu read_peak duck_wall duck_cpu
+# Resident memory now, and the peak since the last reset, in MB.
+rss_mb() { awk -v k="$1:" '$1 == k { printf "%.0f", $2 / 1024 }' "/proc/$weir_pid/status"; }
 for format in csv parquet; do
     # A source per format: one created later would replay the first one's
     # bids into the second sink as one backfill write.
@@ -52,15 +58,29 @@ for format in csv parquet; do
     sink_cpu[$format]=$(cpu_since "$before")
 done
 
-for format in csv parquet; do
+# One CSV file of every bid: the header once, then each file's rows.
+mkdir -p "$work/one"
+first=1
+for f in "$work"/csv/*.csv; do
+    if [ $first = 1 ]; then cat "$f"; first=0; else tail -n +2 "$f"; fi
+done >"$work/one/bids.csv"
+
+for format in csv parquet one; do
+    case $format in
+        one) dir=one; as=csv ;;
+        *) dir=$format; as=$format ;;
+    esac
     w -c "CREATE SOURCE from_$format ($columns)
-            WITH (connector = 'files', path = '$work/$format', format = '$format', watch = 'false')"
+            WITH (connector = 'files', path = '$work/$dir', format = '$as', watch = 'false')"
+    echo 5 >"/proc/$weir_pid/clear_refs"
+    resident=$(rss_mb VmRSS)
     before=$(weir_ticks)
     start=$(now)
     w -c "CREATE SINK count_$format FROM from_$format WITH (connector = 'blackhole')"
     wait_committed "count_$format"
     read_wall[$format]=$(wall_since "$start")
     read_cpu[$format]=$(cpu_since "$before")
+    read_peak[$format]=$(($(rss_mb VmHWM) - resident))
 done
 
 duck_columns="{'auction': 'BIGINT', 'bidder': 'BIGINT', 'price': 'BIGINT', 'channel': 'VARCHAR', 'url': 'VARCHAR', 'date_time': 'TIMESTAMP', 'extra': 'VARCHAR'}"
@@ -85,7 +105,7 @@ EOF
 done
 
 echo
-echo "$bids bids (of $events nexmark events); files: csv $(du -sh "$work/csv" | cut -f1), parquet $(du -sh "$work/parquet" | cut -f1)"
+echo "$bids bids (of $events nexmark events); files: csv $(du -sh "$work/csv" | cut -f1) in $(ls "$work/csv" | wc -l), parquet $(du -sh "$work/parquet" | cut -f1) in $(ls "$work/parquet" | wc -l), one csv file $(du -sh "$work/one" | cut -f1)"
 echo "| path | wall s | rows/s | CPU s | rows per CPU-second |"
 echo "|---|---:|---:|---:|---:|"
 row() { awk -v name="$1" -v n="$bids" -v w="$2" -v c="$3" 'BEGIN { printf "| %s | %.2f | %.0f | %.2f | %.0f |\n", name, w, n / w, c, n / c }'; }
@@ -96,7 +116,11 @@ for format in csv parquet; do
     row "Weir files source, $format -> blackhole" "${read_wall[$format]}" "${read_cpu[$format]}"
     row "DuckDB CREATE TABLE AS read_$format" "${duck_wall[$format]}" "${duck_cpu[$format]}"
 done
+row "Weir files source, one csv file -> blackhole" "${read_wall[one]}" "${read_cpu[one]}"
 echo
+for format in csv parquet one; do
+    echo "Weir peak resident memory growth while reading $format: ${read_peak[$format]} MB"
+done
 for format in csv parquet; do
     awk -v f="$format" -v wc="${read_cpu[$format]}" -v dc="${duck_cpu[$format]}" \
         'BEGIN { printf "%s: Weir rows per CPU-second over DuckDB'"'"'s: %.2f\n", f, dc / wc }'

@@ -54,6 +54,14 @@ fn tansu_binary() -> PathBuf {
 
 /// Starts a broker, waiting until it listens.
 pub fn start_tansu() -> Tansu {
+    start_tansu_with(None, false)
+}
+
+/// Starts a broker that tells clients to reach it at `advertised` (a port
+/// on 127.0.0.1 that forwards to it, such as a TLS terminator) instead of
+/// its own port, and with `authentication` requires SASL (SCRAM) of every
+/// client.
+pub fn start_tansu_with(advertised: Option<u16>, authentication: bool) -> Tansu {
     let binary = tansu_binary();
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -61,16 +69,18 @@ pub fn start_tansu() -> Tansu {
         .unwrap()
         .port();
     let url = format!("tcp://127.0.0.1:{port}");
+    let advertised = format!("tcp://127.0.0.1:{}", advertised.unwrap_or(port));
     let child = Command::new(&binary)
         .args([
             "broker",
             "--listener-url",
             &url,
             "--advertised-listener-url",
-            &url,
+            &advertised,
             "--storage-engine",
             "memory://tansu/",
         ])
+        .args(authentication.then_some("--authentication"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

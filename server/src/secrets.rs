@@ -195,7 +195,19 @@ pub fn connection_kind(kind: &str) -> Option<(&'static [&'static str], &'static 
             &["postgres", "postgres-cdc"],
             &["dsn", "password", "password_env"],
         ),
-        "kafka" => (&["kafka"], &["brokers"]),
+        "kafka" => (
+            &["kafka"],
+            &[
+                "brokers",
+                "security.protocol",
+                "sasl.mechanism",
+                "sasl.username",
+                "sasl.password",
+                "ssl.ca.location",
+                "ssl.certificate.location",
+                "ssl.key.location",
+            ],
+        ),
         "s3" => (
             &["files"],
             &[

@@ -4,8 +4,8 @@
 //! whatever the file's size.
 //!
 //! CSV and JSON lines are cut into whole records as bytes arrive (a line;
-//! for CSV a line break outside double quotes, so a quoted field may hold
-//! line breaks) and decoded a block at a time, gzip inflated on the way.
+//! for CSV a line break outside a quoted field, so a quoted field may hold
+//! line breaks: [`RecordEnds`]) and decoded a block at a time, gzip inflated on the way.
 //! A block that does not decode is decoded again record by record, to name
 //! the record at fault or, with `on_error = 'skip'`, to drop just the
 //! records that do not parse. Parquet is read through the store's range
@@ -24,7 +24,6 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::error::ArrowError;
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
@@ -87,13 +86,8 @@ impl FileReader {
                 (Rows::Parquet(stream), 0, skip)
             }
             Format::Csv | Format::Json => {
-                let bytes = location
-                    .store
-                    .get(&path)
-                    .await
-                    .map_err(ReadError::Store)?
-                    .into_stream();
-                let text = TextRows::new(bytes, settings, settings.gzipped(name), schema);
+                let input = Input::open(location, name, settings.gzipped(name)).await?;
+                let text = TextRows::new(input, settings, schema);
                 (Rows::Text(Box::new(text)), skip, 0)
             }
         };
@@ -217,35 +211,18 @@ pub(super) async fn first_lines(
     settings: &Settings,
     lines: usize,
 ) -> Result<Vec<u8>, ReadError> {
-    let bytes = location
-        .store
-        .get(&location.path(name))
-        .await
-        .map_err(ReadError::Store)?
-        .into_stream();
-    let mut input = Input::new(bytes, settings.gzipped(name));
+    let mut input = Input::open(location, name, settings.gzipped(name)).await?;
+    let mut text = Vec::new();
     let mut seen = 0;
-    let mut scanned = 0;
-    while !input.ended {
-        seen += input.pending[scanned..]
-            .iter()
-            .filter(|b| **b == b'\n')
-            .count();
-        scanned = input.pending.len();
-        if seen > lines {
-            break;
-        }
+    while seen < lines && !input.ended {
         input.fill(0).await?;
-    }
-    let mut text = input.pending;
-    if let Some(end) = text
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| **b == b'\n')
-        .nth(lines.saturating_sub(1))
-        .map(|(i, _)| i + 1)
-    {
-        text.truncate(end);
+        let unread = input.unread();
+        let take = memchr::memchr_iter(b'\n', unread)
+            .nth(lines - seen - 1)
+            .map_or(unread.len(), |end| end + 1);
+        seen += memchr::memchr_iter(b'\n', &unread[..take]).count();
+        text.extend_from_slice(&unread[..take]);
+        input.taken += take;
     }
     Ok(text)
 }
@@ -318,53 +295,89 @@ impl MetadataSuffixFetch for &mut StoreFile {
     }
 }
 
-/// An object's bytes as they arrive, inflated if they are gzip.
+/// Bytes asked of the store at a time: few enough requests (S3 charges
+/// per request; a local read is one blocking-pool hop each), little memory.
+const CHUNK_BYTES: u64 = 4 << 20;
+
+/// An object's bytes as they arrive, inflated if they are gzip: ranges
+/// of [`CHUNK_BYTES`] read one after the other.
 struct Input {
-    bytes: BoxStream<'static, object_store::Result<Bytes>>,
+    store: Arc<dyn ObjectStore>,
+    path: Path,
+    size: u64,
+    /// The next byte to ask for, and how many to ask for at a time.
+    at: u64,
+    chunk: u64,
     inflate: Option<flate2::write::MultiGzDecoder<Vec<u8>>>,
-    /// Bytes read and not yet taken.
+    /// Bytes read; those before `taken` are used up.
     pending: Vec<u8>,
+    taken: usize,
     ended: bool,
 }
 
 impl Input {
-    fn new(bytes: BoxStream<'static, object_store::Result<Bytes>>, gzip: bool) -> Self {
-        Self {
-            bytes,
+    async fn open(location: &Location, name: &str, gzip: bool) -> Result<Self, ReadError> {
+        let path = location.path(name);
+        let size = location
+            .store
+            .head(&path)
+            .await
+            .map_err(ReadError::Store)?
+            .size;
+        Ok(Self {
+            store: location.store.clone(),
+            path,
+            size,
+            at: 0,
+            chunk: CHUNK_BYTES,
             inflate: gzip.then(|| flate2::write::MultiGzDecoder::new(Vec::new())),
             pending: Vec::new(),
+            taken: 0,
             ended: false,
-        }
+        })
     }
 
-    /// Appends the next chunk to `pending`, or marks the end. `row` is for
-    /// naming where a broken gzip stream broke.
-    async fn fill(&mut self, row: u64) -> Result<(), ReadError> {
+    /// The bytes not used up yet.
+    fn unread(&self) -> &[u8] {
+        &self.pending[self.taken..]
+    }
+
+    /// Appends the next range to the unread bytes, or marks the end.
+    /// Returns how many used-up bytes were dropped from the front (by
+    /// which positions into `pending` move). `row` is for naming where a
+    /// broken gzip stream broke.
+    async fn fill(&mut self, row: u64) -> Result<usize, ReadError> {
         let broken = |e: std::io::Error| ReadError::Decode {
             row,
             error: ArrowError::ExternalError(Box::new(e)),
         };
-        match self.bytes.next().await {
-            Some(chunk) => {
-                let chunk = chunk.map_err(ReadError::Store)?;
-                match &mut self.inflate {
-                    Some(gzip) => {
-                        gzip.write_all(&chunk).map_err(broken)?;
-                        self.pending.append(gzip.get_mut());
-                    }
-                    None => self.pending.extend_from_slice(&chunk),
-                }
+        let dropped = self.taken;
+        self.pending.drain(..self.taken);
+        self.taken = 0;
+        if self.at >= self.size {
+            if let Some(gzip) = &mut self.inflate {
+                // Also where a truncated file shows: its checksum is missing.
+                gzip.try_finish().map_err(broken)?;
+                self.pending.append(gzip.get_mut());
             }
-            None => {
-                if let Some(gzip) = &mut self.inflate {
-                    // Also where a truncated file shows: its checksum is missing.
-                    gzip.try_finish().map_err(broken)?;
-                    self.pending.append(gzip.get_mut());
-                }
-                self.ended = true;
-            }
+            self.ended = true;
+            return Ok(dropped);
         }
-        Ok(())
+        let end = (self.at + self.chunk).min(self.size);
+        let chunk = self
+            .store
+            .get_range(&self.path, self.at..end)
+            .await
+            .map_err(ReadError::Store)?;
+        self.at = end;
+        match &mut self.inflate {
+            Some(gzip) => {
+                gzip.write_all(&chunk).map_err(broken)?;
+                self.pending.append(gzip.get_mut());
+            }
+            None => self.pending.extend_from_slice(&chunk),
+        }
+        Ok(dropped)
     }
 }
 
@@ -384,11 +397,12 @@ struct TextRows {
     schema: SchemaRef,
     /// CSV: None until the header (if the file has one) is read.
     csv: Option<CsvColumns>,
-    /// Bytes of `input.pending` examined for record ends.
+    /// Finds record ends; `scanned` is where it stopped in
+    /// `input.pending`.
+    cutter: RecordEnds,
     scanned: usize,
-    /// CSV: whether `scanned` is inside double quotes.
-    quoted: bool,
-    /// The end of the last whole record found, and how many precede it.
+    /// The end of the last whole record found in `input.pending`, and how
+    /// many whole records are unread before it.
     cut: usize,
     records: usize,
     /// Rows returned so far, for naming where a fault is.
@@ -398,25 +412,20 @@ struct TextRows {
 }
 
 impl TextRows {
-    fn new(
-        bytes: BoxStream<'static, object_store::Result<Bytes>>,
-        settings: &Settings,
-        gzip: bool,
-        schema: &SchemaRef,
-    ) -> Self {
+    fn new(input: Input, settings: &Settings, schema: &SchemaRef) -> Self {
         let csv = (settings.format == Format::Csv && !settings.csv_header).then(|| CsvColumns {
             schema: schema.clone(),
             keep: None,
         });
         Self {
-            input: Input::new(bytes, gzip),
+            input,
             format: settings.format,
             delimiter: settings.csv_delimiter,
             skip_bad: settings.skip_bad,
             schema: schema.clone(),
             csv,
+            cutter: RecordEnds::new(settings.format, settings.csv_delimiter),
             scanned: 0,
-            quoted: false,
             cut: 0,
             records: 0,
             kept: 0,
@@ -434,7 +443,9 @@ impl TextRows {
             let want = if self.wants_header() { 1 } else { BATCH_ROWS };
             self.scan(want);
             if self.records < want && !self.input.ended {
-                self.input.fill(self.kept).await?;
+                let moved = self.input.fill(self.kept).await?;
+                self.scanned -= moved;
+                self.cut -= moved;
                 continue;
             }
             if self.records < want && self.cut < self.input.pending.len() {
@@ -446,47 +457,42 @@ impl TextRows {
             if self.records == 0 {
                 return Ok(None);
             }
-            let block = self.take_block();
-            if self.wants_header() {
-                self.csv = Some(self.header(&block)?);
-                continue;
-            }
-            let batch = self.decode_block(&block)?;
-            if batch.num_rows() > 0 {
-                self.kept += batch.num_rows() as u64;
-                return Ok(Some(batch));
-            }
-        }
-    }
-
-    /// Finds record ends in the pending bytes until `want` records are
-    /// whole (or the bytes run out).
-    fn scan(&mut self, want: usize) {
-        let csv = self.format == Format::Csv;
-        let bytes = &self.input.pending;
-        let mut at = self.scanned;
-        while at < bytes.len() && self.records < want {
-            match bytes[at] {
-                b'"' if csv => self.quoted = !self.quoted,
-                b'\n' if !self.quoted => {
-                    self.records += 1;
-                    self.cut = at + 1;
+            // The block is decoded in place; `pending` is put back after.
+            let pending = std::mem::take(&mut self.input.pending);
+            let block = &pending[self.input.taken..self.cut];
+            let decoded = if self.wants_header() {
+                self.header(block).map(|columns| {
+                    self.csv = Some(columns);
+                    None
+                })
+            } else {
+                self.decode_block(block).map(Some)
+            };
+            self.input.pending = pending;
+            self.input.taken = self.cut;
+            self.records = 0;
+            if let Some(batch) = decoded? {
+                if batch.num_rows() > 0 {
+                    self.kept += batch.num_rows() as u64;
+                    return Ok(Some(batch));
                 }
-                _ => {}
             }
-            at += 1;
         }
-        self.scanned = at;
     }
 
-    /// Takes the whole records found so far out of the pending bytes.
-    fn take_block(&mut self) -> Vec<u8> {
-        let rest = self.input.pending.split_off(self.cut);
-        let block = std::mem::replace(&mut self.input.pending, rest);
-        self.scanned -= self.cut;
-        self.cut = 0;
-        self.records = 0;
-        block
+    /// Finds record ends past `scanned` until `want` records are whole
+    /// (or the bytes run out).
+    fn scan(&mut self, want: usize) {
+        let bytes = &self.input.pending;
+        while self.records < want {
+            match self.cutter.next_end(bytes, &mut self.scanned, self.cut) {
+                Some(end) => {
+                    self.records += 1;
+                    self.cut = end;
+                }
+                None => break,
+            }
+        }
     }
 
     /// The columns the header line names, declared ones typed.
@@ -536,7 +542,7 @@ impl TextRows {
         }
         let mut rows = Vec::new();
         let mut kept = 0;
-        for record in records(block, self.format == Format::Csv) {
+        for record in records(block, self.cutter) {
             if record.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
@@ -577,7 +583,7 @@ impl TextRows {
                 if let Some(keep) = &columns.keep {
                     builder = builder.with_projection(keep.clone());
                 }
-                builder.build(cursor)?.collect::<Result<_, _>>()?
+                builder.build_buffered(cursor)?.collect::<Result<_, _>>()?
             }
         };
         let mut batches = batches
@@ -591,27 +597,98 @@ impl TextRows {
     }
 }
 
-/// The records of a block of whole records: its lines, and for CSV only
-/// line breaks outside double quotes end one (a doubled quote inside a
-/// quoted field toggles twice, so it keeps the parity).
-fn records(block: &[u8], csv: bool) -> impl Iterator<Item = &[u8]> {
-    let mut quoted = false;
-    let mut start = 0;
-    let mut ends = block.iter().enumerate().filter_map(move |(at, b)| {
-        match b {
-            b'"' if csv => quoted = !quoted,
-            b'\n' if !quoted => return Some(at + 1),
-            _ => {}
+/// Finds where records end: at a line break, for CSV only outside a
+/// quoted field. As the CSV parser reads it, a field is quoted only if its
+/// first byte is `"`, and `""` inside one is a quote; a `"` elsewhere is
+/// an ordinary byte (so a stray quote in an unquoted field does not
+/// swallow the lines after it). Jumps between line breaks and quotes with
+/// `memchr`.
+#[derive(Debug, Clone, Copy)]
+struct RecordEnds {
+    csv: bool,
+    delimiter: u8,
+    /// Inside a quoted field.
+    quoted: bool,
+}
+
+impl RecordEnds {
+    fn new(format: Format, delimiter: u8) -> Self {
+        Self {
+            csv: format == Format::Csv,
+            delimiter,
+            quoted: false,
         }
-        None
-    });
+    }
+
+    /// The end (just past its line break) of the record that began at
+    /// `record_start`, scanning `bytes` from `*at`; None when the bytes
+    /// run out first, with `*at` where to go on once more arrive.
+    fn next_end(&mut self, bytes: &[u8], at: &mut usize, record_start: usize) -> Option<usize> {
+        if !self.csv {
+            return match memchr::memchr(b'\n', &bytes[*at..]) {
+                Some(i) => {
+                    *at += i + 1;
+                    Some(*at)
+                }
+                None => {
+                    *at = bytes.len();
+                    None
+                }
+            };
+        }
+        loop {
+            if self.quoted {
+                let Some(i) = memchr::memchr(b'"', &bytes[*at..]) else {
+                    *at = bytes.len();
+                    return None;
+                };
+                let quote = *at + i;
+                match bytes.get(quote + 1) {
+                    // Closing or doubled: the next byte says which.
+                    None => {
+                        *at = quote;
+                        return None;
+                    }
+                    Some(b'"') => *at = quote + 2,
+                    Some(_) => {
+                        self.quoted = false;
+                        *at = quote + 1;
+                    }
+                }
+                continue;
+            }
+            let Some(i) = memchr::memchr2(b'\n', b'"', &bytes[*at..]) else {
+                *at = bytes.len();
+                return None;
+            };
+            let found = *at + i;
+            *at = found + 1;
+            if bytes[found] == b'\n' {
+                return Some(found + 1);
+            }
+            self.quoted = found == record_start || bytes[found - 1] == self.delimiter;
+        }
+    }
+}
+
+/// The records of a block of whole records, each with its line break.
+fn records(block: &[u8], cutter: RecordEnds) -> impl Iterator<Item = &[u8]> {
+    let mut cutter = RecordEnds {
+        quoted: false,
+        ..cutter
+    };
+    let mut start = 0;
+    let mut at = 0;
     std::iter::from_fn(move || {
         if start >= block.len() {
             return None;
         }
-        let end = ends.next().unwrap_or(block.len());
+        let end = cutter
+            .next_end(block, &mut at, start)
+            .unwrap_or(block.len());
         let record = &block[start..end];
         start = end;
+        at = at.max(end);
         Some(record)
     })
 }

@@ -4,6 +4,7 @@
 //!
 //! - `mod.rs` (here): the two specs, the options both take, the
 //!   connection settings.
+//! - [`security`]: TLS and SASL options, checked together.
 //! - [`source`]: explicit assignment of every partition (no consumer-group
 //!   join), each partition a split whose offset is sealed (and where it
 //!   started, so a projection created later can replay it); consumer group
@@ -11,6 +12,7 @@
 //! - [`sink`]: every row a message (JSON or CSV), flushed at the barrier,
 //!   so an epoch is in the topic before Weir seals it: at least once.
 
+mod security;
 mod sink;
 mod source;
 #[cfg(test)]
@@ -52,6 +54,13 @@ macro_rules! with_kafka_options {
                 "a message's value: one JSON object, or one CSV line (columns by position)",
             )
             .with_default("json"),
+            security::OPTIONS[0],
+            security::OPTIONS[1],
+            security::OPTIONS[2],
+            security::OPTIONS[3],
+            security::OPTIONS[4],
+            security::OPTIONS[5],
+            security::OPTIONS[6],
             $($option,)*
         ]
     };
@@ -135,6 +144,7 @@ impl Connector for KafkaSourceConnector {
     }
 
     fn check_source(&self, options: &BTreeMap<String, String>) -> Result<(), ConnectorError> {
+        security::Security::parse(options)?;
         csv_delimiter(options).map(drop)
     }
 
@@ -164,11 +174,8 @@ impl Connector for KafkaSinkConnector {
                 input_append_only,
             )?;
             sink::key_columns(schema, opts.get("key"))?;
-            let (brokers, topic) = (
-                opts.get("brokers").unwrap_or_default(),
-                opts.get("topic").unwrap_or_default(),
-            );
-            partitions(client_config(brokers), topic).await.map(drop)
+            let topic = opts.get("topic").unwrap_or_default();
+            partitions(client_config(options)?, topic).await.map(drop)
         })
     }
 
@@ -196,14 +203,19 @@ fn csv_delimiter(options: &BTreeMap<String, String>) -> Result<u8, ConnectorErro
     }
 }
 
-/// librdkafka settings shared by consumers and producers.
-fn client_config(brokers: &str) -> ClientConfig {
+/// librdkafka settings shared by consumers and producers: the brokers and
+/// how to reach them ([`security`]).
+fn client_config(options: &BTreeMap<String, String>) -> Result<ClientConfig, ConnectorError> {
     let mut config = ClientConfig::new();
     config
-        .set("bootstrap.servers", brokers)
+        .set(
+            "bootstrap.servers",
+            options.get("brokers").map_or("", String::as_str),
+        )
         .set("socket.timeout.ms", "10000")
         .set("log_level", "4");
-    config
+    security::Security::parse(options)?.apply(&mut config);
+    Ok(config)
 }
 
 fn kafka_error(what: &str, e: rdkafka::error::KafkaError) -> ConnectorError {
@@ -224,7 +236,9 @@ struct Partition {
 
 /// The partitions of `topic`, asked of the brokers (blocking calls, so on
 /// a blocking thread); an error naming the option when the topic does not
-/// exist.
+/// exist, and saying why the brokers could not be reached when they could
+/// not (librdkafka's own reason: a refused certificate, a failed SASL
+/// exchange, a refused connection).
 async fn partitions(config: ClientConfig, topic: &str) -> Result<Vec<Partition>, ConnectorError> {
     let topic = topic.to_string();
     let brokers = config
@@ -233,13 +247,26 @@ async fn partitions(config: ClientConfig, topic: &str) -> Result<Vec<Partition>,
         .to_string();
     let asked = tokio::task::spawn_blocking(move || {
         use rdkafka::consumer::Consumer;
-        let consumer: rdkafka::consumer::BaseConsumer = config
-            .create()
+        let consumer: rdkafka::consumer::BaseConsumer<LastError> = config
+            .create_with_context(LastError::default())
             .map_err(|e| kafka_error("creating a client", e))?;
         let asking = format!("asking {brokers} about topic {topic}");
+        let failed = |e| {
+            // librdkafka queues its log of the failure on the client's
+            // queue, which only a poll delivers to the context.
+            let _ = consumer.poll(Duration::from_millis(50));
+            let why = consumer.context().take();
+            ConnectorError::Transient {
+                connector: NAME.into(),
+                message: match why {
+                    Some(why) => format!("{asking}: {e} ({why})"),
+                    None => format!("{asking}: {e}"),
+                },
+            }
+        };
         let metadata = consumer
             .fetch_metadata(Some(&topic), METADATA_TIMEOUT)
-            .map_err(|e| kafka_error(&asking, e))?;
+            .map_err(failed)?;
         let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
             return Err(missing_topic(&topic, &brokers));
         };
@@ -252,7 +279,7 @@ async fn partitions(config: ClientConfig, topic: &str) -> Result<Vec<Partition>,
             .map(|p| {
                 let (low, _) = consumer
                     .fetch_watermarks(&topic, p.id(), METADATA_TIMEOUT)
-                    .map_err(|e| kafka_error(&asking, e))?;
+                    .map_err(failed)?;
                 Ok(Partition { id: p.id(), low })
             })
             .collect()
@@ -263,6 +290,41 @@ async fn partitions(config: ClientConfig, topic: &str) -> Result<Vec<Partition>,
         message: e.to_string(),
     })?
 }
+
+/// Keeps the latest failure librdkafka reported for a client, whose
+/// reason (the broker's address and what failed there) says more than
+/// the error a call returns ("broker transport failure").
+#[derive(Default)]
+struct LastError(std::sync::Mutex<Option<String>>);
+
+impl LastError {
+    fn take(&self) -> Option<String> {
+        self.0.lock().ok().and_then(|mut last| last.take())
+    }
+}
+
+impl rdkafka::ClientContext for LastError {
+    /// librdkafka logs why a connection failed (`FAIL`: a refused
+    /// certificate, a failed SASL exchange), where a call waiting for
+    /// metadata sees only "broker transport failure".
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if fac == "FAIL"
+            && let Ok(mut last) = self.0.lock()
+        {
+            *last = Some(log_message.to_string());
+        }
+        rdkafka::client::DefaultClientContext.log(level, fac, log_message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        tracing::debug!(%error, reason, "kafka client error");
+        if let Ok(mut last) = self.0.lock() {
+            *last = Some(reason.to_string());
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for LastError {}
 
 fn missing_topic(topic: &str, brokers: &str) -> ConnectorError {
     bad_option(

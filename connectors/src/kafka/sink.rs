@@ -67,7 +67,7 @@ impl KafkaSink {
     pub(crate) fn new(open: &SinkOpen<'_>) -> Result<Self, ConnectorError> {
         let opts = Options::new(&SINK_SPEC, open.options);
         let changelog = opts.get("changelog") == Some("true");
-        let mut config = client_config(opts.get("brokers").unwrap_or_default());
+        let mut config = client_config(open.options)?;
         config.set("message.timeout.ms", "60000");
         let producer: FutureProducer = config
             .create()

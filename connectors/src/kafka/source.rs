@@ -122,7 +122,7 @@ impl KafkaSource {
                 (from.clone(), from, Some(end), None)
             }
         };
-        let mut config = client_config(opts.get("brokers").unwrap_or_default());
+        let mut config = client_config(open.options)?;
         let group = opts.get("group_id");
         config
             .set(

@@ -44,6 +44,8 @@
 //!   into a projection and a sink exactly across `kill -9`.
 //! - `kafka`: a tansu topic read into a projection (exact) and copied by a
 //!   kafka sink (at least once) across `kill -9`.
+//! - `kafka_tls`: the kafka source and sink over TLS (tansu behind a TLS
+//!   terminator), with a client certificate, and their refusals at CREATE.
 //! - `nexmark`: every Nexmark query maintained over nexmark sources equals
 //!   it run ad hoc over the same events.
 //! - `point_reads`: scans narrowed by primary key and prepared point
@@ -67,6 +69,7 @@ mod groupcommit;
 mod http;
 mod jdbc;
 mod kafka;
+mod kafka_tls;
 mod nexmark;
 mod pg_cdc;
 mod pg_cdc_several;

@@ -3,10 +3,8 @@
 //! dropped, and Parquet resumed and stopped inside its row groups.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow::array::{Array, Int64Array, StringArray};
-use futures::stream;
 
 use super::*;
 
@@ -25,25 +23,20 @@ fn settings(pairs: &[(&str, &str)]) -> Settings {
     Settings::parse(&options).unwrap()
 }
 
-/// `bytes` as a store would stream them, `size` bytes a chunk; `pulled`
-/// counts the bytes handed out so far.
-fn chunked(
-    bytes: Vec<u8>,
-    size: usize,
-    pulled: Arc<AtomicUsize>,
-) -> BoxStream<'static, object_store::Result<Bytes>> {
-    let chunks: Vec<Bytes> = bytes.chunks(size).map(Bytes::copy_from_slice).collect();
-    stream::iter(chunks)
-        .map(move |chunk| {
-            pulled.fetch_add(chunk.len(), Ordering::SeqCst);
-            Ok(chunk)
-        })
-        .boxed()
-}
-
-fn text_rows(bytes: Vec<u8>, chunk: usize, settings: &Settings, gzip: bool) -> TextRows {
-    let pulled = Arc::new(AtomicUsize::new(0));
-    TextRows::new(chunked(bytes, chunk, pulled), settings, gzip, &schema())
+/// `bytes` as the object `data` of an in-memory store, read through a
+/// reader asking for `chunk` bytes at a time.
+async fn text_rows(bytes: Vec<u8>, chunk: u64, settings: &Settings, gzip: bool) -> TextRows {
+    let store = Arc::new(object_store::memory::InMemory::new());
+    store.put(&Path::from("data"), bytes.into()).await.unwrap();
+    let location = Location {
+        url: "memory:///".into(),
+        store,
+        root: Path::from(""),
+        local: None,
+    };
+    let mut input = Input::open(&location, "data", gzip).await.unwrap();
+    input.chunk = chunk;
+    TextRows::new(input, settings, &schema())
 }
 
 /// Every row of `rows` as `id|name`, or the first error's row and text.
@@ -97,27 +90,22 @@ async fn a_large_file_is_held_a_block_at_a_time() {
     for i in 0..200_000 {
         text.push_str(&format!("{i},name number {i}\n"));
     }
-    let size = text.len();
-    let pulled = Arc::new(AtomicUsize::new(0));
+    let size = text.len() as u64;
     let csv = settings(&[("path", "/x"), ("format", "csv")]);
-    let mut rows = TextRows::new(
-        chunked(text.into_bytes(), 4096, pulled.clone()),
-        &csv,
-        false,
-        &schema(),
-    );
+    let mut rows = text_rows(text.into_bytes(), 4096, &csv, false).await;
     let first = rows.next().await.unwrap().unwrap();
     assert_eq!(first.num_rows(), BATCH_ROWS);
-    let held = pulled.load(Ordering::SeqCst);
+    let held = rows.input.at;
     // A block of 8 192 rows of about 25 bytes, and the chunk it ended in.
     assert!(
         held < 300_000,
         "{held} of {size} bytes were read for the first batch"
     );
+    assert!(rows.input.pending.len() < 300_000);
     let rest = drain(&mut rows).await.unwrap();
     assert_eq!(rest.len() + BATCH_ROWS, 200_000);
     assert_eq!(rest.last().unwrap(), "199999|name number 199999");
-    assert_eq!(pulled.load(Ordering::SeqCst), size);
+    assert_eq!(rows.input.at, size);
 }
 
 /// A CSV whose quoted fields hold line breaks, commas and doubled quotes,
@@ -139,22 +127,26 @@ async fn records_span_chunks_and_quoted_line_breaks_and_a_bad_one_is_named_or_dr
         want.push(format!("{i}|line {i}\nsaid \"hi\", ok"));
     }
     let csv = settings(&[("path", "/x"), ("format", "csv")]);
-    let (row, error) = drain(&mut text_rows(text.clone().into_bytes(), 7, &csv, false))
+    let (row, error) = drain(&mut text_rows(text.clone().into_bytes(), 7, &csv, false).await)
         .await
         .unwrap_err();
     assert_eq!(row, 12_345, "{error}");
     assert!(error.contains("twelve"), "{error}");
 
     let skip = settings(&[("path", "/x"), ("format", "csv"), ("on_error", "skip")]);
-    let mut rows = text_rows(text.clone().into_bytes(), 7, &skip, false);
+    let mut rows = text_rows(text.clone().into_bytes(), 7, &skip, false).await;
     assert_eq!(drain(&mut rows).await.unwrap(), want);
     assert_eq!(rows.dropped, 1);
 
     let zipped = gzip(text.as_bytes());
-    let mut rows = text_rows(zipped.clone(), 1000, &skip, true);
+    let mut rows = text_rows(zipped.clone(), 1000, &skip, true).await;
     assert_eq!(drain(&mut rows).await.unwrap(), want);
     let cut = zipped[..zipped.len() - 100].to_vec();
-    assert!(drain(&mut text_rows(cut, 1000, &skip, true)).await.is_err());
+    assert!(
+        drain(&mut text_rows(cut, 1000, &skip, true).await)
+            .await
+            .is_err()
+    );
 }
 
 /// JSON lines across chunks, a last line without a line break, a blank
@@ -163,7 +155,7 @@ async fn records_span_chunks_and_quoted_line_breaks_and_a_bad_one_is_named_or_dr
 async fn json_lines_are_cut_across_chunks() {
     let text = "{\"id\": 1, \"name\": \"a\"}\n\n{\"id\": \"x\"}\n{\"id\": 3}\n{\"name\": \"d\", \"id\": 4}";
     let json = settings(&[("path", "/x"), ("format", "json"), ("on_error", "skip")]);
-    let mut rows = text_rows(text.as_bytes().to_vec(), 5, &json, false);
+    let mut rows = text_rows(text.as_bytes().to_vec(), 5, &json, false).await;
     assert_eq!(
         drain(&mut rows).await.unwrap(),
         vec!["1|a", "3|NULL", "4|d"]
@@ -221,4 +213,18 @@ async fn parquet_resumes_and_stops_inside_row_groups() {
     let (rows, counted) = read(9_999, None).await;
     assert_eq!(rows, vec!["9999|n9999"]);
     assert_eq!(counted, 10_000);
+}
+
+/// A quote inside an unquoted field is an ordinary byte, as the CSV
+/// parser reads it: it neither swallows the lines after it nor merges
+/// records; a quoted field may still hold a delimiter and a line break.
+#[tokio::test]
+async fn a_stray_quote_in_an_unquoted_field_ends_nothing() {
+    let text = "id,name\n5,He said \"hi\n6,ok\n7,\"a, b\nc\"\n8,\"x\"\"y\"\n";
+    let csv = settings(&[("path", "/x"), ("format", "csv")]);
+    let mut rows = text_rows(text.as_bytes().to_vec(), 3, &csv, false).await;
+    assert_eq!(
+        drain(&mut rows).await.unwrap(),
+        vec!["5|He said \"hi", "6|ok", "7|a, b\nc", "8|x\"y"]
+    );
 }
