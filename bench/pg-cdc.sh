@@ -23,10 +23,17 @@
 # source, a projection of it, and a destination of the projection
 # (CREATE DESTINATION ... KEY (id)), which creates down.items_weir.
 #
+# With VIA=shared, three tables (items_weir_1..3, ROWS / 3 rows of the
+# workload each, one table after the other) go through one slot: a
+# shared postgres-cdc source, a table source per table and a postgres
+# sink per table. The peer then has one publication of its three tables
+# and one subscription.
+#
 #   cargo build --release --bin weir
 #   bench/pg-cdc.sh
 #   ROWS=1000000 bench/pg-cdc.sh
 #   VIA=destination bench/pg-cdc.sh
+#   VIA=shared bench/pg-cdc.sh
 set -euo pipefail
 
 rows=${ROWS:-500000}
@@ -38,7 +45,16 @@ start_postgres weir wal_level=logical max_wal_senders=10 max_replication_slots=1
     synchronous_commit=off timezone=UTC
 p() { psql -q -X -A -t -h 127.0.0.1 -p $pg_port -U weir -v ON_ERROR_STOP=1 "$@"; }
 p postgres -c "CREATE DATABASE up" -c "CREATE DATABASE down"
-for t in items_weir items_peer; do
+if [ "$via" = shared ]; then
+    weir_tables="items_weir_1 items_weir_2 items_weir_3"
+    peer_tables="items_peer_1 items_peer_2 items_peer_3"
+else
+    weir_tables=items_weir
+    peer_tables=items_peer
+fi
+set -- $weir_tables
+per_table=$((rows / $#))
+for t in $weir_tables $peer_tables; do
     p up -c "CREATE TABLE $t (id bigint PRIMARY KEY, grp bigint NOT NULL, amount numeric(12,2) NOT NULL, note text)" \
          -c "ALTER TABLE $t REPLICA IDENTITY FULL"
     [ "$via/$t" = destination/items_weir ] ||
@@ -59,9 +75,9 @@ pg_ticks() {
 ticks_of() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 seconds() { awk -v t="$1" -v hz="$hz" 'BEGIN { print t / hz }'; }
 
-# workload TABLE: the inserts, updates and deletes, upstream.
+# workload TABLE: the inserts, updates and deletes, upstream (per_table rows).
 workload() {
-    local chunk=$((rows / 10)) i
+    local chunk=$((per_table / 10)) i
     for i in $(seq 0 9); do
         p up -c "INSERT INTO $1 SELECT g, g % 1000, (g % 997) + 0.5, 'note ' || g
                    FROM generate_series($((i * chunk)), $(((i + 1) * chunk - 1))) g"
@@ -88,12 +104,20 @@ wait_equal() {
 
 dsn_up="host=127.0.0.1 port=$pg_port user=weir dbname=up"
 dsn_down="host=127.0.0.1 port=$pg_port user=weir dbname=down"
-w -c "CREATE SOURCE items_cdc WITH (connector = 'postgres-cdc', dsn = '$dsn_up', table = 'items_weir', slot = 'weir_items')"
-if [ "$via" = destination ]; then
+if [ "$via" = shared ]; then
+    w -c "CREATE SOURCE items_cdc WITH (connector = 'postgres-cdc', dsn = '$dsn_up', slot = 'weir_items')"
+    for t in $weir_tables; do
+        w -c "CREATE SOURCE ${t}_cdc FROM items_cdc TABLE 'public.$t';
+              CREATE SINK ${t}_out FROM ${t}_cdc WITH (connector = 'postgres', dsn = '$dsn_down', table = '$t', key = 'id')"
+    done
+    weir_path="weir shared cdc (3 tables) -> sinks"
+elif [ "$via" = destination ]; then
+    w -c "CREATE SOURCE items_cdc WITH (connector = 'postgres-cdc', dsn = '$dsn_up', table = 'items_weir', slot = 'weir_items')"
     w -c "CREATE PROJECTION items_p AS SELECT * FROM items_cdc;
           CREATE DESTINATION items_dest FROM items_p INTO postgres (dsn = '$dsn_down', table = 'items_weir') KEY (id)"
     weir_path="weir cdc -> projection -> destination"
 else
+    w -c "CREATE SOURCE items_cdc WITH (connector = 'postgres-cdc', dsn = '$dsn_up', table = 'items_weir', slot = 'weir_items')"
     w -c "CREATE SINK items_out FROM items_cdc WITH (connector = 'postgres', dsn = '$dsn_down', table = 'items_weir', key = 'id')"
     weir_path="weir postgres-cdc -> postgres sink"
 fi
@@ -104,13 +128,13 @@ until [ "$(w -c "SELECT status FROM weir_catalog.sources WHERE name = 'items_cdc
 done
 sleep 1
 start=$(now); weir_before=$(weir_ticks); pg_before=$(pg_ticks)
-workload items_weir
-wait_equal items_weir
+for t in $weir_tables; do workload $t; done
+for t in $weir_tables; do wait_equal $t; done
 weir_wall=$(wall_since "$start")
 weir_cpu=$(cpu_since "$weir_before")
 weir_pg_cpu=$(seconds $(($(pg_ticks) - pg_before)))
 
-p up -c "CREATE PUBLICATION peer FOR TABLE items_peer"
+p up -c "CREATE PUBLICATION peer FOR TABLE $(echo $peer_tables | sed 's/ /, /g')"
 # Publisher and subscriber share the cluster: CREATE SUBSCRIPTION would wait
 # for its own transaction while creating the slot, so the slot comes first.
 p up -c "SELECT pg_create_logical_replication_slot('peer', 'pgoutput')" >/dev/null
@@ -122,14 +146,17 @@ until apply_pid=$(p down -c "SELECT pid FROM pg_stat_subscription WHERE subname 
 done
 sleep 1
 start=$(now); apply_before=$(ticks_of "$apply_pid"); pg_before=$(pg_ticks)
-workload items_peer
-wait_equal items_peer
+for t in $peer_tables; do workload $t; done
+for t in $peer_tables; do wait_equal $t; done
 peer_wall=$(wall_since "$start")
 apply_cpu=$(seconds $(($(ticks_of "$apply_pid") - apply_before)))
 peer_cpu=$(seconds $(($(pg_ticks) - pg_before)))
 p down -c "ALTER SUBSCRIPTION peer DISABLE" -c "ALTER SUBSCRIPTION peer SET (slot_name = NONE)" -c "DROP SUBSCRIPTION peer"
 
-changes=$((rows + rows / 2 + rows / 4))
+# Per table: the rows inserted (ten whole chunks), every other one updated
+# (even ids), every fourth deleted.
+inserted=$((per_table / 10 * 10))
+changes=$(($# * (inserted + (inserted + 1) / 2 + (inserted + 3) / 4)))
 awk -v n="$changes" -v path="$weir_path" -v ww="$weir_wall" -v wc="$weir_cpu" -v wp="$weir_pg_cpu" \
     -v pw="$peer_wall" -v ac="$apply_cpu" -v pc="$peer_cpu" 'BEGIN {
     printf "workload: %d upstream row changes (inserts, updates, deletes)\n", n
