@@ -5,6 +5,8 @@
 //! - `mod.rs` (here): the two specs, the options both take, the
 //!   connection settings.
 //! - [`security`]: TLS and SASL options, checked together.
+//! - [`metadata`]: columns filled from the message (key, timestamp,
+//!   partition, offset) rather than its value.
 //! - [`source`]: explicit assignment of every partition (no consumer-group
 //!   join), each partition a split whose offset is sealed (and where it
 //!   started, so a projection created later can replay it); consumer group
@@ -12,6 +14,7 @@
 //! - [`sink`]: every row a message (JSON or CSV), flushed at the barrier,
 //!   so an epoch is in the topic before Weir seals it: at least once.
 
+mod metadata;
 mod security;
 mod sink;
 mod source;
@@ -94,6 +97,10 @@ static SOURCE_SPEC: ConnectorSpec = ConnectorSpec {
             "a message that does not parse: fail stops the source naming it; skip drops it, logs it and counts it in weir_catalog.sources.rows_skipped",
         )
         .with_default("fail"),
+        metadata::OPTIONS[0],
+        metadata::OPTIONS[1],
+        metadata::OPTIONS[2],
+        metadata::OPTIONS[3],
     ],
     capabilities: Capabilities {
         read_modes: &[],
@@ -150,6 +157,20 @@ impl Connector for KafkaSourceConnector {
 
     fn open_source(&self, open: SourceOpen<'_>) -> Result<Box<dyn Source>, ConnectorError> {
         Ok(Box::new(source::KafkaSource::new(&open)?))
+    }
+
+    /// The declared columns, with those named by `key_column`,
+    /// `timestamp_column`, `partition_column` and `offset_column` checked.
+    fn describe_source<'a>(
+        &'a self,
+        declared: Option<&'a SchemaRef>,
+        options: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, Result<SchemaRef, ConnectorError>> {
+        Box::pin(async move {
+            let schema = self.source_columns(declared, options)?;
+            metadata::Columns::parse(&schema, options)?;
+            Ok(schema)
+        })
     }
 }
 

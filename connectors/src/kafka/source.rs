@@ -29,6 +29,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use weir_common::ChangeBatch;
 
+use super::metadata::{Columns, Meta};
 use super::{NAME, Partition, SOURCE_SPEC, client_config, csv_delimiter, kafka_error, partitions};
 use crate::spec::Options;
 use crate::{ConnectorError, GAPS_ACCEPTED, Offsets, Source, SourceBatch, SourceEvent, SourceOpen};
@@ -51,6 +52,8 @@ struct Gathered {
     payloads: Vec<u8>,
     /// Each value's offset and where it is in `payloads`.
     messages: Vec<(i64, std::ops::Range<usize>)>,
+    /// Each value's message metadata, when columns hold some.
+    meta: Vec<Meta>,
     /// The first message's offset and the one after the last.
     first: i64,
     next: i64,
@@ -67,6 +70,9 @@ pub(crate) struct KafkaSource {
     topic: String,
     format: Format,
     schema: SchemaRef,
+    /// Which declared columns the value fills and which the message's
+    /// metadata does.
+    columns: Columns,
     consumer: StreamConsumer,
     config: rdkafka::ClientConfig,
     /// The next offset to read per partition (sealed, then read).
@@ -156,6 +162,7 @@ impl KafkaSource {
             topic: opts.get("topic").unwrap_or_default().to_string(),
             format,
             schema: open.schema.clone(),
+            columns: Columns::parse(&open.schema, open.options)?,
             consumer,
             config,
             next,
@@ -281,29 +288,59 @@ impl KafkaSource {
     fn parse(&self, payloads: &[u8]) -> Result<RecordBatch, arrow::error::ArrowError> {
         let cursor = std::io::Cursor::new(payloads);
         let batches: Result<Vec<RecordBatch>, _> = match self.format {
-            Format::Json => arrow::json::ReaderBuilder::new(self.schema.clone())
+            Format::Json => arrow::json::ReaderBuilder::new(self.columns.value.clone())
                 .build(cursor)
                 .and_then(|reader| reader.collect()),
-            Format::Csv(delimiter) => arrow::csv::ReaderBuilder::new(self.schema.clone())
+            Format::Csv(delimiter) => arrow::csv::ReaderBuilder::new(self.columns.value.clone())
                 .with_header(false)
                 .with_delimiter(delimiter)
                 .build(cursor)
                 .and_then(|reader| reader.collect()),
         };
-        batches.and_then(|b| arrow::compute::concat_batches(&self.schema, &b))
+        batches.and_then(|b| arrow::compute::concat_batches(&self.columns.value, &b))
     }
 
-    /// One partition's gathered messages as rows, and how many of them
-    /// `on_error = 'skip'` dropped. The messages are parsed together; only
-    /// when that fails are they parsed one by one, to find the bad ones.
+    /// One partition's gathered messages as rows of the declared columns,
+    /// and how many of them `on_error = 'skip'` dropped.
     fn decode(
         &self,
         partition: i32,
         gathered: &Gathered,
     ) -> Result<(RecordBatch, u64), ConnectorError> {
+        let (values, skipped, owners) = self.decode_values(partition, gathered)?;
+        if !self.columns.any() {
+            return Ok((values, skipped));
+        }
+        let rows = self
+            .columns
+            .assemble(values, partition, &gathered.meta, &owners)
+            .map_err(|e| ConnectorError::Rejected {
+                connector: NAME.into(),
+                message: format!(
+                    "topic {} partition {partition}, the messages from offset {}: {e}",
+                    self.topic, gathered.first
+                ),
+            })?;
+        Ok((rows, skipped))
+    }
+
+    /// The values as rows of the value columns, how many `on_error =
+    /// 'skip'` dropped, and (when metadata columns need it) the message
+    /// each row came from. The messages are parsed together; only when
+    /// that fails (or does not give one row per message) are they parsed
+    /// one by one.
+    fn decode_values(
+        &self,
+        partition: i32,
+        gathered: &Gathered,
+    ) -> Result<(RecordBatch, u64, Vec<usize>), ConnectorError> {
         let error = match self.parse(&gathered.payloads) {
-            Ok(rows) => return Ok((rows, 0)),
-            Err(e) => e,
+            Ok(rows) if !self.columns.any() => return Ok((rows, 0, Vec::new())),
+            Ok(rows) if rows.num_rows() == gathered.messages.len() => {
+                return Ok((rows, 0, (0..gathered.messages.len()).collect()));
+            }
+            Ok(_) => None,
+            Err(e) => Some(e),
         };
         let rejected = |offset: i64, e| ConnectorError::Rejected {
             connector: NAME.into(),
@@ -313,20 +350,17 @@ impl KafkaSource {
                 self.topic
             ),
         };
-        if !self.skip_bad {
-            // Name the first bad message, not just the batch.
-            for (offset, range) in &gathered.messages {
-                if let Err(e) = self.parse(&gathered.payloads[range.clone()]) {
-                    return Err(rejected(*offset, e));
-                }
-            }
-            return Err(rejected(gathered.first, error));
-        }
         let mut good = Vec::new();
+        let mut owners = Vec::new();
         let mut skipped = 0;
-        for (offset, range) in &gathered.messages {
+        for (index, (offset, range)) in gathered.messages.iter().enumerate() {
             match self.parse(&gathered.payloads[range.clone()]) {
-                Ok(rows) => good.push(rows),
+                Ok(rows) => {
+                    owners.extend(std::iter::repeat_n(index, rows.num_rows()));
+                    good.push(rows);
+                }
+                // Name the first bad message, not just the batch.
+                Err(e) if !self.skip_bad => return Err(rejected(*offset, e)),
                 Err(e) => {
                     skipped += 1;
                     tracing::warn!(source = %self.name, topic = %self.topic, partition, offset, error = %e,
@@ -334,9 +368,15 @@ impl KafkaSource {
                 }
             }
         }
-        let rows = arrow::compute::concat_batches(&self.schema, &good)
+        if let Some(error) = error
+            && !self.skip_bad
+        {
+            // The batch failed but no message alone did.
+            return Err(rejected(gathered.first, error));
+        }
+        let rows = arrow::compute::concat_batches(&self.columns.value, &good)
             .map_err(|e| ConnectorError::arrow(NAME, e))?;
-        Ok((rows, skipped))
+        Ok((rows, skipped, owners))
     }
 
     fn failed_read(&self, e: KafkaError) -> ConnectorError {
@@ -435,6 +475,7 @@ impl Source for KafkaSource {
             let entry = gathered.entry(partition).or_insert_with(|| Gathered {
                 payloads: Vec::new(),
                 messages: Vec::new(),
+                meta: Vec::new(),
                 first: offset,
                 next: offset,
             });
@@ -445,6 +486,17 @@ impl Source for KafkaSource {
                 entry.payloads.extend_from_slice(payload);
                 entry.payloads.push(b'\n');
                 entry.messages.push((offset, start..entry.payloads.len()));
+                if self.columns.any() {
+                    entry.meta.push(Meta {
+                        key: self
+                            .columns
+                            .wants_key()
+                            .then(|| message.key().map(<[u8]>::to_vec))
+                            .flatten(),
+                        timestamp: message.timestamp().to_millis(),
+                        offset,
+                    });
+                }
             }
             messages += 1;
         }

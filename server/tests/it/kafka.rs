@@ -107,3 +107,87 @@ async fn a_topic_feeds_a_projection_exactly_and_a_kafka_sink_at_least_once_acros
         server.log_tail()
     );
 }
+
+/// Columns filled from the message, not its value: a kafka sink writes
+/// keyed messages to two partitions, and a source reads them back with
+/// the key, timestamp, partition and offset of each in columns of their
+/// own. Columns that cannot hold them are refused at CREATE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_keys_timestamps_partitions_and_offsets_fill_columns() {
+    let tansu = start_tansu();
+    tansu.create_topic("keyed", 2);
+    let brokers = tansu.brokers();
+    let server = crate::harness::WeirServer::start();
+    let client = server.connect().await;
+    for (options, says) in [
+        ("key_column = 'nope'", "has no column \"nope\""),
+        ("timestamp_column = 'id'", "cannot hold it"),
+        ("key_column = 'k', offset_column = 'k'", "already holds"),
+    ] {
+        let (code, message) = error_of(
+            &client,
+            &format!(
+                "CREATE SOURCE bad (id BIGINT, k TEXT) WITH (connector = 'kafka', brokers = '{brokers}', topic = 'keyed', {options})"
+            ),
+        )
+        .await;
+        assert_eq!(code, "22023", "{options}: {message}");
+        assert!(message.contains(says), "{options}: {message}");
+    }
+    let before = rows(&client, "SELECT now()::text").await.unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE facts (id BIGINT PRIMARY KEY, name TEXT);
+             INSERT INTO facts SELECT i, 'n' || i FROM generate_series(1, 300) AS g(i);
+             CREATE SINK out FROM facts WITH (connector = 'kafka', brokers = '{brokers}', topic = 'keyed',
+                 key = 'id', changelog = 'true');
+             CREATE SOURCE back (id BIGINT NOT NULL, name TEXT, k TEXT, ts TIMESTAMPTZ, p INTEGER, o BIGINT)
+               WITH (connector = 'kafka', brokers = '{brokers}', topic = 'keyed',
+                     key_column = 'k', timestamp_column = 'ts', partition_column = 'p', offset_column = 'o');
+             CREATE PROJECTION keyed AS
+               SELECT count(*) AS n,
+                      count(*) FILTER (WHERE k = '{{\"id\":' || id || '}}') AS keys_right,
+                      count(*) FILTER (WHERE ts BETWEEN '{before}'::timestamptz - INTERVAL '1 minute'
+                                                  AND '{before}'::timestamptz + INTERVAL '10 minutes') AS times_right,
+                      count(DISTINCT p * 1000000 + o) AS places
+               FROM back;
+             CREATE PROJECTION per_partition AS SELECT p, min(o) AS first, max(o) AS last, count(*) AS n FROM back GROUP BY p;",
+            before = before[0]
+        ))
+        .await
+        .expect("a source with metadata columns");
+    eventually(
+        Duration::from_secs(60),
+        "every message read back",
+        || async {
+            let got = rows(&client, "SELECT n FROM keyed").await.ok()?;
+            (got == ["300"]).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        rows(
+            &client,
+            "SELECT n, keys_right, times_right, places FROM keyed"
+        )
+        .await
+        .unwrap(),
+        ["300|300|300|300"]
+    );
+    // Each partition's offsets run from 0 without a hole.
+    let partitions = rows(
+        &client,
+        "SELECT p, first, last + 1 = n FROM per_partition ORDER BY p",
+    )
+    .await
+    .unwrap();
+    assert_eq!(partitions.len(), 2, "{partitions:?}");
+    for line in &partitions {
+        assert!(line.ends_with("|0|t"), "{partitions:?}");
+    }
+    let shown = rows(&client, "SHOW CREATE SOURCE back")
+        .await
+        .unwrap()
+        .join("\n");
+    assert!(shown.contains("timestamp_column = 'ts'"), "{shown}");
+}
