@@ -211,8 +211,11 @@ pub(super) async fn first_lines(
     settings: &Settings,
     lines: usize,
 ) -> Result<Vec<u8>, ReadError> {
-    let mut input = Input::open(location, name, settings.gzipped(name)).await?;
     let mut text = Vec::new();
+    if lines == 0 {
+        return Ok(text);
+    }
+    let mut input = Input::open(location, name, settings.gzipped(name)).await?;
     let mut seen = 0;
     while seen < lines && !input.ended {
         input.fill(0).await?;
