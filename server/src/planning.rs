@@ -224,6 +224,7 @@ impl PlanContext {
             .is_ok_and(|c| c.spec().capabilities.replayable),
             paused: def.paused,
             tables,
+            generation: def.generation,
         })
     }
 

@@ -227,6 +227,10 @@ impl Loop {
                 // covers what was read before it and records it.
                 self.close().await;
             }
+            Some(Command::AwaitSeal(reply)) => {
+                self.streams.await_seal(reply);
+                self.close().await;
+            }
             Some(Command::ReconfigureSink(id, spec, reply)) => {
                 self.streams.reconfigure_sink(id, *spec);
                 let _ = reply.send(());

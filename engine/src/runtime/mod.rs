@@ -165,6 +165,9 @@ pub(crate) enum Command {
     RestartSource(Box<SourceToRead>, oneshot::Sender<()>),
     /// `ALTER SOURCE ... RESET OFFSET`; answered once it is sealed.
     ResetSource(Box<SourceToRead>, oneshot::Sender<()>),
+    /// Answered once a seal taken after it lands (covering everything
+    /// received before it).
+    AwaitSeal(oneshot::Sender<()>),
     /// A sink's options changed (a connection or secret it uses).
     ReconfigureSink(ObjectId, Box<SinkToOpen>, oneshot::Sender<()>),
     /// `ALTER SINK ... PAUSE` (true) or `RESUME` (false).
@@ -379,6 +382,14 @@ impl Runtime {
         let (reply, done) = oneshot::channel();
         self.send(Command::ResetSource(Box::new(source), reply))
             .await;
+        done.await.map_err(|_| EngineError::Stopped)
+    }
+
+    /// Returns once a seal covering everything the sources delivered
+    /// before this call has landed (an epoch is closed for it).
+    pub async fn await_seal(&self) -> Result<(), EngineError> {
+        let (reply, done) = oneshot::channel();
+        self.send(Command::AwaitSeal(reply)).await;
         done.await.map_err(|_| EngineError::Stopped)
     }
 

@@ -271,12 +271,14 @@ pub(super) fn open_source(
     until: Option<&Offsets>,
 ) -> Result<Box<dyn Source>, ConnectorError> {
     let tables = source.source_tables();
+    let offsets = super::streams::for_connector(offsets);
+    let until = until.map(super::streams::for_connector);
     weir_connectors::connector(&source.connector, ConnectorKind::Source)?.open_source(SourceOpen {
         name: &source.name,
         schema: source.schema.clone(),
         options: &source.options,
-        offsets,
-        until,
+        offsets: &offsets,
+        until: until.as_ref(),
         tables: &tables,
     })
 }

@@ -37,6 +37,11 @@ impl Streams {
         self.resets_waiting.push((self.seals_taken, done));
     }
 
+    /// Answers `done` once a seal taken after now lands.
+    pub fn await_seal(&mut self, done: oneshot::Sender<()>) {
+        self.resets_waiting.push((self.seals_taken, done));
+    }
+
     /// Seal number `number` landed: resets before it are durable.
     pub(super) fn resets_sealed(&mut self, number: u64) {
         let (done, waiting) = std::mem::take(&mut self.resets_waiting)

@@ -83,6 +83,30 @@ pub struct SourceToRead {
     /// own relation. Empty for every other source, whose rows are the
     /// relation `id` itself.
     pub tables: Vec<TableToRead>,
+    /// Which input the source reads: changed by an option that names
+    /// another one (`ALTER SOURCE ... SET (path = ...)`). Sealed with its
+    /// offsets ([`GENERATION_SPLIT`]); offsets sealed under another
+    /// generation are of the input before, and its reader starts from the
+    /// beginning instead.
+    pub generation: u64,
+}
+
+/// The split, among a source's sealed offsets, that records the generation
+/// they were read under. The runtime's own: connectors never see it
+/// ([`for_connector`]).
+pub const GENERATION_SPLIT: &str = "weir.generation";
+
+/// `offsets` as a connector knows them: without the runtime's own split.
+pub(super) fn for_connector(offsets: &Offsets) -> Offsets {
+    let mut offsets = offsets.clone();
+    offsets.remove(GENERATION_SPLIT);
+    offsets
+}
+
+/// Whether `offsets` hold a position of the connector's (not only the
+/// generation they were read under).
+fn holds_a_position(offsets: &Offsets) -> bool {
+    offsets.keys().any(|split| split != GENERATION_SPLIT)
 }
 
 /// One upstream table of a source that covers several: the relation its
@@ -354,7 +378,7 @@ impl Streams {
             .iter()
             .filter(|s| s.replayable)
             .filter_map(|s| {
-                let target = self.received.get(&s.id).filter(|o| !o.is_empty())?;
+                let target = self.received.get(&s.id).filter(|o| holds_a_position(o))?;
                 Some((s.clone(), target.clone()))
             })
             .collect();
@@ -382,7 +406,7 @@ impl Streams {
                 return false;
             };
             if s.tables.is_empty() {
-                return !offsets.is_empty();
+                return holds_a_position(offsets);
             }
             s.tables
                 .iter()
@@ -446,7 +470,27 @@ impl Streams {
             self.defs.insert(source.id, source.clone());
             return;
         }
-        let offsets = self.received.get(&source.id).cloned().unwrap_or_default();
+        let read_under = self
+            .received
+            .get(&source.id)
+            .and_then(|o| o.get(GENERATION_SPLIT))
+            .and_then(|g| g.parse::<u64>().ok())
+            .unwrap_or(0);
+        if read_under != source.generation {
+            // Offsets of the input the source read before its options
+            // named another: this one is read from the beginning (and the
+            // next seal records that, whatever else moves).
+            tracing::info!(source = %source.name, generation = source.generation,
+                "a new input: reading it from the beginning");
+            let received = self.received.entry(source.id).or_default();
+            received.clear();
+            received.insert(GENERATION_SPLIT.into(), source.generation.to_string());
+        }
+        let offsets = self
+            .received
+            .get(&source.id)
+            .map(for_connector)
+            .unwrap_or_default();
         self.reader_starts(source, "running", Some(&offsets));
         self.defs.insert(source.id, source.clone());
         let stop = CancellationToken::new();
@@ -685,7 +729,7 @@ impl Streams {
             if let Some(offsets) = sealing.covered.get(id)
                 && reader.run <= sealing.runs
             {
-                let _ = reader.sealed.send((epoch, offsets.clone()));
+                let _ = reader.sealed.send((epoch, for_connector(offsets)));
             }
         }
         self.resets_sealed(sealing.number);

@@ -302,6 +302,7 @@ const DEPLOYMENT: ObjectId = ObjectId(20);
 /// batches a test hands over arrive.
 fn shop(tables: &[ObjectId]) -> SourceToRead {
     SourceToRead {
+        generation: 0,
         id: SHOP,
         name: "public.shop".into(),
         connector: "absent".into(),

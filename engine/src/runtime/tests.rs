@@ -325,6 +325,7 @@ const SOURCE_ROWS: &str = "k int";
 /// A `datagen` source of the ten rows 1..=10, declared replayable or not.
 fn ten_rows(replayable: bool) -> SourceToRead {
     SourceToRead {
+        generation: 0,
         paused: false,
         tables: Vec::new(),
         id: SOURCE,
@@ -477,6 +478,7 @@ const TABLE_OF_SOURCE: ObjectId = ObjectId(0);
 /// [`TABLE_OF_SOURCE`], which its rows feed instead of the source.
 fn ten_rows_of_a_table(replayable: bool) -> SourceToRead {
     SourceToRead {
+        generation: 0,
         tables: vec![TableToRead {
             id: TABLE_OF_SOURCE,
             name: "public.ten_table".into(),

@@ -43,6 +43,11 @@ pub struct SourceDef {
     /// `ALTER SOURCE ... PAUSE`: nothing reads it until RESUME.
     #[serde(default)]
     pub paused: bool,
+    /// Which input it reads: one more each time `ALTER SOURCE ... SET`
+    /// names another (a path, a topic); its reader then starts that input
+    /// from the beginning, whatever offsets were sealed before.
+    #[serde(default)]
+    pub generation: u64,
     /// What the source is: a relation of its own rows, a shared source
     /// covering several upstream tables, or one of those tables.
     #[serde(default)]
@@ -448,6 +453,7 @@ mod tests {
             },
             secrets: BTreeMap::new(),
             gaps_accepted: 0,
+            generation: 0,
             paused: false,
             kind,
         }

@@ -157,6 +157,7 @@ impl Session {
             options: stored,
             secrets,
             gaps_accepted: 0,
+            generation: 0,
             paused: false,
             kind,
         };

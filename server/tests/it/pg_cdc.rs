@@ -97,6 +97,10 @@ async fn a_postgres_cdc_source_is_checked_against_the_upstream_at_create() {
     let (code, message) = error_of(&client, "ALTER SOURCE h RESET OFFSET").await;
     assert_eq!(code, "55000", "{message}");
     assert!(message.contains("DROP SOURCE"), "{message}");
+    // So would another table's be mixed with this one's.
+    let (code, message) = error_of(&client, "ALTER SOURCE h SET (table = 'other_rows')").await;
+    assert_eq!(code, "55000", "{message}");
+    assert!(message.contains("updates and deletes"), "{message}");
 }
 
 /// Rows in the upstream table at the start.
