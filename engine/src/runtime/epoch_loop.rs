@@ -221,14 +221,9 @@ impl Loop {
                 *self.shared.view.write() = self.coordinator.view();
             }
             Some(Command::DropSource(id)) => self.streams.source_dropped(id),
-            Some(Command::ResetSource(source, reply)) => {
-                self.streams.reset_source(*source, reply);
-                // An epoch after the reset, so a checkpoint comes that
-                // covers what was read before it and records it.
-                self.close().await;
-            }
             Some(Command::AwaitSeal(reply)) => {
                 self.streams.await_seal(reply);
+                // An epoch now, so the next seal covers what was received.
                 self.close().await;
             }
             Some(Command::ReconfigureSink(id, spec, reply)) => {

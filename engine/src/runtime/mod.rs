@@ -38,13 +38,13 @@ mod compactor;
 mod epoch_loop;
 mod reader;
 mod restore;
+mod seal_waiters;
 mod sink_commit;
 mod sink_open;
 mod sink_pause;
 mod sink_retry;
 mod sink_seal;
 mod sink_worker;
-mod source_reset;
 mod source_tables;
 pub mod streams;
 mod table_log;
@@ -163,8 +163,6 @@ pub(crate) enum Command {
     Source(streams::SourceMessage),
     DropSource(ObjectId),
     RestartSource(Box<SourceToRead>, oneshot::Sender<()>),
-    /// `ALTER SOURCE ... RESET OFFSET`; answered once it is sealed.
-    ResetSource(Box<SourceToRead>, oneshot::Sender<()>),
     /// Answered once a seal taken after it lands (covering everything
     /// received before it).
     AwaitSeal(oneshot::Sender<()>),
@@ -373,16 +371,6 @@ impl Runtime {
         self.send(Command::RestartSource(Box::new(source), reply))
             .await;
         let _ = done.await;
-    }
-
-    /// Reads `source` again from the beginning, at an epoch boundary
-    /// (everything received before stays in what reads it). Returns once
-    /// a seal records the reset, so a crash can no longer undo it.
-    pub async fn reset_source(&self, source: SourceToRead) -> Result<(), EngineError> {
-        let (reply, done) = oneshot::channel();
-        self.send(Command::ResetSource(Box::new(source), reply))
-            .await;
-        done.await.map_err(|_| EngineError::Stopped)
     }
 
     /// Returns once a seal covering everything the sources delivered

@@ -295,9 +295,9 @@ pub struct Streams {
     sealing: Option<Sealing>,
     /// Seals taken so far ([`Self::seal_extras`] calls).
     pub(super) seals_taken: u64,
-    /// `ALTER SOURCE ... RESET OFFSET`s waiting for a seal taken after
-    /// them: (`seals_taken` at the reset, reply).
-    pub(super) resets_waiting: Vec<(u64, tokio::sync::oneshot::Sender<()>)>,
+    /// Callers of `await_seal` waiting for a seal taken after their call:
+    /// (`seals_taken` then, reply).
+    pub(super) seal_waiters: Vec<(u64, tokio::sync::oneshot::Sender<()>)>,
     /// The state store generation this process holds (sinks fence with it).
     pub(super) generation: u64,
     /// Where sink workers report, and what the loop takes their reports
@@ -346,7 +346,7 @@ impl Streams {
             runs: 0,
             sealing: None,
             seals_taken: 0,
-            resets_waiting: Vec::new(),
+            seal_waiters: Vec::new(),
             generation,
         }
     }
@@ -732,7 +732,7 @@ impl Streams {
                 let _ = reader.sealed.send((epoch, for_connector(offsets)));
             }
         }
-        self.resets_sealed(sealing.number);
+        self.sealed_for_waiters(sealing.number);
     }
 
     /// A deployment was dropped: its sink closes, and readers nobody else

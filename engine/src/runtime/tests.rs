@@ -450,8 +450,12 @@ async fn a_rebuilt_projection_over_a_source_that_cannot_replay_is_failed_not_par
     );
 }
 
+/// A source's next generation (the server's RESET OFFSET, or options that
+/// name another input): its reader stopped, a seal awaited, then started
+/// under the new generation, which reads from the beginning although the
+/// seal holds the old generation's offsets.
 #[tokio::test]
-async fn a_reset_source_is_read_again_once_a_seal_records_the_reset() {
+async fn a_source_of_a_new_generation_is_read_again_from_the_beginning() {
     let state = claim(Arc::new(InMemory::new()), "test").await;
     let runtime = Arc::new(start(state.clone(), Duration::from_millis(20)).await);
     runtime
@@ -459,12 +463,28 @@ async fn a_reset_source_is_read_again_once_a_seal_records_the_reset() {
         .await
         .unwrap();
     until_rows(&runtime, PROJECTION, 10).await;
-    assert_eq!(row_count(&runtime, PROJECTION), 10);
     let before = state.latest_committed_epoch().await.unwrap().unwrap_or(0);
-    runtime.reset_source(ten_rows(true)).await.unwrap();
-    // Returned after a seal taken since, which holds no offsets for it.
+    runtime
+        .restart_source(SourceToRead {
+            paused: true,
+            ..ten_rows(true)
+        })
+        .await;
+    runtime.await_seal().await.unwrap();
+    // Returned after a seal taken since.
     let sealed = state.latest_committed_epoch().await.unwrap().unwrap();
     assert!(sealed > before, "{sealed} > {before}");
+    // Restarted as it was: it resumes where it was, nothing more.
+    runtime.restart_source(ten_rows(true)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(row_count(&runtime, PROJECTION), 10);
+    // Under the next generation: read again from the beginning, once.
+    runtime
+        .restart_source(SourceToRead {
+            generation: 1,
+            ..ten_rows(true)
+        })
+        .await;
     until_rows(&runtime, PROJECTION, 20).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(row_count(&runtime, PROJECTION), 20);

@@ -92,67 +92,39 @@ impl Session {
         self.new_source_generation(&def, changed, &identity).await
     }
 
-    /// A source whose options now name another input: stored as its next
-    /// generation and read from that input's beginning; what was read
-    /// before stays in what reads it (as after `RESET OFFSET`). Its reader
-    /// stops first and a seal records everything it read, then the
-    /// catalog takes the new options: a crash before the seal keeps the
-    /// old input (the statement failed), a crash after it restores every
-    /// row of the old input and, since the generation is sealed with the
-    /// offsets, reads the new one from its beginning. Refused for a source
-    /// that carries updates and deletes: what reads it would be left with
-    /// the old input's rows, which nothing would ever retract.
+    /// A source whose options now name another input: its next generation
+    /// ([`Session::next_source_generation`]), reading the new input from
+    /// its beginning. Refused for a source that carries updates and
+    /// deletes: what reads it would be left with the old input's rows,
+    /// which nothing would ever retract.
     async fn new_source_generation(
         &mut self,
         old: &SourceDef,
-        mut changed: SourceDef,
+        changed: SourceDef,
         identity: &[String],
     ) -> Result<StatementResult, ServerError> {
+        let name = changed.qualified_name();
         let append_only = weir_connectors::connector(&changed.connector, ConnectorKind::Source)
             .is_ok_and(|c| c.spec().capabilities.append_only);
         if !append_only {
             return Err(ServerError::Sqlstate {
                 code: "55000",
                 message: format!(
-                    "changing {} of source {} makes it read another input, and what reads it holds \
-                     the updates and deletes of the input it read until now, which nothing would \
-                     retract: CREATE another source (or DROP and CREATE this one); ALTER SOURCE ... \
-                     SET changes only how it reads (passwords, backoffs, batch sizes)",
+                    "changing {} of source {name} makes it read another input, and what reads it \
+                     holds the updates and deletes of the input it read until now, which nothing \
+                     would retract: CREATE another source (or DROP and CREATE this one); ALTER \
+                     SOURCE ... SET changes only how it reads (passwords, backoffs, batch sizes)",
                     identity.join(", "),
-                    changed.qualified_name()
                 ),
             });
         }
-        let name = changed.qualified_name();
-        let mut stopped = old.clone();
-        stopped.paused = true;
-        let read = self.plan_context().source_to_read(&stopped)?;
-        self.db.runtime().restart_source(read).await;
-        let sealed = tokio::time::timeout(
-            std::time::Duration::from_secs(60),
-            self.db.runtime().await_seal(),
-        )
-        .await;
-        if !matches!(sealed, Ok(Ok(()))) {
-            let read = self.plan_context().source_to_read(old)?;
-            self.db.runtime().restart_source(read).await;
-            return Err(ServerError::Sqlstate {
-                code: "58000",
-                message: format!(
-                    "no checkpoint recorded what source {name} read within 60 s (see \
-                     weir_catalog.epochs and the server log), so it was not pointed at another \
-                     input; it reads on as before"
-                ),
-            });
-        }
-        changed.generation += 1;
-        let result = self.replace_source(changed).await?;
+        self.next_source_generation(old, changed).await?;
         self.notice(format!(
             "source {name} reads another input ({} changed): from its beginning; what was read \
              before stays in the projections and sinks over it",
             identity.join(", ")
         ));
-        Ok(result)
+        Ok(command("ALTER SOURCE"))
     }
 
     async fn alter_sink_options(

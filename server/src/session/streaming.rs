@@ -495,8 +495,9 @@ impl Session {
     }
 
     /// `ALTER SOURCE ... RESET OFFSET`: refused for a source that carries
-    /// updates and deletes (what reads it would see them twice); a paused
-    /// source stays paused, and reads from the beginning once resumed.
+    /// updates and deletes (what reads it would see them twice); else its
+    /// next generation, with the options it has. A paused source stays
+    /// paused, and reads from the beginning once resumed.
     async fn reset_source(&mut self, def: &SourceDef) -> Result<StatementResult, ServerError> {
         let append_only =
             weir_connectors::connector(&def.connector, weir_connectors::ConnectorKind::Source)
@@ -513,28 +514,52 @@ impl Session {
                 ),
             });
         }
-        let read = self.plan_context().source_to_read(def)?;
-        let sealed = tokio::time::timeout(
-            std::time::Duration::from_secs(60),
-            self.db.runtime().reset_source(read),
-        )
-        .await;
-        if !matches!(sealed, Ok(Ok(()))) {
-            return Err(ServerError::Sqlstate {
-                code: "58000",
-                message: format!(
-                    "source {} is read again from the beginning, but no checkpoint has recorded \
-                     that within 60 s (see weir_catalog.epochs and the server log); until one does, \
-                     a restart resumes it where it was",
-                    def.qualified_name()
-                ),
-            });
-        }
+        self.next_source_generation(def, def.clone()).await?;
         self.notice(format!(
             "source {} is read again from the beginning: projections and sinks over it receive its rows again",
             def.qualified_name()
         ));
         Ok(command("ALTER SOURCE"))
+    }
+
+    /// Makes `changed` (the source `old`, its options as they are to be)
+    /// the source's next generation, which reads its input from the
+    /// beginning; what was read before stays in what reads it. The reader
+    /// stops first and a seal records everything it read; only then does
+    /// the catalog take the new generation. A crash before that seal
+    /// leaves the source as it was (the statement failed); a crash after
+    /// the catalog write restores every row read before, and since the
+    /// generation is sealed with the offsets, the reader starts the input
+    /// from the beginning rather than at offsets of the generation before.
+    pub(super) async fn next_source_generation(
+        &mut self,
+        old: &SourceDef,
+        mut changed: SourceDef,
+    ) -> Result<(), ServerError> {
+        let mut stopped = old.clone();
+        stopped.paused = true;
+        let read = self.plan_context().source_to_read(&stopped)?;
+        self.db.runtime().restart_source(read).await;
+        let sealed = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            self.db.runtime().await_seal(),
+        )
+        .await;
+        if !matches!(sealed, Ok(Ok(()))) {
+            let read = self.plan_context().source_to_read(old)?;
+            self.db.runtime().restart_source(read).await;
+            return Err(ServerError::Sqlstate {
+                code: "58000",
+                message: format!(
+                    "no checkpoint recorded what source {} read within 60 s (see \
+                     weir_catalog.epochs and the server log), so nothing changed: it reads on \
+                     as before",
+                    old.qualified_name()
+                ),
+            });
+        }
+        changed.generation += 1;
+        self.replace_source(changed).await.map(drop)
     }
 
     /// `ALTER SINK ... PAUSE` (`pause`) or `RESUME`.
