@@ -245,7 +245,7 @@ fn map_filter() -> Result<Report, BoxError> {
         col("channel", &input)?,
         col("url", &input)?,
     ];
-    let mut map = Map::new(Some(predicate), projection, bid_schema());
+    let mut map = Map::new(input.clone(), Some(predicate), projection, bid_schema());
     let mut rng = Rng(7);
     const ROWS: usize = 8192;
     let inputs: Vec<ChangeBatch> = (0..16)

@@ -214,12 +214,25 @@ pub const SOURCE_OPTIONS: &[OptionSpec] = &[
         OptionType::OneOf(&["full", "incremental", "cdc"]),
         "how the source reads: full (a snapshot), incremental (rows past a cursor) or cdc (a snapshot, then every change); refused at CREATE if the connector does not offer it",
     ),
+    OptionSpec::optional(
+        IDLE_TIMEOUT,
+        OptionType::Text,
+        "with a WATERMARK: a split (partition, file stream) that delivered nothing for this long stops holding the watermark back until it delivers again (default 30s)",
+    )
+    .tunable(),
     RESTART_MIN_BACKOFF,
     RESTART_MAX_BACKOFF,
     RESTART_RANDOM_FACTOR,
     RESTART_MAX,
     RESTART_WINDOW,
 ];
+
+/// The source option that says when an idle split stops holding its
+/// source's watermark back.
+pub const IDLE_TIMEOUT: &str = "idle_timeout";
+
+/// [`IDLE_TIMEOUT`]'s default.
+pub const DEFAULT_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 const RESTART_MIN_BACKOFF: OptionSpec = OptionSpec::optional(
     "restart_min_backoff",

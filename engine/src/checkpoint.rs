@@ -206,6 +206,7 @@ impl Coordinator {
             sources,
             restoring: Some(result),
             emitting: false,
+            input_watermarks: Vec::new(),
         });
         Ok(())
     }
@@ -267,6 +268,7 @@ impl Coordinator {
                     last_epoch: epoch,
                     rows_in: 0,
                     rows_out: 0,
+                    late_rows: 0,
                 };
                 view.projections.insert(deployed.id, projection);
             }

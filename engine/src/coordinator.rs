@@ -29,6 +29,7 @@ use crate::EngineError;
 use crate::graph::{Graph, NodeStep};
 use crate::materialized::Materialized;
 use crate::rows::{concat_changes, empty_change, settle};
+use crate::watermark::Watermarks;
 
 /// A source of a projection: what it reads and in which columns.
 #[derive(Debug, Clone)]
@@ -47,6 +48,9 @@ pub struct ProjectionView {
     pub last_epoch: Epoch,
     pub rows_in: u64,
     pub rows_out: u64,
+    /// Input rows its operators dropped as late (behind a watermark),
+    /// since this process started.
+    pub late_rows: u64,
 }
 
 /// Every projection's result at one epoch.
@@ -82,6 +86,9 @@ pub(crate) struct Deployed {
     /// Whether its output leaves each epoch (a sink) instead of being kept
     /// as its result: its result stays empty.
     pub(crate) emitting: bool,
+    /// Its inputs' watermarks at its last step: a step is due when they
+    /// move, even without rows (windows close on time alone).
+    pub(crate) input_watermarks: Vec<Watermarks>,
 }
 
 pub struct Coordinator {
@@ -92,6 +99,10 @@ pub struct Coordinator {
     pub(crate) view: Arc<EpochView>,
     /// What each sink has not delivered, checkpointed with the state.
     pub(crate) outboxes: crate::outbox::Outboxes,
+    /// The watermarks of every relation that has them: sources' as the
+    /// runtime sets them ([`Self::set_watermarks`]), projections' as
+    /// their graphs derive them each epoch.
+    watermarks: HashMap<ObjectId, Watermarks>,
 }
 
 impl Default for Coordinator {
@@ -109,6 +120,7 @@ impl Coordinator {
             deployed: Vec::new(),
             view: Arc::new(EpochView::default()),
             outboxes: Default::default(),
+            watermarks: HashMap::new(),
         }
     }
 
@@ -146,6 +158,17 @@ impl Coordinator {
         }
         self.pending_rows += change.num_rows();
         self.pending.entry(table).or_default().push(change);
+    }
+
+    /// Sets a source relation's watermarks for the next epoch (in its
+    /// columns): what the rows pushed so far allow.
+    pub fn set_watermarks(&mut self, relation: ObjectId, watermarks: Watermarks) {
+        self.watermarks.insert(relation, watermarks);
+    }
+
+    /// A relation's watermarks as of the latest epoch.
+    pub fn watermarks(&self, relation: ObjectId) -> Option<&Watermarks> {
+        self.watermarks.get(&relation)
     }
 
     /// Closes the current epoch: steps every projection with its inputs'
@@ -195,16 +218,35 @@ impl Coordinator {
                 .get_mut(&deployed.id)
                 .expect("every deployed projection has a view");
             let rows_in: u64 = inputs.iter().map(|c| c.num_rows() as u64).sum();
+            let marks: Vec<Watermarks> = deployed
+                .sources
+                .iter()
+                .map(|s| self.watermarks.get(&s.object).cloned().unwrap_or_default())
+                .collect();
+            let moved = marks.iter().enumerate().any(|(i, now)| {
+                now.advanced_from(
+                    &deployed
+                        .input_watermarks
+                        .get(i)
+                        .cloned()
+                        .unwrap_or_default(),
+                )
+            });
             let stepped = match upstream_failure {
                 Some(e) => Err(format!("a projection it reads failed: {e}")),
-                // Operators are functions of their input change: no change
-                // in, no change out (constants emitted theirs at deploy).
-                None if rows_in == 0 => {
+                // Operators are functions of their input change and
+                // watermarks: neither moved, nothing out (constants
+                // emitted theirs at deploy).
+                None if rows_in == 0 && !moved => {
                     projection.last_epoch = epoch;
                     continue;
                 }
-                None => deployed.graph.step(&inputs).map_err(|e| e.to_string()),
+                None => deployed
+                    .graph
+                    .step_at(&inputs, &marks)
+                    .map_err(|e| e.to_string()),
             };
+            deployed.input_watermarks = marks;
             let emitting = deployed.emitting;
             let applied = stepped.and_then(|out| {
                 let mut result = projection.result.clone();
@@ -219,11 +261,21 @@ impl Coordinator {
                     projection.last_epoch = epoch;
                     projection.rows_in += rows_in;
                     projection.rows_out += out.num_rows() as u64;
+                    projection.late_rows += deployed
+                        .graph
+                        .last_step()
+                        .iter()
+                        .map(|n| n.late_rows)
+                        .sum::<u64>();
                     report.rows_in += rows_in;
                     report.rows_out += out.num_rows() as u64;
                     report
                         .operators
                         .push((deployed.id, deployed.graph.last_step().to_vec()));
+                    let out_marks = deployed.graph.output_watermarks();
+                    if !out_marks.is_empty() {
+                        self.watermarks.insert(deployed.id, out_marks);
+                    }
                     if emitting {
                         if !out.is_empty() {
                             report.emitted.push((deployed.id, out));
@@ -333,6 +385,7 @@ impl Coordinator {
                 last_epoch: self.epoch,
                 rows_in,
                 rows_out: out.num_rows() as u64,
+                late_rows: 0,
             },
         );
         self.view = Arc::new(view);
@@ -342,6 +395,7 @@ impl Coordinator {
             sources,
             restoring: None,
             emitting,
+            input_watermarks: Vec::new(),
         });
         Ok(out)
     }
@@ -365,6 +419,7 @@ impl Coordinator {
                 last_epoch: self.epoch,
                 rows_in: 0,
                 rows_out: 0,
+                late_rows: 0,
             },
         );
         self.view = Arc::new(view);

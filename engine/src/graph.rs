@@ -6,6 +6,7 @@ use weir_common::{ChangeBatch, ObjectId};
 
 use crate::EngineError;
 use crate::operator::{Operator, StateEntry};
+use crate::watermark::Watermarks;
 
 /// Where a node reads from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +21,9 @@ pub enum Input {
 struct Node {
     operator: Box<dyn Operator>,
     inputs: Vec<Input>,
+    /// Its output's watermarks as of the last step (as of its building:
+    /// which columns carry one).
+    watermarks: Watermarks,
 }
 
 /// Operators in topological order: a node only reads sources and earlier
@@ -35,6 +39,9 @@ struct Node {
 /// projection instead of unwinding through the task that steps them all.
 pub struct Graph {
     sources: usize,
+    /// Per source, the columns that carry a watermark
+    /// ([`Graph::declare_source_watermark`]).
+    source_watermarks: Vec<Watermarks>,
     nodes: Vec<Node>,
     poisoned: bool,
     last_step: Vec<NodeStep>,
@@ -46,12 +53,15 @@ pub struct NodeStep {
     pub operator: &'static str,
     pub rows_in: u64,
     pub rows_out: u64,
+    /// Input rows it dropped as behind the watermark.
+    pub late_rows: u64,
 }
 
 impl Graph {
     pub fn new(sources: usize) -> Self {
         Self {
             sources,
+            source_watermarks: vec![Watermarks::none(); sources],
             nodes: Vec::new(),
             poisoned: false,
             last_step: Vec::new(),
@@ -76,8 +86,57 @@ impl Graph {
                 });
             }
         }
-        self.nodes.push(Node { operator, inputs });
+        let mut operator = operator;
+        let known: Vec<Watermarks> = inputs
+            .iter()
+            .map(|&i| self.watermarks_of(i).unknown())
+            .collect();
+        let watermarks = operator.watermarks(&known)?;
+        self.nodes.push(Node {
+            operator,
+            inputs,
+            watermarks,
+        });
         Ok(self.nodes.len() - 1)
+    }
+
+    /// Declares that `column` of source `source` carries a watermark (a
+    /// source's `WATERMARK FOR`). Before the nodes reading it are added,
+    /// which learn from it which of their columns carry one.
+    pub fn declare_source_watermark(&mut self, source: usize, column: usize) {
+        if let Some(w) = self.source_watermarks.get_mut(source) {
+            *w = w
+                .clone()
+                .merged(&Watermarks::of([(column, crate::watermark::NONE_YET)]));
+        }
+    }
+
+    /// The columns of `input`'s rows that carry a watermark.
+    pub fn watermark_columns(&self, input: Input) -> Vec<usize> {
+        self.watermarks_of(input)
+            .pairs()
+            .iter()
+            .map(|&(c, _)| c)
+            .collect()
+    }
+
+    fn watermarks_of(&self, input: Input) -> Watermarks {
+        match input {
+            Input::Source(i) => self.source_watermarks.get(i).cloned().unwrap_or_default(),
+            Input::Node(i) => self
+                .nodes
+                .get(i)
+                .map(|n| n.watermarks.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The output's watermarks as of the last step.
+    pub fn output_watermarks(&self) -> Watermarks {
+        self.nodes
+            .last()
+            .map(|n| n.watermarks.clone())
+            .unwrap_or_default()
     }
 
     /// Tells every node where its state lives: node `i` of projection
@@ -117,9 +176,21 @@ impl Graph {
     }
 
     /// Runs one epoch: `sources[i]` is the settled change of source `i`
-    /// ([`crate::rows::settle`]).
+    /// ([`crate::rows::settle`]), no watermark moving.
     /// Returns the change of the output node.
     pub fn step(&mut self, sources: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
+        let unmoved = self.source_watermarks.clone();
+        self.step_at(sources, &unmoved)
+    }
+
+    /// [`Self::step`] with each source's watermarks as of the end of the
+    /// epoch (`watermarks[i]` for source `i`): every node learns its
+    /// inputs' before it steps ([`Operator::watermarks`]).
+    pub fn step_at(
+        &mut self,
+        sources: &[ChangeBatch],
+        watermarks: &[Watermarks],
+    ) -> Result<ChangeBatch, EngineError> {
         if self.poisoned || sources.len() != self.sources || self.nodes.is_empty() {
             return Err(EngineError::Invariant {
                 operator: "graph",
@@ -133,8 +204,17 @@ impl Graph {
             });
         }
         let mut outputs: Vec<ChangeBatch> = Vec::with_capacity(self.nodes.len());
+        let mut marks: Vec<Watermarks> = Vec::with_capacity(self.nodes.len());
         let mut stats = Vec::with_capacity(self.nodes.len());
         for node in &mut self.nodes {
+            let input_marks: Vec<Watermarks> = node
+                .inputs
+                .iter()
+                .map(|input| match *input {
+                    Input::Source(i) => watermarks.get(i).cloned().unwrap_or_default(),
+                    Input::Node(i) => marks[i].clone(),
+                })
+                .collect();
             let inputs: Vec<ChangeBatch> = node
                 .inputs
                 .iter()
@@ -144,20 +224,26 @@ impl Graph {
                 })
                 .collect();
             let operator = &mut node.operator;
-            let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| operator.step(&inputs)))
-                .unwrap_or_else(|panic| {
-                    Err(EngineError::Invariant {
-                        operator: operator.name(),
-                        message: format!("panicked: {}", panic_message(panic.as_ref())),
-                    })
-                });
+            let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let marks = operator.watermarks(&input_marks)?;
+                Ok::<_, EngineError>((marks, operator.step(&inputs)?))
+            }))
+            .unwrap_or_else(|panic| {
+                Err(EngineError::Invariant {
+                    operator: operator.name(),
+                    message: format!("panicked: {}", panic_message(panic.as_ref())),
+                })
+            });
             match stepped {
-                Ok(out) => {
+                Ok((out_marks, out)) => {
                     stats.push(NodeStep {
                         operator: node.operator.name(),
                         rows_in: inputs.iter().map(|c| c.num_rows() as u64).sum(),
                         rows_out: out.num_rows() as u64,
+                        late_rows: node.operator.take_late_rows(),
                     });
+                    node.watermarks = out_marks.clone();
+                    marks.push(out_marks);
                     outputs.push(out);
                 }
                 Err(e) => {

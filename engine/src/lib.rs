@@ -16,6 +16,8 @@
 //! - [`checkpoint`]: incremental, per-vnode checkpoints of every
 //!   projection's keyed state ([`operator::StateEntry`]) and their restore;
 //!   [`vnode_state`]: their stored form, and merging a vnode's chain.
+//! - [`watermark`]: event time: watermarks per column, how they pass
+//!   through expressions, and how a source's are generated.
 //! - [`rows`]: Arrow rows as comparable bytes, and consolidation.
 //! - [`multiset::Multiset`]: bags of rows, the state most operators keep.
 //! - [`runtime`]: the epoch runtime around the coordinator: inputs from
@@ -38,6 +40,7 @@ pub mod table;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod vnode_state;
+pub mod watermark;
 
 pub use checkpoint::{VNODES, state_fingerprint};
 pub use coordinator::{Coordinator, EpochView, ProjectionView, SourceBinding};
@@ -47,3 +50,4 @@ pub use materialized::Materialized;
 pub use operator::{Operator, StateEntry};
 pub use table::TableState;
 pub use vnode_state::VnodeState;
+pub use watermark::Watermarks;

@@ -9,6 +9,7 @@ use weir_common::{ChangeBatch, ObjectId};
 
 use crate::EngineError;
 use crate::multiset::{Reader, Writer};
+use crate::watermark::Watermarks;
 
 /// One key of an operator's state and its value; `None` says the key was
 /// removed. Keys follow the layout of [`state_key`]; values are whatever
@@ -91,6 +92,27 @@ pub trait Operator: Send {
     fn structure(&self) -> String;
 
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError>;
+
+    /// Event-time progress: `inputs[i]` are input `i`'s watermarks as of
+    /// the end of this epoch; returns the output's. The graph calls it
+    /// once per epoch before [`Operator::step`] (so a step can drop rows
+    /// behind the watermark it had and expire what the new one closes),
+    /// and once when it is built with every value [`NONE_YET`], to learn
+    /// which output columns carry one: the set of columns must depend on
+    /// the inputs' columns only, never on their values. The default
+    /// carries none (an operator that does not know how its output
+    /// relates to its inputs' times must not claim one).
+    ///
+    /// [`NONE_YET`]: crate::watermark::NONE_YET
+    fn watermarks(&mut self, _inputs: &[Watermarks]) -> Result<Watermarks, EngineError> {
+        Ok(Watermarks::none())
+    }
+
+    /// Input rows dropped as late (behind the watermark of the epoch
+    /// before) since the last call.
+    fn take_late_rows(&mut self) -> u64 {
+        0
+    }
 
     /// Tells the operator where its state lives: node `node` of the graph
     /// of projection `object`, the pair [`crate::checkpoint::vnode_of`]
@@ -359,12 +381,30 @@ pub(crate) fn expect_inputs(
     inputs: &[ChangeBatch],
     expected: usize,
 ) -> Result<(), EngineError> {
-    if inputs.len() == expected {
+    expect_per_input(operator, "input changes", inputs.len(), expected)
+}
+
+/// Checks that an operator got one set of watermarks per input.
+pub(crate) fn expect_watermarks(
+    operator: &'static str,
+    inputs: &[Watermarks],
+    expected: usize,
+) -> Result<(), EngineError> {
+    expect_per_input(operator, "inputs' watermarks", inputs.len(), expected)
+}
+
+fn expect_per_input(
+    operator: &'static str,
+    what: &str,
+    got: usize,
+    expected: usize,
+) -> Result<(), EngineError> {
+    if got == expected {
         Ok(())
     } else {
         Err(EngineError::Invariant {
             operator,
-            message: format!("expected {expected} input changes, got {}", inputs.len()),
+            message: format!("expected {expected} {what}, got {got}"),
         })
     }
 }

@@ -30,6 +30,6 @@ pub mod window_tvf;
 pub use bind::bind;
 pub use datafusion::sql::sqlparser;
 pub use error::PlanError;
-pub use lower::{LowerOptions, SourceRef, StreamPlan, lower};
+pub use lower::{LowerOptions, ScannedRelation, SourceRef, StreamPlan, lower};
 pub use parse::{ParseError, parse_sql};
 pub use window_tvf::{plain_query, rewrite_window_tvfs};

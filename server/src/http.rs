@@ -30,6 +30,14 @@ async fn ready(State(db): State<Arc<Database>>) -> impl IntoResponse {
 
 async fn metrics(State(db): State<Arc<Database>>) -> impl IntoResponse {
     db.metrics().table_log_synced(db.table_log_syncs());
+    let sources: Vec<(u64, Option<i64>, u64)> = db
+        .runtime()
+        .stream_status()
+        .sources
+        .iter()
+        .map(|(id, s)| (id.0, s.watermark, s.late_rows))
+        .collect();
+    db.metrics().source_watermarks(&sources);
     (
         [(
             header::CONTENT_TYPE,

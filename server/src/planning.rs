@@ -21,6 +21,7 @@ use weir_engine::SourceBinding;
 use weir_engine::runtime::Deployment;
 use weir_engine::runtime::TableToRead;
 use weir_engine::runtime::streams::{SinkToOpen, SourceToRead};
+use weir_engine::watermark::WatermarkSpec;
 use weir_planner::StreamPlan;
 
 use crate::catalog::Catalog;
@@ -63,6 +64,7 @@ impl PlanContext {
             default_schema,
             lower: weir_planner::LowerOptions {
                 workers: db.config().workers(),
+                emit_on_window_close: false,
             },
             secret_key: db.secret_key().clone(),
         }
@@ -109,23 +111,50 @@ impl PlanContext {
         query: &Query,
         column_names: &[String],
     ) -> Result<PlannedProjection, ServerError> {
+        self.plan_projection_emitting(query, column_names, false)
+            .await
+    }
+
+    /// [`Self::plan_projection`], with `EMIT ON WINDOW CLOSE` when
+    /// `emit_on_window_close`.
+    pub(crate) async fn plan_projection_emitting(
+        &self,
+        query: &Query,
+        column_names: &[String],
+        emit_on_window_close: bool,
+    ) -> Result<PlannedProjection, ServerError> {
         let statement = Statement::Query(Box::new(query.clone()));
         let plan = Box::pin(weir_planner::bind(&self.state, statement)).await?;
         let plan = rename_columns(plan, column_names)?;
-        let append_only = |name: &TableReference| {
-            resolve_source(&self.catalog, name, &self.default_schema)
+        let relations = |name: &TableReference| {
+            let Some(def) = resolve_source(&self.catalog, name, &self.default_schema)
                 .ok()
                 .and_then(|id| self.catalog.sources.get(&id))
-                .and_then(|def| {
-                    weir_connectors::connector(
-                        &def.connector,
-                        weir_connectors::ConnectorKind::Source,
-                    )
-                    .ok()
-                })
-                .is_some_and(|c| c.spec().capabilities.append_only)
+            else {
+                return weir_planner::ScannedRelation::default();
+            };
+            let connector = match def.kind {
+                SourceKind::Table { source, .. } => self
+                    .catalog
+                    .sources
+                    .get(&source)
+                    .map_or(def.connector.as_str(), |s| s.connector.as_str()),
+                _ => def.connector.as_str(),
+            };
+            weir_planner::ScannedRelation {
+                append_only: weir_connectors::connector(
+                    connector,
+                    weir_connectors::ConnectorKind::Source,
+                )
+                .is_ok_and(|c| c.spec().capabilities.append_only),
+                watermark: def.watermark.as_ref().map(|w| w.column.clone()),
+            }
         };
-        let stream = weir_planner::lower(&plan, &self.state, &append_only, &self.lower)?;
+        let options = weir_planner::LowerOptions {
+            emit_on_window_close,
+            ..self.lower
+        };
+        let stream = weir_planner::lower(&plan, &self.state, &relations, &options)?;
         let bindings = stream
             .sources
             .iter()
@@ -168,7 +197,9 @@ impl PlanContext {
     pub async fn projection(&self, def: &ProjectionDef) -> Result<Deployment, ServerError> {
         let query = parse_query(&def.query)?;
         let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
-        let planned = self.plan_projection(&query, &names).await?;
+        let planned = self
+            .plan_projection_emitting(&query, &names, def.emit_on_window_close)
+            .await?;
         deployment_of(def.id, planned, def.arrow_schema(), None)
     }
 
@@ -201,16 +232,19 @@ impl PlanContext {
             .tables_of_source(def.id)
             .into_iter()
             .filter_map(|t| match &t.kind {
-                SourceKind::Table { upstream, .. } => Some(TableToRead {
-                    id: t.id,
-                    name: t.qualified_name(),
-                    upstream: upstream.clone(),
-                    schema: t.arrow_schema(),
-                    gaps_accepted: t.gaps_accepted,
-                }),
+                SourceKind::Table { upstream, .. } => {
+                    Some(self.watermark_spec(t).map(|watermark| TableToRead {
+                        id: t.id,
+                        name: t.qualified_name(),
+                        upstream: upstream.clone(),
+                        schema: t.arrow_schema(),
+                        gaps_accepted: t.gaps_accepted,
+                        watermark,
+                    }))
+                }
                 _ => None,
             })
-            .collect();
+            .collect::<Result<Vec<_>, ServerError>>()?;
         Ok(SourceToRead {
             id: def.id,
             name: def.qualified_name(),
@@ -225,7 +259,52 @@ impl PlanContext {
             paused: def.paused,
             tables,
             generation: def.generation,
+            watermark: self.watermark_spec(def)?,
         })
+    }
+
+    /// How the watermark of `def`'s relation is generated: its
+    /// `WATERMARK FOR` expression planned over its columns, and its
+    /// source's `idle_timeout`.
+    pub fn watermark_spec(&self, def: &SourceDef) -> Result<Option<WatermarkSpec>, ServerError> {
+        let Some(w) = &def.watermark else {
+            return Ok(None);
+        };
+        let schema = def.arrow_schema();
+        let column = schema.index_of(&w.column).map_err(|_| {
+            ServerError::internal(format!(
+                "the watermark column {} is not a column of {}",
+                w.column,
+                def.qualified_name()
+            ))
+        })?;
+        let expr = watermark_expr(&self.state, &schema, &w.expr)?;
+        if weir_engine::watermark::monotone_column(&expr) != Some(column) {
+            return Err(ServerError::InvalidParameterValue(format!(
+                "WATERMARK FOR {} AS {}: the expression must read only {} and never decrease as it grows \
+                 (for example {} - INTERVAL '5' SECOND)",
+                w.column, w.expr, w.column, w.column
+            )));
+        }
+        let options = match def.kind {
+            SourceKind::Table { source, .. } => self
+                .catalog
+                .sources
+                .get(&source)
+                .map_or(&def.options, |s| &s.options),
+            _ => &def.options,
+        };
+        let idle_timeout = match options.get(weir_connectors::spec::IDLE_TIMEOUT) {
+            Some(text) => weir_connectors::recovery::parse_duration(text).map_err(|e| {
+                ServerError::InvalidParameterValue(format!("idle_timeout = '{text}': {e}"))
+            })?,
+            None => weir_connectors::spec::DEFAULT_IDLE_TIMEOUT,
+        };
+        Ok(Some(WatermarkSpec {
+            column,
+            expr,
+            idle_timeout,
+        }))
     }
 
     /// A committed sink, planned into what the runtime deploys.
@@ -369,4 +448,15 @@ fn rename_columns(plan: LogicalPlan, names: &[String]) -> Result<LogicalPlan, Se
             None => col(c),
         });
     Ok(LogicalPlanBuilder::from(plan).project(exprs)?.build()?)
+}
+
+/// A `WATERMARK FOR` expression planned over a source's columns.
+pub(crate) fn watermark_expr(
+    state: &SessionState,
+    schema: &arrow::datatypes::SchemaRef,
+    expr: &str,
+) -> Result<Arc<dyn datafusion::physical_expr::PhysicalExpr>, ServerError> {
+    let df_schema = datafusion::common::DFSchema::try_from(schema.as_ref().clone())?;
+    let logical = state.create_logical_expr(expr, &df_schema)?;
+    Ok(state.create_physical_expr(logical, &df_schema)?)
 }

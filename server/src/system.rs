@@ -129,6 +129,7 @@ impl SystemSchema {
                 int8("rows"),
                 int8("rows_in"),
                 int8("rows_out"),
+                int8("late_rows"),
             ],
             other => crate::system_streaming::fields(other)?,
         };
@@ -209,6 +210,7 @@ impl SystemSchema {
                     stat(&|v| v.result.row_count()),
                     stat(&|v| v.rows_in),
                     stat(&|v| v.rows_out),
+                    stat(&|v| v.late_rows),
                 ]
             }
             "epochs" => self.epochs().await?,

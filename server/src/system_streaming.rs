@@ -57,6 +57,8 @@ pub fn fields(name: &str) -> Option<Vec<Field>> {
             utf8("offsets"),
             opt_utf8("max_event_time"),
             opt_utf8("watermark"),
+            opt_utf8("current_watermark"),
+            int8("late_rows"),
             opt_utf8("error"),
             utf8("definition"),
         ],
@@ -193,6 +195,18 @@ pub fn columns(db: &Database, name: &str) -> Option<Vec<ArrayRef>> {
                         })
                         .collect(),
                 ),
+                opt_text(
+                    state
+                        .iter()
+                        .map(|s| {
+                            s.watermark.map(|w| match w {
+                                i64::MAX => "final".to_string(),
+                                w => format_micros(w),
+                            })
+                        })
+                        .collect(),
+                ),
+                int(state.iter().map(|s| s.late_rows as i64).collect()),
                 opt_text(state.iter().map(|s| s.error.clone()).collect()),
                 text(
                     defs.iter()

@@ -7,13 +7,18 @@ use arrow::array::AsArray;
 use arrow::compute::{filter, filter_record_batch};
 use arrow::datatypes::SchemaRef;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Column;
 use weir_common::ChangeBatch;
 
 use crate::EngineError;
-use crate::operator::{Operator, expect_inputs};
+use crate::operator::{Operator, expect_inputs, expect_watermarks};
 use crate::rows::{batch_of, empty_change, settle, where_true};
+use crate::watermark::{Watermarks, derive, monotone_column};
 
 pub struct Map {
+    /// The input's columns (watermarks are evaluated through the
+    /// projection over them).
+    input: SchemaRef,
     /// Rows for which this is not true are dropped (SQL WHERE semantics).
     predicate: Option<Arc<dyn PhysicalExpr>>,
     /// One expression per output column, over the input.
@@ -23,15 +28,30 @@ pub struct Map {
 
 impl Map {
     pub fn new(
+        input: SchemaRef,
         predicate: Option<Arc<dyn PhysicalExpr>>,
         projection: Vec<Arc<dyn PhysicalExpr>>,
         schema: SchemaRef,
     ) -> Self {
         Self {
+            input,
             predicate,
             projection,
             schema,
         }
+    }
+
+    fn derive(
+        &self,
+        expr: &Arc<dyn PhysicalExpr>,
+        column: usize,
+        value: i64,
+    ) -> Result<i64, EngineError> {
+        if expr.as_ref().is::<Column>() {
+            // A bare column passes its value on as it is.
+            return Ok(value);
+        }
+        derive(expr, &self.input, column, value)
     }
 }
 
@@ -51,6 +71,23 @@ impl Operator for Map {
             crate::operator::exprs_text(&self.projection),
             crate::operator::schema_text(&self.schema)
         )
+    }
+
+    /// An output column carries its input column's watermark when its
+    /// expression keeps that column's order ([`monotone_column`]); the
+    /// filter only drops rows, which moves no bound.
+    fn watermarks(&mut self, inputs: &[Watermarks]) -> Result<Watermarks, EngineError> {
+        expect_watermarks(self.name(), inputs, 1)?;
+        let mut out = Vec::new();
+        for (i, expr) in self.projection.iter().enumerate() {
+            let Some(column) = monotone_column(expr) else {
+                continue;
+            };
+            if let Some(value) = inputs[0].get(column) {
+                out.push((i, self.derive(expr, column, value)?));
+            }
+        }
+        Ok(Watermarks::of(out))
     }
 
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
@@ -98,7 +135,12 @@ mod tests {
         let input = schema("g text, x int");
         let out = schema("g text");
         let predicate = binary(col("x", &input).unwrap(), BinaryOp::Gt, lit(1i64), &input).unwrap();
-        let mut map = Map::new(Some(predicate), vec![col("g", &input).unwrap()], out);
+        let mut map = Map::new(
+            input.clone(),
+            Some(predicate),
+            vec![col("g", &input).unwrap()],
+            out,
+        );
         let step = map
             .step(&[change(
                 "g text, x int",

@@ -6,7 +6,8 @@ use weir_common::ChangeBatch;
 use crate::EngineError;
 use crate::rows::{batch_of, concat_changes, settle};
 
-use crate::operator::{Operator, expect_inputs};
+use crate::operator::{Operator, expect_inputs, expect_watermarks};
+use crate::watermark::Watermarks;
 
 pub struct Union {
     inputs: usize,
@@ -34,6 +35,13 @@ impl Operator for Union {
             self.inputs,
             crate::operator::schema_text(&self.schema)
         )
+    }
+
+    /// A column's rows come from every input: it is bounded by the
+    /// slowest.
+    fn watermarks(&mut self, inputs: &[Watermarks]) -> Result<Watermarks, EngineError> {
+        expect_watermarks(self.name(), inputs, self.inputs)?;
+        Ok(Watermarks::min_of(inputs))
     }
 
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {

@@ -9,7 +9,7 @@
 //!   that commit is received, so the changes after it are exactly the ones
 //!   that reach it.
 //! - An epoch closes every barrier interval when rows are pending (or a
-//!   source's position moved without rows), when
+//!   source's position or watermark moved without rows), when
 //!   pending changes pass [`EPOCH_ROW_BUDGET`] rows (bounded memory under a
 //!   burst), and for a [`Command::Barrier`] once its target is received.
 //! - Each epoch publishes an [`EpochView`]; a statement reads every
@@ -127,6 +127,9 @@ impl Loop {
                 // a sink's pre-commit that completed after the seal of its
                 // epoch was taken, for a seal to record it; and a source
                 // position that moved without rows.
+                // A watermark that moves on time alone (an idle split)
+                // moves the offsets it is sealed with.
+                self.streams.advance_watermarks(&mut self.coordinator);
                 let pre_commit_unsealed = self.sealing.is_none()
                     && self.streams.pre_commits_unsealed()
                     && self.coordinator.view().epoch.0 <= self.checkpointer.last_sealed_epoch();
@@ -157,7 +160,12 @@ impl Loop {
                         self.close().await;
                     }
                 }
-                SourceMessage::Ended(id) => self.streams.set_source_status(id, "completed", None),
+                SourceMessage::Ended(id) => {
+                    if self.streams.is_current(id) {
+                        self.streams.clocks_finished(id.source);
+                    }
+                    self.streams.set_source_status(id, "completed", None)
+                }
                 SourceMessage::Failed(id, e) => {
                     tracing::error!(source = %id.source, error = %e, "source failed");
                     self.streams.set_source_status(id, "failed", Some(e))
@@ -366,6 +374,7 @@ impl Loop {
     /// Closes an epoch, hands each sink its share and pre-commits it, and
     /// answers the barriers the epoch covers.
     async fn close(&mut self) {
+        self.streams.advance_watermarks(&mut self.coordinator);
         let emitted = close_epoch(
             &mut self.coordinator,
             &self.shared,

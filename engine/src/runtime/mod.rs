@@ -45,6 +45,7 @@ mod sink_pause;
 mod sink_retry;
 mod sink_seal;
 mod sink_worker;
+mod source_clocks;
 mod source_tables;
 pub mod streams;
 mod table_log;

@@ -43,6 +43,7 @@ use weir_common::{ChangeBatch, ObjectId};
 use weir_connectors::grouping::Grouping;
 
 use super::sink_retry::RetryState;
+use crate::watermark::WatermarkSpec;
 use weir_connectors::{ConnectorError, Offsets, SourceBatch};
 
 use super::Command;
@@ -89,6 +90,10 @@ pub struct SourceToRead {
     /// generation are of the input before, and its reader starts from the
     /// beginning instead.
     pub generation: u64,
+    /// `WATERMARK FOR`: how the watermark of the relation `id` is
+    /// generated (for a source that covers no tables; each table has its
+    /// own).
+    pub watermark: Option<WatermarkSpec>,
 }
 
 /// The split, among a source's sealed offsets, that records the generation
@@ -96,17 +101,23 @@ pub struct SourceToRead {
 /// ([`for_connector`]).
 pub const GENERATION_SPLIT: &str = "weir.generation";
 
-/// `offsets` as a connector knows them: without the runtime's own split.
+/// The prefix of the runtime's own splits among a source's offsets (the
+/// generation, watermarks).
+const RUNTIME_SPLITS: &str = "weir.";
+
+/// `offsets` as a connector knows them: without the runtime's own splits.
 pub(super) fn for_connector(offsets: &Offsets) -> Offsets {
     let mut offsets = offsets.clone();
-    offsets.remove(GENERATION_SPLIT);
+    offsets.retain(|split, _| !split.starts_with(RUNTIME_SPLITS));
     offsets
 }
 
 /// Whether `offsets` hold a position of the connector's (not only the
-/// generation they were read under).
+/// runtime's own splits).
 fn holds_a_position(offsets: &Offsets) -> bool {
-    offsets.keys().any(|split| split != GENERATION_SPLIT)
+    offsets
+        .keys()
+        .any(|split| !split.starts_with(RUNTIME_SPLITS))
 }
 
 /// One upstream table of a source that covers several: the relation its
@@ -120,6 +131,8 @@ pub struct TableToRead {
     pub schema: SchemaRef,
     /// Retention gaps accepted for this table.
     pub gaps_accepted: u32,
+    /// `WATERMARK FOR` of this table's relation.
+    pub watermark: Option<WatermarkSpec>,
 }
 
 /// The connector a sink deployment writes to.
@@ -178,6 +191,11 @@ pub struct SourceStatus {
     pub offsets: Offsets,
     /// The largest event time seen, µs since the Unix epoch.
     pub max_event_time: Option<i64>,
+    /// The watermark of its `WATERMARK FOR` column, µs since the Unix
+    /// epoch (`i64::MAX` once final), when one has been generated.
+    pub watermark: Option<i64>,
+    /// Rows that arrived behind the watermark, since this process started.
+    pub late_rows: u64,
     pub error: Option<String>,
 }
 
@@ -306,6 +324,8 @@ pub struct Streams {
     pub(super) sink_events: mpsc::UnboundedReceiver<SinkEvent>,
     /// Numbers sink worker runs.
     pub(super) sink_runs: u64,
+    /// Per relation with a watermark, its clock ([`super::source_clocks`]).
+    pub(super) clocks: HashMap<ObjectId, super::source_clocks::RelationClock>,
 }
 
 /// The seal being written, as [`Streams::seal_extras`] took it.
@@ -348,6 +368,7 @@ impl Streams {
             seals_taken: 0,
             seal_waiters: Vec::new(),
             generation,
+            clocks: HashMap::new(),
         }
     }
 
@@ -482,8 +503,9 @@ impl Streams {
             // next seal records that, whatever else moves).
             tracing::info!(source = %source.name, generation = source.generation,
                 "a new input: reading it from the beginning");
+            // The watermarks stay: the old input's windows stay closed.
             let received = self.received.entry(source.id).or_default();
-            received.clear();
+            received.retain(|split, _| split.starts_with("weir.watermark."));
             received.insert(GENERATION_SPLIT.into(), source.generation.to_string());
         }
         let offsets = self
@@ -493,6 +515,7 @@ impl Streams {
             .unwrap_or_default();
         self.reader_starts(source, "running", Some(&offsets));
         self.defs.insert(source.id, source.clone());
+        self.start_clocks(source);
         let stop = CancellationToken::new();
         let (sealed, sealed_rx) = mpsc::unbounded_channel();
         self.runs += 1;
@@ -553,7 +576,9 @@ impl Streams {
             .or_default()
             .insert(batch.split.clone(), batch.offset.clone());
         self.count_received(reader, batch);
-        self.defs.get(&reader.source)?.relation_of(&batch.split)
+        let relation = self.defs.get(&reader.source)?.relation_of(&batch.split)?;
+        self.clock_read(relation, batch);
+        Some(relation)
     }
 
     /// The state of `reader` as a whole: its source's, and that of each of
@@ -806,6 +831,7 @@ impl Streams {
         self.defs.remove(&id);
         self.received.remove(&id);
         self.covered.remove(&id);
+        self.clocks_dropped(id);
         self.status.write().sources.remove(&id);
     }
 }

@@ -303,6 +303,7 @@ const DEPLOYMENT: ObjectId = ObjectId(20);
 fn shop(tables: &[ObjectId]) -> SourceToRead {
     SourceToRead {
         generation: 0,
+        watermark: None,
         id: SHOP,
         name: "public.shop".into(),
         connector: "absent".into(),
@@ -318,6 +319,7 @@ fn shop(tables: &[ObjectId]) -> SourceToRead {
                 upstream: format!("public.t{id}"),
                 schema: crate::testing::schema("k int"),
                 gaps_accepted: 0,
+                watermark: None,
             })
             .collect(),
     }

@@ -326,6 +326,7 @@ const SOURCE_ROWS: &str = "k int";
 fn ten_rows(replayable: bool) -> SourceToRead {
     SourceToRead {
         generation: 0,
+        watermark: None,
         paused: false,
         tables: Vec::new(),
         id: SOURCE,
@@ -505,6 +506,7 @@ fn ten_rows_of_a_table(replayable: bool) -> SourceToRead {
             upstream: "public.ten".into(),
             schema: schema(SOURCE_ROWS),
             gaps_accepted: 0,
+            watermark: None,
         }],
         ..ten_rows(replayable)
     }

@@ -63,6 +63,17 @@ pub struct SourceRef {
     pub schema: SchemaRef,
     /// The relation only ever inserts (a source whose connector says so).
     pub append_only: bool,
+    /// The column its `WATERMARK FOR` bounds, if it has one.
+    pub watermark: Option<usize>,
+}
+
+/// What the planner is told of a relation a query scans.
+#[derive(Debug, Clone, Default)]
+pub struct ScannedRelation {
+    /// It only ever inserts (a source whose connector says so).
+    pub append_only: bool,
+    /// The column its `WATERMARK FOR` bounds, by name.
+    pub watermark: Option<String>,
 }
 
 /// A projection's operator graph, ready to step.
@@ -84,21 +95,28 @@ pub struct LowerOptions {
     /// Instances of each keyed operator, stepped on as many threads
     /// (`weir serve --workers`); 1 builds every operator once.
     pub workers: usize,
+    /// `EMIT ON WINDOW CLOSE`: aggregates over a window emit each group
+    /// once, when the watermark closes it (an error if none can).
+    pub emit_on_window_close: bool,
 }
 
 impl Default for LowerOptions {
     fn default() -> Self {
-        Self { workers: 1 }
+        Self {
+            workers: 1,
+            emit_on_window_close: false,
+        }
     }
 }
 
 /// Lowers the bound (analyzed, not yet optimized) plan of a projection
-/// query. `append_only` says which scanned relations only ever insert, so
-/// operators over them can skip retraction state.
+/// query. `relations` says which scanned relations only ever insert (so
+/// operators over them can skip retraction state) and which carry a
+/// watermark (so windows over them close).
 pub fn lower(
     plan: &LogicalPlan,
     state: &SessionState,
-    append_only: &dyn Fn(&TableReference) -> bool,
+    relations: &dyn Fn(&TableReference) -> ScannedRelation,
     options: &LowerOptions,
 ) -> Result<StreamPlan, PlanError> {
     checks::maintainable(plan)?;
@@ -112,17 +130,32 @@ pub fn lower(
         props: state.execution_props().clone(),
         planning: PhysicalPlanningContext::default(),
         workers: options.workers.max(1),
+        emit_on_window_close: options.emit_on_window_close,
+        emitted_on_close: false,
     };
-    lowering.collect_sources(&optimized, append_only)?;
+    lowering.collect_sources(&optimized, relations)?;
     lowering.graph = Graph::new(lowering.sources.len());
+    for (i, source) in lowering.sources.iter().enumerate() {
+        if let Some(column) = source.watermark {
+            lowering.graph.declare_source_watermark(i, column);
+        }
+    }
     let output = lowering.node(&optimized)?;
+    if options.emit_on_window_close && !lowering.emitted_on_close {
+        return Err(PlanError::InvalidArgument(
+            "EMIT ON WINDOW CLOSE needs a GROUP BY column that a watermark closes: \
+             window_start or window_end of TUMBLE or HOP over a source with WATERMARK FOR \
+             (or that column itself)"
+                .into(),
+        ));
+    }
     let append_only = lowering.append_only(output);
     let schema: SchemaRef = Arc::new(optimized.schema().as_arrow().clone());
     // The graph's output is its last node; a bare scan still needs one.
     if !matches!(output, Input::Node(i) if i + 1 == lowering.explain.len()) {
         let columns = identity(&schema);
         lowering.add(
-            Box::new(Map::new(None, columns, schema.clone())),
+            Box::new(Map::new(schema.clone(), None, columns, schema.clone())),
             vec![output],
             "map: output columns".into(),
         )?;
@@ -169,7 +202,7 @@ impl StreamPlan {
                 .collect();
             let last = self.graph.describe().len() - 1;
             let index = self.graph.add(
-                Box::new(Map::new(None, columns, schema.clone())),
+                Box::new(Map::new(self.schema.clone(), None, columns, schema.clone())),
                 vec![Input::Node(last)],
             )?;
             self.explain.push(format!(
@@ -190,6 +223,9 @@ struct Lowering {
     props: ExecutionProps,
     planning: PhysicalPlanningContext,
     workers: usize,
+    emit_on_window_close: bool,
+    /// Some aggregate emits on window close.
+    emitted_on_close: bool,
 }
 
 impl Lowering {
@@ -198,19 +234,25 @@ impl Lowering {
     fn collect_sources(
         &mut self,
         plan: &LogicalPlan,
-        append_only: &dyn Fn(&TableReference) -> bool,
+        relations: &dyn Fn(&TableReference) -> ScannedRelation,
     ) -> Result<(), PlanError> {
         if let LogicalPlan::TableScan(scan) = plan
             && !self.sources.iter().any(|s| s.name == scan.table_name)
         {
+            let relation = relations(&scan.table_name);
+            let schema = scan.source.schema();
+            let watermark = relation
+                .watermark
+                .and_then(|name| schema.index_of(&name).ok());
             self.sources.push(SourceRef {
                 name: scan.table_name.clone(),
-                schema: scan.source.schema(),
-                append_only: append_only(&scan.table_name),
+                schema,
+                append_only: relation.append_only,
+                watermark,
             });
         }
         for input in plan.inputs() {
-            self.collect_sources(input, append_only)?;
+            self.collect_sources(input, relations)?;
         }
         Ok(())
     }
@@ -297,7 +339,7 @@ impl Lowering {
                     .collect::<Result<Vec<_>, _>>()?;
                 let schema = arrow_schema(plan);
                 self.add(
-                    Box::new(Map::new(None, exprs, schema)),
+                    Box::new(Map::new(arrow_schema(&p.input), None, exprs, schema)),
                     vec![input],
                     format!("map: {}", display_list(&p.expr)),
                 )
@@ -310,7 +352,12 @@ impl Lowering {
                 let predicate = self.physical(&f.predicate, f.input.schema())?;
                 let schema = arrow_schema(plan);
                 self.add(
-                    Box::new(Map::new(Some(predicate), identity(&schema), schema)),
+                    Box::new(Map::new(
+                        schema.clone(),
+                        Some(predicate),
+                        identity(&schema),
+                        schema,
+                    )),
                     vec![input],
                     format!("filter: {}", f.predicate.human_display()),
                 )
@@ -402,7 +449,12 @@ impl Lowering {
             description.push_str(&format!(" where {}", display_list(&scan.filters)));
         }
         self.add(
-            Box::new(Map::new(predicate, columns, schema)),
+            Box::new(Map::new(
+                self.sources[index].schema.clone(),
+                predicate,
+                columns,
+                schema,
+            )),
             vec![source],
             description,
         )
@@ -442,13 +494,18 @@ impl Lowering {
         let schema: SchemaRef = Arc::new(a.schema.as_arrow().clone());
         let input_arrow: SchemaRef = Arc::new(input_schema.as_arrow().clone());
         let append_only = self.append_only(input);
+        let watermarked = self.graph.watermark_columns(input);
+        let emit_on_close = self.emit_on_window_close;
         let build = || -> Result<AggregateOp, PlanError> {
-            let operator = AggregateOp::new(
+            let mut operator = AggregateOp::new(
                 input_arrow.clone(),
                 group_by.clone(),
                 calls.clone(),
                 schema.clone(),
             )?;
+            if let Some(key) = operator.window_key(&watermarked) {
+                operator = operator.closing_by(key, emit_on_close);
+            }
             Ok(if append_only {
                 operator.over_append_only()
             } else {
@@ -456,6 +513,21 @@ impl Lowering {
             })
         };
         let operator = build()?;
+        let window_key = operator.window_key(&watermarked);
+        let closes = match window_key {
+            Some(key) if emit_on_close => {
+                self.emitted_on_close = true;
+                format!(
+                    " [emits each group once, when the watermark of {} passes it]",
+                    a.group_expr[key].human_display()
+                )
+            }
+            Some(key) => format!(
+                " [state of a group dropped when the watermark of {} passes it]",
+                a.group_expr[key].human_display()
+            ),
+            None => String::new(),
+        };
         // Each call with how it is maintained: `count(*) [running]`.
         let computed: Vec<String> = a
             .aggr_expr
@@ -465,11 +537,18 @@ impl Lowering {
             .collect();
         let (operator, workers) = self.keyed(Box::new(operator), || Ok(Box::new(build()?)))?;
         let description = format!(
-            "aggregate: group by [{}] compute [{}]{workers}",
+            "aggregate: group by [{}] compute [{}]{closes}{workers}",
             display_list(&a.group_expr),
             computed.join(", ")
         );
-        self.add(operator, vec![input], description)
+        let at = self.add(operator, vec![input], description)?;
+        if window_key.is_some() && emit_on_close {
+            // Each group's row once, never retracted.
+            if let Input::Node(i) = at {
+                self.appends[i] = true;
+            }
+        }
+        Ok(at)
     }
 
     fn join(&mut self, j: &Join) -> Result<Input, PlanError> {
@@ -713,7 +792,7 @@ mod tests {
         });
         let options = LowerOptions::default();
         let state = SessionStateBuilder::new().build();
-        let mut stream = lower(&plan, &state, &|_| false, &options).unwrap();
+        let mut stream = lower(&plan, &state, &|_| ScannedRelation::default(), &options).unwrap();
         let out = stream.graph.step(&[]).unwrap();
         assert!(out.is_empty());
         assert_eq!(out.schema().fields().len(), 1);

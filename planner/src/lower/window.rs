@@ -136,7 +136,12 @@ pub(super) fn top_n_filter(
         None,
     )));
     at = lowering.add(
-        Box::new(Map::new(None, columns, window_arrow.clone())),
+        Box::new(Map::new(
+            numbered.clone(),
+            None,
+            columns,
+            window_arrow.clone(),
+        )),
         vec![at],
         format!("map: number as {}", number_field.data_type()),
     )?;
@@ -148,7 +153,7 @@ pub(super) fn top_n_filter(
             .collect::<Result<Vec<_>, _>>()?;
         let schema: SchemaRef = Arc::new(p.schema.as_arrow().clone());
         at = lowering.add(
-            Box::new(Map::new(None, exprs, schema)),
+            Box::new(Map::new(window_arrow.clone(), None, exprs, schema)),
             vec![at],
             format!("map: {}", super::display_list(&p.expr)),
         )?;
@@ -159,7 +164,7 @@ pub(super) fn top_n_filter(
         .map(|i| column(&schema, i))
         .collect();
     let at = lowering.add(
-        Box::new(Map::new(Some(predicate), columns, schema)),
+        Box::new(Map::new(schema.clone(), Some(predicate), columns, schema)),
         vec![at],
         format!("filter: {}", filter.predicate.human_display()),
     )?;

@@ -161,6 +161,10 @@ pub struct ProjectionDef {
     /// Empty for projections created before settings were kept.
     #[serde(default)]
     pub settings: std::collections::BTreeMap<String, String>,
+    /// `EMIT ON WINDOW CLOSE`: its window aggregates emit each window's
+    /// row once, when the watermark closes it.
+    #[serde(default)]
+    pub emit_on_window_close: bool,
 }
 
 /// The session settings that change what a query's text means.
@@ -190,7 +194,12 @@ impl ProjectionDef {
         } else {
             format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
         };
-        format!("CREATE PROJECTION {name} AS {}", self.query)
+        let emit = if self.emit_on_window_close {
+            " EMIT ON WINDOW CLOSE"
+        } else {
+            ""
+        };
+        format!("CREATE PROJECTION {name} AS {}{emit}", self.query)
     }
 }
 

@@ -41,8 +41,17 @@ async fn planned() -> (Graph, Vec<SourceBinding>, SchemaRef) {
     ctx.register_table("t", Arc::new(table)).unwrap();
     let plan = ctx.state().create_logical_plan(QUERY).await.unwrap();
     // Two workers, so the faults also hit state split over workers.
-    let options = weir_planner::LowerOptions { workers: 2 };
-    let stream = weir_planner::lower(&plan, &ctx.state(), &|_| false, &options).unwrap();
+    let options = weir_planner::LowerOptions {
+        workers: 2,
+        ..Default::default()
+    };
+    let stream = weir_planner::lower(
+        &plan,
+        &ctx.state(),
+        &|_| weir_planner::ScannedRelation::default(),
+        &options,
+    )
+    .unwrap();
     let sources = stream
         .sources
         .iter()

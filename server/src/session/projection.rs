@@ -51,12 +51,7 @@ impl Session {
                 "CREATE OR REPLACE and TEMPORARY projections",
             ));
         }
-        if !matches!(create.options, CreateTableOptions::None) {
-            return Err(ServerError::feature_not_supported(format!(
-                "projection options {} (none are supported yet)",
-                create.options
-            )));
-        }
+        let emit_on_window_close = emits_on_window_close(&create)?;
         let (schema, name) = self.split_name(&create.name)?;
         let catalog = self.snapshot().catalog.clone();
         if !catalog.schemas.contains(&schema) {
@@ -69,7 +64,10 @@ impl Session {
             return Err(ServerError::DuplicateTable(name));
         }
         let column_names = declared_columns(&create);
-        let planned = self.plan_projection(&create.query, &column_names).await?;
+        let planned = self
+            .plan_context()
+            .plan_projection_emitting(&create.query, &column_names, emit_on_window_close)
+            .await?;
         let columns = column_defs(&planned.stream)?;
         let mut reads: Vec<ObjectId> = planned.bindings.iter().map(|b| b.object).collect();
         // `t` and `public.t` are two scans of one object.
@@ -88,6 +86,7 @@ impl Session {
             columns,
             reads,
             settings,
+            emit_on_window_close,
         };
         self.write(TxnWrites {
             ddl: vec![CatalogChange::CreateProjection(def)],
@@ -102,7 +101,10 @@ impl Session {
         create: &CreateView,
     ) -> Result<StatementResult, ServerError> {
         let column_names = declared_columns(create);
-        let planned = self.plan_projection(&create.query, &column_names).await?;
+        let planned = self
+            .plan_context()
+            .plan_projection_emitting(&create.query, &column_names, emits_on_window_close(create)?)
+            .await?;
         let mut lines: Vec<Vec<String>> = planned
             .stream
             .sources
@@ -398,4 +400,31 @@ pub(super) fn drop_readers(
         }
     }
     Ok(())
+}
+
+/// Whether `create` ends in `EMIT ON WINDOW CLOSE` (read as the option
+/// [`weir_planner::parse::EMIT_ON_WINDOW_CLOSE_OPTION`]); any other
+/// option is refused.
+fn emits_on_window_close(create: &CreateView) -> Result<bool, ServerError> {
+    use datafusion::sql::sqlparser::ast::SqlOption;
+    let options = match &create.options {
+        CreateTableOptions::None => return Ok(false),
+        CreateTableOptions::With(options) => options,
+        other => {
+            return Err(ServerError::feature_not_supported(format!(
+                "projection options {other} (none are supported yet)"
+            )));
+        }
+    };
+    match options.as_slice() {
+        [SqlOption::KeyValue { key, .. }]
+            if key.value == weir_planner::parse::EMIT_ON_WINDOW_CLOSE_OPTION =>
+        {
+            Ok(true)
+        }
+        _ => Err(ServerError::feature_not_supported(format!(
+            "projection options {} (none are supported yet)",
+            create.options
+        ))),
+    }
 }

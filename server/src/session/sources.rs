@@ -161,6 +161,9 @@ impl Session {
             paused: false,
             kind,
         };
+        // The expression plans, keeps the column's order, and the
+        // idle timeout reads.
+        self.plan_context().watermark_spec(&def)?;
         self.write(TxnWrites {
             ddl: vec![CatalogChange::CreateSource(def)],
             tables: vec![],

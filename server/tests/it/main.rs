@@ -33,6 +33,8 @@
 //!   (`CREATE SOURCE t FROM shared TABLE '...'`): checks at CREATE, SHOW
 //!   CREATE round trips, DROP CASCADE letting the slot go; one table read
 //!   into a projection.
+//! - `event_time`: watermarks from `WATERMARK FOR`, windows closing on
+//!   them, `EMIT ON WINDOW CLOSE` exact across `kill -9`.
 //! - `destination`: CREATE DESTINATION checks, a projection mirrored into
 //!   a created target, SHOW CREATE, REPAIR under a new generation.
 //! - `secrets`: CREATE SECRET / CONNECTION: a password that reaches a real
@@ -64,6 +66,7 @@ mod auth;
 mod crash;
 mod crash_projections;
 mod destination;
+mod event_time;
 mod files;
 mod groupcommit;
 mod http;

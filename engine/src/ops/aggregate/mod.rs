@@ -22,13 +22,23 @@
 //! group. A failed step may leave the state part-way: the graph is then
 //! poisoned and rebuilt ([`crate::Graph::is_poisoned`]).
 //!
+//! Windows close ([`Aggregate::closing_by`]): when a group-by column
+//! carries a watermark (a window's start or end over a source with a
+//! `WATERMARK`), a group whose value in it is behind the watermark can get
+//! no more rows. Its state is dropped (its output row stays where it was
+//! emitted), a row that arrives for it later is dropped and counted as
+//! late, and under `EMIT ON WINDOW CLOSE` its one final row is emitted
+//! then instead of a row per change: the output only inserts.
+//!
 //! State entries (distribution key = the group key): the `started` flag
-//! (`STARTED`, empty group); per group its row count and running
+//! (`STARTED`, empty group); the watermark in effect (`WATERMARK`, empty
+//! group, when windows close); per group its row count and running
 //! accumulators (`GROUP`) and the output row last emitted (`OUTPUT`); per
 //! kept value its count (`VALUE`, rest = call index and value); per input
 //! row its count when a call recomputes (`ROW`).
 
 mod calls;
+mod closing;
 mod exact_sum;
 mod recompute;
 #[cfg(test)]
@@ -49,11 +59,13 @@ use self::calls::{Call, CallState, Strategy, ValuesChanged};
 use crate::EngineError;
 use crate::multiset::Multiset;
 use crate::operator::{
-    Operator, StateEntry, count_value, expect_inputs, mark_changed, parse_state_key, read_count,
-    state_key, take_changed, unreadable,
+    Operator, StateEntry, count_value, expect_inputs, expect_watermarks, mark_changed,
+    parse_state_key, read_count, state_key, take_changed, unreadable,
 };
 use crate::ops::parallel::{Keyed, not_shardable};
 use crate::rows::{RowBytes, RowCodec, batch_of, empty_change};
+use crate::watermark::{NONE_YET, Watermarks, derive, monotone_column};
+use datafusion::physical_expr::expressions::Column;
 
 const NAME: &str = "aggregate";
 
@@ -63,6 +75,7 @@ const ROW: u8 = 1;
 const OUTPUT: u8 = 2;
 const GROUP: u8 = 3;
 const VALUE: u8 = 4;
+const WATERMARK: u8 = 5;
 
 /// One aggregate call, with its `FILTER (WHERE ...)` if any.
 #[derive(Clone)]
@@ -83,6 +96,9 @@ struct Group {
     output: Option<RowBytes>,
     /// Changed in the current step.
     touched: bool,
+    /// Its value in the column windows close by, once known (`None`
+    /// before; `Some(None)` for a NULL, which never closes).
+    window: Option<Option<i64>>,
 }
 
 impl Group {
@@ -111,6 +127,25 @@ pub struct Aggregate {
     started: bool,
     /// State keys changed since the last `take_state_changes`.
     changed: hashbrown::HashSet<Vec<u8>>,
+    /// Set when groups close by a watermark.
+    closing: Option<Closing>,
+}
+
+/// How groups close by event time ([`Aggregate::closing_by`]).
+struct Closing {
+    /// The group-by column (an output column) whose watermark closes them.
+    key: usize,
+    /// `EMIT ON WINDOW CLOSE`: a group's row is emitted once, at close.
+    emit_on_close: bool,
+    /// The watermark in effect: groups behind it are closed, rows for
+    /// them late.
+    watermark: i64,
+    /// The watermark this epoch brings ([`Operator::watermarks`]).
+    next: i64,
+    /// Open groups by their value in `key`.
+    open: std::collections::BTreeMap<i64, Vec<RowBytes>>,
+    /// Rows dropped as late since the last `take_late_rows`.
+    late: u64,
 }
 
 impl Aggregate {
@@ -154,7 +189,37 @@ impl Aggregate {
             free: Vec::new(),
             started: false,
             changed: hashbrown::HashSet::new(),
+            closing: None,
         })
+    }
+
+    /// The first group-by column whose expression carries the watermark
+    /// of one of `watermarked` (input columns), if any: the column groups
+    /// can close by ([`Self::closing_by`]).
+    pub fn window_key(&self, watermarked: &[usize]) -> Option<usize> {
+        self.group_by
+            .iter()
+            .position(|e| monotone_column(e).is_some_and(|c| watermarked.contains(&c)))
+    }
+
+    /// Closes groups by the watermark of group-by column `key` (see the
+    /// module doc); with `emit_on_close`, each group's row is emitted once,
+    /// when it closes.
+    pub fn closing_by(mut self, key: usize, emit_on_close: bool) -> Self {
+        self.closing = Some(Closing {
+            key,
+            emit_on_close,
+            watermark: NONE_YET,
+            next: NONE_YET,
+            open: std::collections::BTreeMap::new(),
+            late: 0,
+        });
+        self
+    }
+
+    /// Whether the output only inserts (`EMIT ON WINDOW CLOSE`).
+    pub fn emits_on_close(&self) -> bool {
+        self.closing.as_ref().is_some_and(|c| c.emit_on_close)
     }
 
     /// Declares that the input only ever inserts (an append-only source
@@ -200,6 +265,7 @@ impl Aggregate {
             input: Multiset::default(),
             output: None,
             touched: false,
+            window: None,
         };
         let slot = match self.free.pop() {
             Some(slot) => {
@@ -249,8 +315,9 @@ impl Aggregate {
         Ok(keys.iter().map(|key| self.slot_of(key.as_ref())).collect())
     }
 
-    /// Folds `input` into the groups; returns the slots it touched.
-    fn fold(&mut self, input: &ChangeBatch) -> Result<Vec<u32>, EngineError> {
+    /// Folds `input` into the groups; returns the slots it touched, and
+    /// each row's slot.
+    fn fold(&mut self, input: &ChangeBatch) -> Result<(Vec<u32>, Vec<u32>), EngineError> {
         let slots = self.slots_of(input.rows())?;
         let weights = input.weights().values();
         let mut touched = Vec::new();
@@ -304,7 +371,7 @@ impl Aggregate {
                 mark_changed(&mut self.changed, &mut scratch, ROW, &group.key, &[row]);
             }
         }
-        Ok(touched)
+        Ok((touched, slots))
     }
 
     /// Output rows for the groups in `slots`, encoded.
@@ -424,9 +491,13 @@ impl Operator for Aggregate {
                 )
             })
             .collect();
+        let closing = match &self.closing {
+            None => String::new(),
+            Some(c) => format!("; closes by {} emit_on_close={}", c.key, c.emit_on_close),
+        };
         // `/2`: the state layout with running accumulators.
         format!(
-            "{NAME}/2(group {}; calls {}; in {}; out {})",
+            "{NAME}/2(group {}; calls {}; in {}; out {}{closing})",
             exprs_text(&self.group_by),
             calls.join(" | "),
             schema_text(self.input.schema()),
@@ -446,13 +517,61 @@ impl Operator for Aggregate {
             }
         }
         self.started = true;
-        if !inputs[0].is_empty() {
-            touched.extend(self.fold(&inputs[0])?);
+        if self.closing.is_none() {
+            if !inputs[0].is_empty() {
+                touched.extend(self.fold(&inputs[0])?.0);
+            }
+            if touched.is_empty() {
+                return Ok(empty_change(self.output.schema()));
+            }
+            return self.emit(touched);
         }
-        if touched.is_empty() {
-            return Ok(empty_change(self.output.schema()));
+        let (input, windows) = self.on_time(&inputs[0])?;
+        if !input.is_empty() {
+            let (more, slots) = self.fold(&input)?;
+            touched.extend(more);
+            self.index_windows(&slots, &windows);
         }
-        self.emit(touched)
+        let mut out = if self.emits_on_close() {
+            self.settle_quietly(touched);
+            Vec::new()
+        } else {
+            vec![self.emit(touched)?]
+        };
+        out.push(self.close()?);
+        crate::rows::concat_changes(self.output.schema(), &out)
+    }
+
+    fn watermarks(&mut self, inputs: &[Watermarks]) -> Result<Watermarks, EngineError> {
+        expect_watermarks(NAME, inputs, 1)?;
+        let mut out = Vec::new();
+        for (j, expr) in self.group_by.iter().enumerate() {
+            let Some(column) = monotone_column(expr) else {
+                continue;
+            };
+            let Some(value) = inputs[0].get(column) else {
+                continue;
+            };
+            let value = if expr.as_ref().is::<Column>() {
+                value
+            } else {
+                derive(expr, self.input.schema(), column, value)?
+            };
+            out.push((j, value));
+        }
+        let out = Watermarks::of(out);
+        if let Some(closing) = &mut self.closing
+            && let Some(value) = out.get(closing.key)
+        {
+            closing.next = closing.next.max(value);
+        }
+        Ok(out)
+    }
+
+    fn take_late_rows(&mut self) -> u64 {
+        self.closing
+            .as_mut()
+            .map_or(0, |c| std::mem::take(&mut c.late))
     }
 
     fn take_state_changes(&mut self) -> Result<Vec<StateEntry>, EngineError> {
@@ -466,6 +585,9 @@ impl Operator for Aggregate {
         let mut entries = Vec::new();
         if self.started {
             entries.push(StateEntry::set(state_key(STARTED, &[], &[]), vec![1]));
+        }
+        if let Some(value) = self.watermark_value() {
+            entries.push(StateEntry::set(state_key(WATERMARK, &[], &[]), value));
         }
         for group in self.groups.iter().flatten() {
             let key = &group.key;
@@ -508,6 +630,19 @@ impl Operator for Aggregate {
                 self.started = value.is_some();
                 continue;
             }
+            if key.tag == WATERMARK {
+                let watermark = match value {
+                    None => NONE_YET,
+                    Some(v) => <[u8; 8]>::try_from(v)
+                        .map(i64::from_le_bytes)
+                        .map_err(|_| unreadable(NAME, "a malformed watermark"))?,
+                };
+                if let Some(closing) = &mut self.closing {
+                    closing.watermark = watermark;
+                    closing.next = closing.next.max(watermark);
+                }
+                continue;
+            }
             let slot = self.slot_of(key.distribution);
             touched.push(slot);
             match key.tag {
@@ -531,7 +666,7 @@ impl Operator for Aggregate {
             }
         }
         // A group exists while it has rows or an output, as after a step.
-        for slot in touched {
+        for &slot in &touched {
             if self.groups[slot as usize]
                 .as_ref()
                 .is_some_and(Group::is_empty)
@@ -539,6 +674,7 @@ impl Operator for Aggregate {
                 self.remove(slot);
             }
         }
+        self.index_restored(touched)?;
         self.changed.clear();
         Ok(())
     }
@@ -605,6 +741,7 @@ impl Aggregate {
         let group = self.index.get(key.distribution).map(|&s| self.group(s));
         Ok(match key.tag {
             STARTED => self.started.then(|| vec![1]),
+            WATERMARK => self.watermark_value(),
             GROUP => group.map(|g| self.encode_group(g)),
             OUTPUT => group.and_then(|g| g.output.as_ref()).map(|r| r.to_vec()),
             VALUE => {

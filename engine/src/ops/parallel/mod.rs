@@ -58,6 +58,7 @@ use crate::EngineError;
 use crate::checkpoint::Vnodes;
 use crate::operator::{Operator, StateEntry, parse_state_key, split_state_key};
 use crate::rows::{concat_changes, empty_change, settle};
+use crate::watermark::Watermarks;
 
 /// Input rows of a step below which the workers step one after another on
 /// the calling thread: spawning costs more than such a step.
@@ -376,6 +377,22 @@ impl Operator for Parallel {
         }
     }
 
+    /// Every worker sees the same watermarks; their outputs' agree.
+    fn watermarks(&mut self, inputs: &[Watermarks]) -> Result<Watermarks, EngineError> {
+        let mut out = Watermarks::none();
+        for (w, worker) in self.workers.iter_mut().enumerate() {
+            let theirs = worker.watermarks(inputs)?;
+            if w == 0 {
+                out = theirs;
+            }
+        }
+        Ok(out)
+    }
+
+    fn take_late_rows(&mut self) -> u64 {
+        self.workers.iter_mut().map(|w| w.take_late_rows()).sum()
+    }
+
     fn place(&mut self, object: ObjectId, node: u32) -> Result<(), EngineError> {
         if self.placement == (object, node) {
             return Ok(());
@@ -424,7 +441,12 @@ impl Operator for Parallel {
         let mut routed: Vec<Vec<StateEntry>> = vec![Vec::new(); self.workers.len()];
         for entry in entries {
             let key = parse_state_key(self.instance_name(), &entry.key)?;
-            routed[self.owner(key.distribution)].push(entry.clone());
+            if key.distribution.is_empty() {
+                // Kept by every worker alike (a flag, a watermark).
+                routed.iter_mut().for_each(|r| r.push(entry.clone()));
+            } else {
+                routed[self.owner(key.distribution)].push(entry.clone());
+            }
         }
         let threads = entries.len() >= self.parallel_rows;
         let pairs = self.workers.iter_mut().zip(routed);

@@ -1,0 +1,188 @@
+//! Groups that close by event time (the module doc of [`super`]): late
+//! rows dropped, closed groups' state dropped, and under `EMIT ON WINDOW
+//! CLOSE` their rows emitted once at close.
+
+use arrow::array::BooleanArray;
+use arrow::compute::{filter, filter_record_batch};
+use weir_common::ChangeBatch;
+
+use super::{Aggregate, GROUP, OUTPUT, ROW, VALUE, WATERMARK, value_rest};
+use crate::EngineError;
+use crate::operator::state_key;
+use crate::rows::{RowBytes, empty_change};
+use crate::watermark::{NONE_YET, as_i64};
+
+impl Aggregate {
+    fn closing_key(&self) -> usize {
+        self.closing.as_ref().map_or(0, |c| c.key)
+    }
+
+    /// `input` without its late rows (those of groups closed by the
+    /// watermark in effect), counted; and each kept row's value in the
+    /// closing column.
+    pub(super) fn on_time(
+        &mut self,
+        input: &ChangeBatch,
+    ) -> Result<(ChangeBatch, Vec<Option<i64>>), EngineError> {
+        if input.is_empty() {
+            return Ok((input.clone(), Vec::new()));
+        }
+        let key = self.closing_key();
+        let rows = input.rows();
+        let values = as_i64(
+            &self.group_by[key]
+                .evaluate(rows)?
+                .into_array(rows.num_rows())?,
+        )?;
+        let watermark = self.closing.as_ref().map_or(NONE_YET, |c| c.watermark);
+        let on_time = |v: &Option<i64>| v.is_none_or(|v| v >= watermark);
+        let late = values.iter().filter(|v| !on_time(v)).count();
+        if late == 0 {
+            return Ok((input.clone(), values));
+        }
+        if let Some(closing) = &mut self.closing {
+            closing.late += late as u64;
+        }
+        let mask: BooleanArray = values.iter().map(|v| Some(on_time(v))).collect();
+        let kept = ChangeBatch::new(
+            filter_record_batch(rows, &mask)?,
+            arrow::array::AsArray::as_primitive(&filter(input.weights(), &mask)?).clone(),
+        )?;
+        let values = values.into_iter().filter(on_time).collect();
+        Ok((kept, values))
+    }
+
+    /// Files each group a row of this step started under its value in the
+    /// closing column (`slots[i]` is row `i`'s group).
+    pub(super) fn index_windows(&mut self, slots: &[u32], values: &[Option<i64>]) {
+        for (&slot, &value) in slots.iter().zip(values) {
+            let Some(group) = self.groups[slot as usize].as_mut() else {
+                continue;
+            };
+            if group.window.is_some() {
+                continue;
+            }
+            group.window = Some(value);
+            if let (Some(value), Some(closing)) = (value, self.closing.as_mut()) {
+                closing
+                    .open
+                    .entry(value)
+                    .or_default()
+                    .push(group.key.clone());
+            }
+        }
+    }
+
+    /// After a restore: files every group read back under its value in
+    /// the closing column, decoded from its key.
+    pub(super) fn index_restored(&mut self, mut slots: Vec<u32>) -> Result<(), EngineError> {
+        if self.closing.is_none() {
+            return Ok(());
+        }
+        slots.sort_unstable();
+        slots.dedup();
+        slots.retain(|&s| {
+            self.groups[s as usize]
+                .as_ref()
+                .is_some_and(|g| g.window.is_none())
+        });
+        let Some(codec) = &self.key else {
+            return Ok(());
+        };
+        if slots.is_empty() {
+            return Ok(());
+        }
+        let keys = codec.decode(slots.iter().map(|&s| &self.group(s).key))?;
+        let values = as_i64(keys.column(self.closing_key()))?;
+        self.index_windows(&slots, &values);
+        Ok(())
+    }
+
+    /// `EMIT ON WINDOW CLOSE`: the touched groups emit nothing now; those
+    /// left without rows go.
+    pub(super) fn settle_quietly(&mut self, touched: Vec<u32>) {
+        for slot in touched {
+            let group = self.group_mut(slot);
+            group.touched = false;
+            let key = group.key.clone();
+            self.changed.insert(state_key(GROUP, &key, &[]));
+            // Its entry among the open groups stays until its window
+            // closes, and then finds no group (or the same key's new one).
+            if self.group(slot).is_empty() {
+                self.remove(slot);
+            }
+        }
+    }
+
+    /// Moves the watermark in effect to the one this epoch brought: every
+    /// group behind it closes (its final row emitted under `EMIT ON
+    /// WINDOW CLOSE`) and its state goes.
+    pub(super) fn close(&mut self) -> Result<ChangeBatch, EngineError> {
+        let Some(closing) = &mut self.closing else {
+            return Ok(empty_change(self.output.schema()));
+        };
+        if closing.next <= closing.watermark {
+            return Ok(empty_change(self.output.schema()));
+        }
+        closing.watermark = closing.next;
+        let emit = closing.emit_on_close;
+        let later = closing.open.split_off(&closing.watermark);
+        let closed: Vec<RowBytes> = std::mem::replace(&mut closing.open, later)
+            .into_values()
+            .flatten()
+            .collect();
+        self.changed.insert(state_key(WATERMARK, &[], &[]));
+        // A key filed twice (a group that emptied and started again).
+        let mut slots: Vec<u32> = closed
+            .iter()
+            .filter_map(|key| self.index.get(key).copied())
+            .collect();
+        slots.sort_unstable();
+        slots.dedup();
+        let out = if emit {
+            let live: Vec<u32> = slots
+                .iter()
+                .copied()
+                .filter(|&s| self.group(s).rows > 0)
+                .collect();
+            let rows = self.output_rows(&live)?;
+            let change: Vec<(RowBytes, i64)> = rows.into_iter().map(|r| (r, 1)).collect();
+            self.output.consolidated_change(&change)?
+        } else {
+            empty_change(self.output.schema())
+        };
+        for slot in slots {
+            self.drop_state(slot);
+        }
+        Ok(out)
+    }
+
+    /// Removes a closed group and records every state key it had as gone.
+    fn drop_state(&mut self, slot: u32) {
+        let group = self.group(slot);
+        let key = group.key.clone();
+        let mut gone = vec![state_key(GROUP, &key, &[]), state_key(OUTPUT, &key, &[])];
+        for (c, state) in group.calls.iter().enumerate() {
+            for (value, _) in state.values.iter() {
+                gone.push(state_key(VALUE, &key, &value_rest(c, value)));
+            }
+        }
+        for (row, _) in group.input.iter() {
+            gone.push(state_key(ROW, &key, row));
+        }
+        self.changed.extend(gone);
+        self.remove(slot);
+    }
+
+    /// The `WATERMARK` entry's value, when groups close and one is known.
+    pub(super) fn watermark_value(&self) -> Option<Vec<u8>> {
+        self.closing
+            .as_ref()
+            .filter(|c| c.watermark != NONE_YET)
+            .map(|c| c.watermark.to_le_bytes().to_vec())
+    }
+}
+
+#[cfg(test)]
+#[path = "closing_tests.rs"]
+mod tests;

@@ -1,0 +1,122 @@
+//! Event time: watermarks generated from a source's `WATERMARK FOR`,
+//! windows that close on them (`EMIT ON WINDOW CLOSE` emits each once),
+//! and the watermark sealed so a `kill -9` neither emits a window twice
+//! nor loses one.
+
+use tokio_postgres::Client;
+
+use crate::harness::{WeirServer, try_rows as rows};
+use crate::sources::{error_of, kill_and_restart, until_returns, value};
+
+/// 2 000 rows one second apart from a fixed instant: 200 ten-second
+/// windows of 10 rows each, ids 1..=2000. `rows_per_second` spreads them
+/// over a few seconds, so epochs close part way and a kill lands mid-run.
+const SOURCE: &str = "CREATE SOURCE ticks (id BIGINT, ts TIMESTAMP,
+         WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+       WITH (connector = 'datagen', max_rows = '2000', rows_per_second = '500',
+             base_time = '1700000000000', fields.id.kind = 'sequence', fields.ts.step_ms = '1000')";
+
+const WINDOWS: &str = "SELECT window_start, count(*) AS n, sum(id) AS s
+       FROM TUMBLE(ticks, ts, INTERVAL '10' SECOND) GROUP BY window_start";
+
+/// Every window once, with its 10 rows: what the whole input gives.
+async fn all_windows(client: &Client, projection: &str) {
+    until_returns(
+        client,
+        &format!("SELECT count(*), sum(n), sum(s), max(n), min(n) FROM {projection}"),
+        "200|2000|2001000|10|10",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emit_on_window_close_emits_every_window_once_even_across_kill_9() {
+    let mut server = WeirServer::start();
+    let client = server.connect().await;
+    client.batch_execute(SOURCE).await.expect("source");
+    client
+        .batch_execute(&format!(
+            "CREATE PROJECTION closed AS {WINDOWS} EMIT ON WINDOW CLOSE;
+             CREATE PROJECTION updating AS {WINDOWS};"
+        ))
+        .await
+        .expect("projections");
+    let shown = value(&client, "SHOW CREATE PROJECTION closed").await;
+    assert!(shown.ends_with("EMIT ON WINDOW CLOSE"), "{shown}");
+    let explained = rows(
+        &client,
+        &format!("EXPLAIN CREATE PROJECTION c AS {WINDOWS} EMIT ON WINDOW CLOSE"),
+    )
+    .await
+    .unwrap()
+    .join("\n");
+    assert!(explained.contains("emits each group once"), "{explained}");
+
+    // Part way: the closed windows are exactly the ones behind the
+    // watermark, each complete; the updating projection is ahead of it.
+    let client = loop {
+        let closed: i64 = value(&client, "SELECT count(*) FROM closed")
+            .await
+            .parse()
+            .unwrap();
+        if closed >= 20 {
+            break kill_and_restart(&mut server, "mid-run").await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let partial = value(
+        &client,
+        "SELECT count(*), coalesce(min(n), 10), coalesce(max(n), 10) FROM closed",
+    )
+    .await;
+    assert!(
+        partial.ends_with("|10|10"),
+        "every window emitted is whole: {partial}"
+    );
+
+    all_windows(&client, "closed").await;
+    all_windows(&client, "updating").await;
+    // Nothing is emitted twice (a window twice would have weight 2, so
+    // two rows here).
+    assert_eq!(
+        value(&client, "SELECT count(DISTINCT window_start) FROM closed").await,
+        "200"
+    );
+    until_returns(
+        &client,
+        "SELECT status, current_watermark, late_rows FROM weir_catalog.sources WHERE name = 'ticks'",
+        "completed|final|0",
+    )
+    .await;
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emit_on_window_close_needs_a_window_over_a_watermark() {
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "{SOURCE}; CREATE SOURCE plain (id BIGINT, ts TIMESTAMP)
+               WITH (connector = 'datagen', max_rows = '10')"
+        ))
+        .await
+        .expect("sources");
+    for sql in [
+        "CREATE PROJECTION p AS SELECT id, count(*) FROM ticks GROUP BY id EMIT ON WINDOW CLOSE",
+        "CREATE PROJECTION p AS SELECT window_start, count(*) FROM TUMBLE(plain, ts, INTERVAL '1' SECOND) GROUP BY window_start EMIT ON WINDOW CLOSE",
+    ] {
+        let (code, message) = error_of(&client, sql).await;
+        assert_eq!(code, "22023", "{sql}: {message}");
+        assert!(message.contains("EMIT ON WINDOW CLOSE needs"), "{message}");
+    }
+    let (code, message) = error_of(
+        &client,
+        "CREATE SOURCE bad (ts TIMESTAMP,
+             WATERMARK FOR ts AS CASE WHEN ts > TIMESTAMP '2020-01-01' THEN ts ELSE ts END)
+           WITH (connector = 'datagen')",
+    )
+    .await;
+    assert_eq!(code, "22023", "{message}");
+    assert!(message.contains("never decrease"), "{message}");
+}
