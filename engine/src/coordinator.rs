@@ -370,7 +370,13 @@ impl Coordinator {
             };
             backfill.push(contents);
         }
-        let out = graph.step(&backfill)?;
+        // With the watermarks its inputs have now: what they have closed
+        // is closed for it from the start (the backfill is never late).
+        let marks: Vec<Watermarks> = sources
+            .iter()
+            .map(|s| self.watermarks.get(&s.object).cloned().unwrap_or_default())
+            .collect();
+        let out = graph.step_at(&backfill, &marks)?;
         let mut result = Materialized::new(output_schema)?;
         if !emitting {
             result.apply(&out)?;
@@ -395,7 +401,7 @@ impl Coordinator {
             sources,
             restoring: None,
             emitting,
-            input_watermarks: Vec::new(),
+            input_watermarks: marks,
         });
         Ok(out)
     }

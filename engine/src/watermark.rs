@@ -25,6 +25,8 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::ScalarFunctionExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, CastExpr, Column, Literal, TryCastExpr};
 
+use weir_common::ChangeBatch;
+
 use crate::EngineError;
 
 /// The value of a column that carries a watermark when nothing is known
@@ -230,6 +232,29 @@ pub fn to_micros(value: i64, data_type: &DataType) -> Option<i64> {
     )
     .ok()?;
     as_i64(&micros).ok()?.into_iter().next().flatten()
+}
+
+/// `change` without its rows behind `watermark` (`values[i]` is row
+/// `i`'s value in the column the watermark bounds; a NULL is never late):
+/// the rows kept, their values, and how many were dropped.
+pub fn drop_late(
+    change: &ChangeBatch,
+    values: Vec<Option<i64>>,
+    watermark: i64,
+) -> Result<(ChangeBatch, Vec<Option<i64>>, u64), EngineError> {
+    let on_time = |v: &Option<i64>| v.is_none_or(|v| v >= watermark);
+    let late = values.iter().filter(|v| !on_time(v)).count() as u64;
+    if late == 0 {
+        return Ok((change.clone(), values, 0));
+    }
+    let mask: arrow::array::BooleanArray = values.iter().map(|v| Some(on_time(v))).collect();
+    let kept = ChangeBatch::new(
+        arrow::compute::filter_record_batch(change.rows(), &mask)?,
+        arrow::compute::filter(change.weights(), &mask)?
+            .as_primitive::<Int64Type>()
+            .clone(),
+    )?;
+    Ok((kept, values.into_iter().filter(on_time).collect(), late))
 }
 
 /// A time or integer column as i64 values in its own unit.

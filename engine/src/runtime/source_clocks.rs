@@ -15,6 +15,11 @@
 //!   ([`Streams::offsets_moved`]).
 //! - A source that read everything (every split ended) gets the final
 //!   watermark: every window closes.
+//! - The splits a clock takes the minimum over are the ones the connector
+//!   declares (Kafka partitions, a generator's one split). Batches under
+//!   other names (the `files` source names each file, read one after the
+//!   other as one stream) count as one split: a file read to its end must
+//!   not hold the watermark back until it goes idle.
 
 use std::time::Instant;
 
@@ -28,10 +33,16 @@ use super::streams::{SourceToRead, Streams};
 use crate::Coordinator;
 use crate::watermark::{FINAL, NONE_YET, SourceClock, Watermarks, to_micros};
 
+/// The split that batches of splits a connector does not declare count
+/// under ([`Streams::clock_read`]).
+const UNDECLARED: &str = "*";
+
 /// The clock of one relation a source feeds.
 pub(super) struct RelationClock {
     /// The source whose offsets seal it.
     source: ObjectId,
+    /// The splits its connector declares (when it opened).
+    declared: std::collections::HashSet<String>,
     clock: SourceClock,
     column: usize,
     data_type: DataType,
@@ -73,11 +84,20 @@ impl Streams {
                 relation,
                 RelationClock {
                     source: source.id,
+                    declared: Default::default(),
                     clock: SourceClock::new(spec, schema, sealed),
                     column,
                     data_type,
                 },
             );
+        }
+    }
+
+    /// The splits `source`'s connector declares, as it opened.
+    pub(super) fn clock_splits(&mut self, source: ObjectId, splits: Vec<String>) {
+        let splits: std::collections::HashSet<String> = splits.into_iter().collect();
+        for clock in self.clocks.values_mut().filter(|c| c.source == source) {
+            clock.declared = splits.clone();
         }
     }
 
@@ -87,15 +107,22 @@ impl Streams {
         let Some(clock) = self.clocks.get_mut(&relation) else {
             return;
         };
+        // A table of a shared source is its own split; a split the
+        // connector does not declare is part of one stream.
+        let split = if relation != clock.source || clock.declared.contains(&batch.split) {
+            batch.split.as_str()
+        } else {
+            UNDECLARED
+        };
         let changes = &batch.changes;
         let weights = changes.weights();
         let read = if weights.values().iter().all(|&w| w > 0) {
-            clock.clock.read(&batch.split, changes.rows())
+            clock.clock.read(split, changes.rows())
         } else {
             let mask: BooleanArray = weights.iter().map(|w| w.map(|w| w > 0)).collect();
             filter_record_batch(changes.rows(), &mask)
                 .map_err(Into::into)
-                .and_then(|rows| clock.clock.read(&batch.split, &rows))
+                .and_then(|rows| clock.clock.read(split, &rows))
         };
         if let Err(e) = read {
             tracing::warn!(relation = %relation, error = %e, "the watermark column could not be read");

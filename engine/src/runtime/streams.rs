@@ -536,7 +536,11 @@ impl Streams {
                 weir_connectors::recovery::Recovery::restarts(&source.options).unwrap_or_default(),
             ),
         };
-        tokio::spawn(read(task, open_source(source, &offsets, None)));
+        let opened = open_source(source, &offsets, None);
+        if let Ok(opened) = &opened {
+            self.clock_splits(source.id, opened.splits());
+        }
+        tokio::spawn(read(task, opened));
         self.readers.insert(
             source.id,
             Reader {

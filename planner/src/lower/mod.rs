@@ -45,7 +45,7 @@ use datafusion::physical_expr::{PhysicalExpr, create_physical_expr, create_physi
 use weir_common::ChangeBatch;
 use weir_engine::ops::aggregate::{Aggregate as AggregateOp, AggregateCall};
 use weir_engine::ops::constant::Constant;
-use weir_engine::ops::join::{Join as JoinOp, JoinKind, JoinSpec};
+use weir_engine::ops::join::{Join as JoinOp, JoinKind, JoinSpec, window_key};
 use weir_engine::ops::map::Map;
 use weir_engine::ops::parallel::{Keyed, Parallel};
 use weir_engine::ops::top_n::{Numbering, TopN, TopNSpec};
@@ -621,9 +621,24 @@ impl Lowering {
         let inserts = kind == JoinKind::Inner
             && self.append_only(left_input)
             && self.append_only(right_input);
-        let (operator, workers) = self.keyed(Box::new(JoinOp::new(spec.clone())?), || {
-            Ok(Box::new(JoinOp::new(spec.clone())?))
-        })?;
+        let window = window_key(
+            &spec,
+            &self.graph.watermark_columns(left_input),
+            &self.graph.watermark_columns(right_input),
+        );
+        let build = || -> Result<JoinOp, PlanError> {
+            Ok(match window {
+                Some(key) => JoinOp::window_join(spec.clone(), key)?,
+                None => JoinOp::new(spec.clone())?,
+            })
+        };
+        let (operator, workers) = self.keyed(Box::new(build()?), || Ok(Box::new(build()?)))?;
+        if let Some(key) = window {
+            description.push_str(&format!(
+                " [rows dropped when the other side's watermark of {} passes them]",
+                on_text[key]
+            ));
+        }
         description.push_str(&workers);
         let output = self.add(operator, vec![left_input, right_input], description)?;
         // Inner pairs of rows that are never retracted are never retracted.

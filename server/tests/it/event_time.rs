@@ -120,3 +120,94 @@ async fn emit_on_window_close_needs_a_window_over_a_watermark() {
     assert_eq!(code, "22023", "{message}");
     assert!(message.contains("never decrease"), "{message}");
 }
+
+/// `n` CSV rows `id,ts` with ids from `first`, one second apart from
+/// `offset_s` seconds after 2024-01-01 00:00:00.
+fn csv_rows(first: i64, offset_s: i64, n: i64) -> String {
+    let base = chrono::NaiveDate::from_ymd_opt(2024, 1, 1)
+        .unwrap()
+        .and_hms_opt(0, 0, 0)
+        .unwrap();
+    let mut out = String::from("id,ts\n");
+    for i in 0..n {
+        let ts = base + chrono::Duration::seconds(offset_s + i);
+        out.push_str(&format!(
+            "{},{}\n",
+            first + i,
+            ts.format("%Y-%m-%dT%H:%M:%S")
+        ));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_rows_are_counted_and_never_folded_into_a_closed_window() {
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Seconds 1..=100: windows [0,10) .. [90,100) full but the first (9
+    // rows), and second 100 in [100,110).
+    std::fs::write(dir.path().join("a.csv"), csv_rows(1, 1, 100)).unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE f (id BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+               WITH (connector = 'files', path = '{}', format = 'csv', poll_interval_ms = '50');
+             CREATE PROJECTION closed AS SELECT window_start, count(*) AS n
+               FROM TUMBLE(f, ts, INTERVAL '10' SECOND) GROUP BY window_start EMIT ON WINDOW CLOSE;
+             CREATE PROJECTION updating AS SELECT window_start, count(*) AS n
+               FROM TUMBLE(f, ts, INTERVAL '10' SECOND) GROUP BY window_start;",
+            dir.path().display()
+        ))
+        .await
+        .expect("create");
+    // The watermark is 95 s: windows before 90 s are closed.
+    until_returns(&client, "SELECT count(*), sum(n) FROM closed", "9|89").await;
+    until_returns(
+        &client,
+        "SELECT current_watermark FROM weir_catalog.sources WHERE name = 'f'",
+        "2024-01-01 00:01:35",
+    )
+    .await;
+    // Five rows of the first window arrive after it closed, one row at
+    // 200 s moves the watermark to 195 s.
+    let mut late = csv_rows(1001, 5, 5);
+    late.push_str(csv_rows(2001, 200, 1).trim_start_matches("id,ts\n"));
+    std::fs::write(dir.path().join("b.csv"), late).unwrap();
+    until_returns(
+        &client,
+        "SELECT rows_in, late_rows FROM weir_catalog.sources WHERE name = 'f'",
+        "106|5",
+    )
+    .await;
+    // Windows before 190 s closed: every one with rows, each as it was
+    // before the late rows came.
+    until_returns(&client, "SELECT count(*), sum(n) FROM closed", "11|100").await;
+    client.batch_execute("FLUSH").await.unwrap();
+    for projection in ["closed", "updating"] {
+        assert_eq!(
+            value(
+                &client,
+                &format!("SELECT n FROM {projection} WHERE window_start = '2024-01-01 00:00:00'")
+            )
+            .await,
+            "9",
+            "{projection}"
+        );
+        assert_eq!(
+            value(
+                &client,
+                &format!(
+                    "SELECT late_rows FROM weir_catalog.projections WHERE name = '{projection}'"
+                )
+            )
+            .await,
+            "5",
+            "{projection}"
+        );
+    }
+    // The updating projection has the open window at 200 s too.
+    assert_eq!(
+        value(&client, "SELECT count(*), sum(n) FROM updating").await,
+        "12|101"
+    );
+}

@@ -2,15 +2,13 @@
 //! rows dropped, closed groups' state dropped, and under `EMIT ON WINDOW
 //! CLOSE` their rows emitted once at close.
 
-use arrow::array::BooleanArray;
-use arrow::compute::{filter, filter_record_batch};
 use weir_common::ChangeBatch;
 
 use super::{Aggregate, GROUP, OUTPUT, ROW, VALUE, WATERMARK, value_rest};
 use crate::EngineError;
 use crate::operator::state_key;
 use crate::rows::{RowBytes, empty_change};
-use crate::watermark::{NONE_YET, as_i64};
+use crate::watermark::{NONE_YET, as_i64, drop_late};
 
 impl Aggregate {
     fn closing_key(&self) -> usize {
@@ -35,20 +33,10 @@ impl Aggregate {
                 .into_array(rows.num_rows())?,
         )?;
         let watermark = self.closing.as_ref().map_or(NONE_YET, |c| c.watermark);
-        let on_time = |v: &Option<i64>| v.is_none_or(|v| v >= watermark);
-        let late = values.iter().filter(|v| !on_time(v)).count();
-        if late == 0 {
-            return Ok((input.clone(), values));
-        }
+        let (kept, values, late) = drop_late(input, values, watermark)?;
         if let Some(closing) = &mut self.closing {
-            closing.late += late as u64;
+            closing.late += late;
         }
-        let mask: BooleanArray = values.iter().map(|v| Some(on_time(v))).collect();
-        let kept = ChangeBatch::new(
-            filter_record_batch(rows, &mask)?,
-            arrow::array::AsArray::as_primitive(&filter(input.weights(), &mask)?).clone(),
-        )?;
-        let values = values.into_iter().filter(on_time).collect();
         Ok((kept, values))
     }
 

@@ -103,3 +103,28 @@ fn a_restored_aggregate_keeps_the_watermark_and_the_open_windows() {
         assert_eq!(agg.take_late_rows(), 1);
     }
 }
+
+#[test]
+fn state_stays_flat_however_many_windows_pass() {
+    for emit_on_close in [false, true] {
+        let mut agg = windows(emit_on_close);
+        let mut largest = 0;
+        let mut emitted = 0;
+        for w in 0..2_000i64 {
+            // 20 rows of window w, one row of the window before (on time:
+            // the watermark lets it in), the watermark one window behind.
+            let mut rows: Vec<String> = (0..20).map(|x| format!("{w} {x} +1")).collect();
+            rows.push(format!("{} 1 +1", w - 1));
+            emitted += epoch(&mut agg, w - 1, &rows.join("; ")).len();
+            agg.take_state_changes().unwrap();
+            largest = largest.max(agg.state_entries().unwrap().len());
+        }
+        // Two windows open at most: their group and output entries, the
+        // started flag and the watermark.
+        assert!(
+            largest <= 6,
+            "{largest} entries (emit_on_close {emit_on_close})"
+        );
+        assert!(emitted >= 1_998, "{emitted} rows out");
+    }
+}

@@ -26,33 +26,39 @@ use bytes::Bytes;
 use hashbrown::HashMap;
 use weir_common::ChangeBatch;
 
+use super::expiry::{Expiry, WATERMARK_LEFT, WATERMARK_RIGHT};
 use super::side_rows::SideRows;
 use super::{JoinKind, JoinSpec, Sides, rebind, take_rows};
 use crate::EngineError;
 use crate::operator::{
-    Operator, StateEntry, expect_inputs, mark_changed_to, parse_state_key, state_key, unreadable,
+    Operator, StateEntry, expect_inputs, expect_watermarks, mark_changed_to, parse_state_key,
+    state_key, unreadable,
 };
 use crate::ops::parallel::Keyed;
 use crate::rows::{RowBytes, RowCodec, concat_changes, empty_change, settle, where_true};
+use crate::watermark::Watermarks;
 
 const NAME: &str = "join";
 
-/// State key tags.
-const LEFT: u8 = 0;
-const RIGHT: u8 = 1;
+/// State key tags (and the window join's watermarks, [`super::expiry`]).
+pub(super) const LEFT: u8 = 0;
+pub(super) const RIGHT: u8 = 1;
 
 /// A distinct row of one side.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Counts {
+pub(super) struct Counts {
     count: i64,
     /// Rows of the other side it matches (kept only where the kind needs it).
     matches: i64,
 }
 
 #[derive(Default)]
-struct Bucket {
-    left: SideRows<Counts>,
-    right: SideRows<Counts>,
+pub(super) struct Bucket {
+    pub(super) left: SideRows<Counts>,
+    pub(super) right: SideRows<Counts>,
+    /// Filed among a window join's open buckets, per side ([`super::expiry`]).
+    pub(super) indexed_left: bool,
+    pub(super) indexed_right: bool,
 }
 
 impl Bucket {
@@ -70,12 +76,14 @@ impl Bucket {
 type Before = HashMap<(RowBytes, RowBytes), Counts>;
 
 pub(super) struct DeltaJoin {
-    spec: JoinSpec,
-    sides: Sides,
-    buckets: HashMap<RowBytes, Bucket>,
+    pub(super) spec: JoinSpec,
+    pub(super) sides: Sides,
+    pub(super) buckets: HashMap<RowBytes, Bucket>,
     /// State keys changed since the last `take_state_changes`, each with
     /// its counts now (`None`: the row is gone).
-    changed: hashbrown::HashMap<Vec<u8>, Option<Counts>>,
+    pub(super) changed: hashbrown::HashMap<Vec<u8>, Option<Counts>>,
+    /// Set for a window join ([`super::expiry`]).
+    pub(super) expiry: Option<Expiry>,
 }
 
 /// One side of a step, as the matching half of the algorithm sees it.
@@ -93,8 +101,15 @@ impl DeltaJoin {
             sides: Sides::new(&spec)?,
             buckets: HashMap::new(),
             changed: hashbrown::HashMap::new(),
+            expiry: None,
             spec,
         })
+    }
+
+    /// Closes by key `key` of `on` ([`super::expiry::window_key`]).
+    pub(super) fn closing_by(mut self, key: usize) -> Self {
+        self.expiry = Some(Expiry::new(key));
+        self
     }
 
     /// Whether rows of the left (or right) side keep a match count.
@@ -366,7 +381,21 @@ impl Operator for DeltaJoin {
 
     fn structure(&self) -> String {
         // `/2`: the delta join's state layout (rows with match counts).
-        self.spec.structure("join/2")
+        let structure = self.spec.structure("join/2");
+        match &self.expiry {
+            Some(e) => format!("{structure}; closes by {}", e.key()),
+            None => structure,
+        }
+    }
+
+    fn watermarks(&mut self, inputs: &[Watermarks]) -> Result<Watermarks, EngineError> {
+        expect_watermarks(NAME, inputs, 2)?;
+        self.advance_expiry(inputs)?;
+        Ok(Watermarks::none())
+    }
+
+    fn take_late_rows(&mut self) -> u64 {
+        self.expiry.as_mut().map_or(0, Expiry::take_late)
     }
 
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
@@ -381,6 +410,12 @@ impl Operator for DeltaJoin {
             if input.is_empty() {
                 continue;
             }
+            let (input, values) = if self.expiry.is_some() {
+                self.on_time(input, left)?
+            } else {
+                (input.clone(), Vec::new())
+            };
+            let input = &input;
             let delta = self.delta(input, left)?;
             let mut own_matches = vec![0i64; input.num_rows()];
             let (own_before, other_before) = if left {
@@ -397,7 +432,9 @@ impl Operator for DeltaJoin {
                 &mut unkeyed_right
             };
             self.apply_delta(&delta, &own_matches, own_before, unkeyed)?;
+            self.index_open(left, &delta.keys, &values);
         }
+        self.expire();
         if self.tracks(true) {
             parts.extend(self.visible_change(true, &before_left, unkeyed_left)?);
         }
@@ -413,7 +450,7 @@ impl Operator for DeltaJoin {
 
     fn take_state_changes(&mut self) -> Result<Vec<StateEntry>, EngineError> {
         let changed = std::mem::take(&mut self.changed);
-        Ok(changed
+        let mut entries: Vec<StateEntry> = changed
             .into_iter()
             .map(|(key, counts)| {
                 let left = key.first() == Some(&LEFT);
@@ -422,7 +459,11 @@ impl Operator for DeltaJoin {
                     value: counts.map(|c| Bytes::from(self.encode(left, c))),
                 }
             })
-            .collect())
+            .collect();
+        if self.take_watermarks_moved() {
+            entries.extend(self.watermark_entries());
+        }
+        Ok(entries)
     }
 
     fn state_entries(&self) -> Result<Vec<StateEntry>, EngineError> {
@@ -437,6 +478,7 @@ impl Operator for DeltaJoin {
                 }
             }
         }
+        entries.extend(self.watermark_entries());
         // In key order, so equal states snapshot to equal bytes.
         entries.sort_unstable();
         Ok(entries)
@@ -448,6 +490,10 @@ impl Operator for DeltaJoin {
             let left = match key.tag {
                 LEFT => true,
                 RIGHT => false,
+                WATERMARK_LEFT | WATERMARK_RIGHT => {
+                    self.apply_watermark(key.tag == WATERMARK_LEFT, e.value.as_deref())?;
+                    continue;
+                }
                 _ => return Err(unreadable(NAME, "an unknown tag")),
             };
             let counts = match e.value.as_deref() {
@@ -470,6 +516,7 @@ impl Operator for DeltaJoin {
                 }
             }
         }
+        self.index_restored()?;
         self.changed.clear();
         Ok(())
     }

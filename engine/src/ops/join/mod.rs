@@ -14,6 +14,7 @@
 
 mod buckets;
 mod delta;
+mod expiry;
 mod side_rows;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -96,7 +97,15 @@ impl Join {
             Box::new(delta::DeltaJoin::new(spec)?)
         }))
     }
+
+    /// A window join closing by key `key` of `spec.on`
+    /// ([`window_key`] found it; [`expiry`] says what closing does).
+    pub fn window_join(spec: JoinSpec, key: usize) -> Result<Self, EngineError> {
+        Ok(Self(Box::new(delta::DeltaJoin::new(spec)?.closing_by(key))))
+    }
 }
+
+pub use expiry::window_key;
 
 impl Operator for Join {
     fn name(&self) -> &'static str {
@@ -110,6 +119,15 @@ impl Operator for Join {
     }
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
         self.0.step(inputs)
+    }
+    fn watermarks(
+        &mut self,
+        inputs: &[crate::watermark::Watermarks],
+    ) -> Result<crate::watermark::Watermarks, EngineError> {
+        self.0.watermarks(inputs)
+    }
+    fn take_late_rows(&mut self) -> u64 {
+        self.0.take_late_rows()
     }
     fn take_state_changes(&mut self) -> Result<Vec<StateEntry>, EngineError> {
         self.0.take_state_changes()

@@ -1,0 +1,337 @@
+//! Window joins: an inner equi-join one of whose keys carries a watermark
+//! on both sides (two windowed aggregates joined on their window, as in
+//! Nexmark q5 and q8) keeps a row only while the other side can still
+//! send it a match. Rows of the other side behind its watermark are late
+//! and dropped, so a row whose key is behind the other side's watermark
+//! can match nothing new: it goes, and since an inner join keeps no output
+//! state, nothing is retracted. Its own rows behind its own watermark are
+//! dropped as late and counted.
+//!
+//! State: the watermark in effect of each side (`WATERMARK_LEFT`,
+//! `WATERMARK_RIGHT`, empty distribution key, kept alike by every worker).
+
+use std::collections::BTreeMap;
+
+use arrow::datatypes::SchemaRef;
+use bytes::Bytes;
+use datafusion::physical_expr::expressions::Column;
+use weir_common::ChangeBatch;
+
+use super::JoinSpec;
+use super::delta::{DeltaJoin, LEFT, RIGHT};
+use super::side_rows::SideRows;
+use crate::EngineError;
+use crate::operator::{StateEntry, mark_changed_to, state_key, unreadable};
+use crate::rows::RowBytes;
+use crate::watermark::{NONE_YET, Watermarks, as_i64, derive, drop_late, monotone_column};
+
+pub(super) const WATERMARK_LEFT: u8 = 2;
+pub(super) const WATERMARK_RIGHT: u8 = 3;
+
+/// One side's watermark on the closing key.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    /// Rows of this side behind it are late.
+    in_effect: i64,
+    /// What this epoch brought ([`crate::Operator::watermarks`]).
+    next: i64,
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self {
+            in_effect: NONE_YET,
+            next: NONE_YET,
+        }
+    }
+}
+
+/// The closing state of a window join.
+pub(super) struct Expiry {
+    /// The index in `JoinSpec::on` of the key that closes.
+    key: usize,
+    left: Clock,
+    right: Clock,
+    /// Buckets holding rows of each side, by their value in the key.
+    open: [BTreeMap<i64, Vec<RowBytes>>; 2],
+    late: u64,
+    /// A watermark in effect moved since the last `take_state_changes`.
+    moved: bool,
+}
+
+/// The key of `spec` (an index in `on`) that closes a window join: the
+/// first whose left expression carries a watermark of `left` (columns of
+/// the left input) and right one of `right`, of one type. Only inner
+/// joins close: an outer join's padded rows would need retracting.
+pub fn window_key(spec: &JoinSpec, left: &[usize], right: &[usize]) -> Option<usize> {
+    if spec.kind != super::JoinKind::Inner {
+        return None;
+    }
+    spec.on.iter().position(|(l, r)| {
+        monotone_column(l).is_some_and(|c| left.contains(&c))
+            && monotone_column(r).is_some_and(|c| right.contains(&c))
+            && l.data_type(&spec.left_schema).ok() == r.data_type(&spec.right_schema).ok()
+    })
+}
+
+impl Expiry {
+    pub(super) fn new(key: usize) -> Self {
+        Self {
+            key,
+            left: Clock::default(),
+            right: Clock::default(),
+            open: [BTreeMap::new(), BTreeMap::new()],
+            late: 0,
+            moved: false,
+        }
+    }
+
+    pub(super) fn key(&self) -> usize {
+        self.key
+    }
+
+    fn clock(&mut self, left: bool) -> &mut Clock {
+        if left {
+            &mut self.left
+        } else {
+            &mut self.right
+        }
+    }
+
+    pub(super) fn take_late(&mut self) -> u64 {
+        std::mem::take(&mut self.late)
+    }
+}
+
+/// The value of the closing key of a side's input, from its watermarks.
+fn key_watermark(
+    expr: &std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+    schema: &SchemaRef,
+    input: &Watermarks,
+) -> Result<Option<i64>, EngineError> {
+    let Some(column) = monotone_column(expr) else {
+        return Ok(None);
+    };
+    let Some(value) = input.get(column) else {
+        return Ok(None);
+    };
+    if expr.as_ref().is::<Column>() {
+        return Ok(Some(value));
+    }
+    derive(expr, schema, column, value).map(Some)
+}
+
+impl DeltaJoin {
+    /// Learns both sides' watermarks on the closing key.
+    pub(super) fn advance_expiry(&mut self, inputs: &[Watermarks]) -> Result<(), EngineError> {
+        let Some(expiry) = &self.expiry else {
+            return Ok(());
+        };
+        let (l, r) = &self.spec.on[expiry.key()];
+        let left = key_watermark(l, &self.spec.left_schema, &inputs[0])?;
+        let right = key_watermark(r, &self.spec.right_schema, &inputs[1])?;
+        let expiry = self.expiry.as_mut().expect("checked");
+        for (side, value) in [(true, left), (false, right)] {
+            if let Some(value) = value {
+                let clock = expiry.clock(side);
+                clock.next = clock.next.max(value);
+            }
+        }
+        Ok(())
+    }
+
+    /// The closing key's value of every row of one side's change.
+    fn key_values(
+        &self,
+        change: &ChangeBatch,
+        left: bool,
+    ) -> Result<Vec<Option<i64>>, EngineError> {
+        let key = self.expiry.as_ref().map_or(0, Expiry::key);
+        let (l, r) = &self.spec.on[key];
+        let expr = if left { l } else { r };
+        let rows = change.rows();
+        as_i64(&expr.evaluate(rows)?.into_array(rows.num_rows())?)
+    }
+
+    /// `change` of one side without its late rows, counted, and the
+    /// closing key's value of each row kept.
+    pub(super) fn on_time(
+        &mut self,
+        change: &ChangeBatch,
+        left: bool,
+    ) -> Result<(ChangeBatch, Vec<Option<i64>>), EngineError> {
+        if change.is_empty() {
+            return Ok((change.clone(), Vec::new()));
+        }
+        let values = self.key_values(change, left)?;
+        let Some(expiry) = self.expiry.as_mut() else {
+            return Ok((change.clone(), values));
+        };
+        let watermark = expiry.clock(left).in_effect;
+        let (kept, values, late) = drop_late(change, values, watermark)?;
+        expiry.late += late;
+        Ok((kept, values))
+    }
+
+    /// Files the buckets `keys` (rows of one side, just applied) under
+    /// their closing key's value.
+    pub(super) fn index_open(
+        &mut self,
+        left: bool,
+        keys: &[Option<RowBytes>],
+        values: &[Option<i64>],
+    ) {
+        let Some(expiry) = self.expiry.as_mut() else {
+            return;
+        };
+        let open = &mut expiry.open[usize::from(!left)];
+        for (key, value) in keys.iter().zip(values) {
+            let (Some(key), Some(value)) = (key, value) else {
+                continue;
+            };
+            let Some(bucket) = self.buckets.get_mut(key) else {
+                continue;
+            };
+            let indexed = if left {
+                &mut bucket.indexed_left
+            } else {
+                &mut bucket.indexed_right
+            };
+            if !*indexed {
+                *indexed = true;
+                open.entry(*value).or_default().push(key.clone());
+            }
+        }
+    }
+
+    /// Moves both watermarks in effect to this epoch's, and drops the rows
+    /// of each side that the other side can no longer match.
+    pub(super) fn expire(&mut self) {
+        let Some(expiry) = self.expiry.as_mut() else {
+            return;
+        };
+        let mut moved = false;
+        for side in [&mut expiry.left, &mut expiry.right] {
+            if side.next > side.in_effect {
+                side.in_effect = side.next;
+                moved = true;
+            }
+        }
+        expiry.moved |= moved;
+        // Left rows close by the right side's watermark, and back.
+        let limits = [expiry.right.in_effect, expiry.left.in_effect];
+        let mut closed: [Vec<RowBytes>; 2] = [Vec::new(), Vec::new()];
+        for (s, limit) in limits.into_iter().enumerate() {
+            let later = expiry.open[s].split_off(&limit);
+            closed[s] = std::mem::replace(&mut expiry.open[s], later)
+                .into_values()
+                .flatten()
+                .collect();
+        }
+        let mut scratch = Vec::new();
+        for (s, keys) in closed.into_iter().enumerate() {
+            let left = s == 0;
+            let tag = if left { LEFT } else { RIGHT };
+            for key in keys {
+                let Some(bucket) = self.buckets.get_mut(&key) else {
+                    continue;
+                };
+                let (side, indexed) = if left {
+                    (&mut bucket.left, &mut bucket.indexed_left)
+                } else {
+                    (&mut bucket.right, &mut bucket.indexed_right)
+                };
+                *indexed = false;
+                let rows: Vec<RowBytes> = side.iter().map(|(r, _)| r.clone()).collect();
+                *side = SideRows::default();
+                for row in rows {
+                    mark_changed_to(
+                        &mut self.changed,
+                        &mut scratch,
+                        tag,
+                        &key,
+                        &[row.as_ref()],
+                        None,
+                    );
+                }
+                if bucket.left.is_empty() && bucket.right.is_empty() {
+                    self.buckets.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Whether a watermark in effect moved since the last call.
+    pub(super) fn take_watermarks_moved(&mut self) -> bool {
+        self.expiry
+            .as_mut()
+            .is_some_and(|e| std::mem::take(&mut e.moved))
+    }
+
+    /// The watermark entries (those known).
+    pub(super) fn watermark_entries(&self) -> Vec<StateEntry> {
+        let Some(expiry) = self.expiry.as_ref() else {
+            return Vec::new();
+        };
+        [
+            (WATERMARK_LEFT, expiry.left),
+            (WATERMARK_RIGHT, expiry.right),
+        ]
+        .into_iter()
+        .filter(|(_, c)| c.in_effect != NONE_YET)
+        .map(|(tag, c)| StateEntry {
+            key: state_key(tag, &[], &[]).into(),
+            value: Some(Bytes::copy_from_slice(&c.in_effect.to_le_bytes())),
+        })
+        .collect()
+    }
+
+    /// Applies a watermark entry (restore).
+    pub(super) fn apply_watermark(
+        &mut self,
+        left: bool,
+        value: Option<&[u8]>,
+    ) -> Result<(), EngineError> {
+        let value = match value {
+            None => NONE_YET,
+            Some(v) => <[u8; 8]>::try_from(v)
+                .map(i64::from_le_bytes)
+                .map_err(|_| unreadable("join", "a malformed watermark"))?,
+        };
+        if let Some(expiry) = self.expiry.as_mut() {
+            let clock = expiry.clock(left);
+            clock.in_effect = value;
+            clock.next = clock.next.max(value);
+        }
+        Ok(())
+    }
+
+    /// After a restore: files every bucket read back under its value.
+    pub(super) fn index_restored(&mut self) -> Result<(), EngineError> {
+        let (Some(expiry), Some(codec)) = (self.expiry.as_ref(), self.sides.key.as_ref()) else {
+            return Ok(());
+        };
+        let key = expiry.key();
+        let keys: Vec<RowBytes> = self.buckets.keys().cloned().collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let decoded = codec.decode(keys.iter())?;
+        let values = as_i64(decoded.column(key))?;
+        for (bucket_key, value) in keys.iter().zip(values) {
+            let Some(value) = value else { continue };
+            let bucket = self.buckets.get(bucket_key).expect("listed");
+            let (has_left, has_right) = (!bucket.left.is_empty(), !bucket.right.is_empty());
+            for (left, has) in [(true, has_left), (false, has_right)] {
+                if has {
+                    self.index_open(left, &[Some(bucket_key.clone())], &[Some(value)]);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "expiry_tests.rs"]
+mod tests;

@@ -1,0 +1,96 @@
+//! Window joins: rows the other side can no longer match go, late rows
+//! are dropped and counted, and both watermarks survive a restore.
+
+use datafusion::physical_expr::expressions::col;
+
+use super::super::*;
+use super::window_key;
+use crate::Operator;
+use crate::testing::{change, render, schema};
+use crate::watermark::{NONE_YET, Watermarks};
+
+const L: &str = "w int, a int";
+const R: &str = "rw int, b int";
+
+/// `SELECT * FROM l JOIN r ON w = rw`, closing by `w = rw`.
+fn window_join() -> Join {
+    let (left, right) = (schema(L), schema(R));
+    let spec = JoinSpec {
+        kind: JoinKind::Inner,
+        on: vec![(col("w", &left).unwrap(), col("rw", &right).unwrap())],
+        left_schema: left,
+        right_schema: right,
+        residual: None,
+        output_schema: schema("w int, a int, rw int, b int"),
+    };
+    assert_eq!(window_key(&spec, &[0], &[0]), Some(0));
+    assert_eq!(window_key(&spec, &[0], &[]), None, "both sides need one");
+    let outer = JoinSpec {
+        kind: JoinKind::Left,
+        ..spec.clone()
+    };
+    assert_eq!(
+        window_key(&outer, &[0], &[0]),
+        None,
+        "only inner joins close"
+    );
+    Join::window_join(spec, 0).unwrap()
+}
+
+/// One epoch: both sides' watermarks of the key, then their rows.
+fn epoch(j: &mut Join, at: i64, left: &str, right: &str) -> Vec<String> {
+    let marks = Watermarks::of([(0, at)]);
+    j.watermarks(&[marks.clone(), marks]).unwrap();
+    render(&j.step(&[change(L, left), change(R, right)]).unwrap())
+}
+
+#[test]
+fn rows_that_can_match_nothing_more_go_and_late_rows_are_dropped() {
+    let mut j = window_join();
+    assert_eq!(
+        epoch(&mut j, NONE_YET, "1 10 +1; 2 20 +1", "1 100 +1"),
+        vec!["1 10 1 100 +1"]
+    );
+    // On time (behind the new watermark, not the one before): they match.
+    assert_eq!(
+        epoch(&mut j, 2, "1 11 +1", "2 200 +1"),
+        vec!["1 11 1 100 +1", "2 20 2 200 +1"]
+    );
+    assert_eq!(j.take_late_rows(), 0);
+    // Window 1 is behind both watermarks now: its rows are gone, a row
+    // for it is late.
+    assert_eq!(
+        epoch(&mut j, 2, "1 12 +1", "2 201 +1"),
+        vec!["2 20 2 201 +1"]
+    );
+    assert_eq!(j.take_late_rows(), 1);
+    let entries = j.state_entries().unwrap();
+    // Window 2's three rows and the two watermarks.
+    assert_eq!(entries.len(), 5, "{entries:?}");
+
+    let mut restored = window_join();
+    restored.apply_state_entries(&entries).unwrap();
+    for j in [&mut j, &mut restored] {
+        assert_eq!(epoch(j, 2, "1 13 +1", "2 202 +1"), vec!["2 20 2 202 +1"]);
+        assert_eq!(j.take_late_rows(), 1);
+    }
+}
+
+#[test]
+fn a_window_join_keeps_flat_state_however_many_windows_pass() {
+    let mut j = window_join();
+    let mut largest = 0;
+    let mut out = 0;
+    for w in 0..1_000i64 {
+        let left: Vec<String> = (0..5).map(|a| format!("{w} {a} +1")).collect();
+        let right: Vec<String> = (0..3).map(|b| format!("{w} {b} +1")).collect();
+        out += epoch(&mut j, w, &left.join("; "), &right.join("; ")).len();
+        j.take_state_changes().unwrap();
+        largest = largest.max(j.state_entries().unwrap().len());
+    }
+    assert_eq!(out, 15_000, "every window's 5 x 3 pairs");
+    assert!(
+        largest <= 10,
+        "{largest} entries: one window's rows and two watermarks"
+    );
+}
