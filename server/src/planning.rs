@@ -127,10 +127,14 @@ impl PlanContext {
         let plan = Box::pin(weir_planner::bind(&self.state, statement)).await?;
         let plan = rename_columns(plan, column_names)?;
         let relations = |name: &TableReference| {
-            let Some(def) = resolve_source(&self.catalog, name, &self.default_schema)
-                .ok()
-                .and_then(|id| self.catalog.sources.get(&id))
-            else {
+            let id = resolve_source(&self.catalog, name, &self.default_schema).ok();
+            if let Some(projection) = id.and_then(|id| self.catalog.projections.get(&id)) {
+                return weir_planner::ScannedRelation {
+                    append_only: projection.append_only,
+                    watermark: None,
+                };
+            }
+            let Some(def) = id.and_then(|id| self.catalog.sources.get(&id)) else {
                 return weir_planner::ScannedRelation::default();
             };
             let connector = match def.kind {

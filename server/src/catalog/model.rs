@@ -165,6 +165,11 @@ pub struct ProjectionDef {
     /// row once, when the watermark closes it.
     #[serde(default)]
     pub emit_on_window_close: bool,
+    /// Its result only ever inserts (as planned at CREATE: an `EMIT ON
+    /// WINDOW CLOSE` aggregate, inner joins and maps over sources that only
+    /// insert), so an append sink may read it.
+    #[serde(default)]
+    pub append_only: bool,
 }
 
 /// The session settings that change what a query's text means.

@@ -87,6 +87,7 @@ impl Session {
             reads,
             settings,
             emit_on_window_close,
+            append_only: planned.stream.append_only,
         };
         self.write(TxnWrites {
             ddl: vec![CatalogChange::CreateProjection(def)],

@@ -43,6 +43,26 @@ async fn emit_on_window_close_emits_every_window_once_even_across_kill_9() {
         .expect("projections");
     let shown = value(&client, "SHOW CREATE PROJECTION closed").await;
     assert!(shown.ends_with("EMIT ON WINDOW CLOSE"), "{shown}");
+    // Its rows are never retracted: a plain files sink takes it, which
+    // refuses the updating projection without a changelog.
+    let out = tempfile::tempdir().unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE SINK closed_out FROM closed WITH (connector = 'files', path = '{}', format = 'csv')",
+            out.path().display()
+        ))
+        .await
+        .expect("an append sink over EMIT ON WINDOW CLOSE");
+    let (code, message) = error_of(
+        &client,
+        &format!(
+            "CREATE SINK updating_out FROM updating WITH (connector = 'files', path = '{}/u', format = 'csv')",
+            out.path().display()
+        ),
+    )
+    .await;
+    assert_eq!(code, "22023", "{message}");
+    assert!(message.contains("changelog"), "{message}");
     let explained = rows(
         &client,
         &format!("EXPLAIN CREATE PROJECTION c AS {WINDOWS} EMIT ON WINDOW CLOSE"),
@@ -88,6 +108,25 @@ async fn emit_on_window_close_emits_every_window_once_even_across_kill_9() {
         "completed|final|0",
     )
     .await;
+    // The sink committed each window once, across the kill.
+    crate::sources::sinks_committed(&client).await;
+    let mut windows: Vec<String> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "csv"))
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .filter(|l| !l.starts_with("window_start"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let written = windows.len();
+    windows.sort();
+    windows.dedup();
+    assert_eq!((written, windows.len()), (200, 200), "{windows:?}");
     drop(server);
 }
 

@@ -522,7 +522,18 @@ async fn two_servers_on_one_state_store_race_and_the_older_is_fenced() {
     b.batch_execute("INSERT INTO other VALUES (3); FLUSH")
         .await
         .expect("write");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Until the winner has sealed an epoch of its own (a checkpoint comes
+    // when it comes; a loaded machine takes longer than an idle one).
+    let winner_sealed = |all: &[(u64, u64, String)]| {
+        all.iter()
+            .any(|(_, g, t)| *g == 2 && t.contains(r#""kind": "epoch""#))
+    };
+    for _ in 0..200 {
+        if winner_sealed(&seals_in(shared.path())) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let all = seals_in(shared.path());
     let takeover = all
         .iter()
