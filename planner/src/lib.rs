@@ -4,7 +4,8 @@
 //!
 //! - [`parse`]: SQL text to `sqlparser` statements (PostgreSQL dialect, with
 //!   the PostgreSQL-compatibility rewrites psql and drivers need), with
-//!   syntax errors carrying the 1-based character position.
+//!   syntax errors carrying the 1-based character position;
+//!   [`emit_clause`]: a projection's trailing `EMIT ON WINDOW CLOSE`.
 //! - [`mod@bind`]: a statement to DataFusion's `LogicalPlan` after Weir's
 //!   rewrites, in the caller's DataFusion state; [`compat`] (and
 //!   `compat_array` for `ARRAY(subquery)`): the rewrites for catalog
@@ -21,6 +22,7 @@
 pub mod bind;
 pub mod compat;
 mod compat_array;
+pub mod emit_clause;
 pub mod error;
 pub mod lower;
 pub mod parse;

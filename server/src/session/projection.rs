@@ -404,7 +404,7 @@ pub(super) fn drop_readers(
 }
 
 /// Whether `create` ends in `EMIT ON WINDOW CLOSE` (read as the option
-/// [`weir_planner::parse::EMIT_ON_WINDOW_CLOSE_OPTION`]); any other
+/// [`weir_planner::emit_clause::EMIT_ON_WINDOW_CLOSE_OPTION`]); any other
 /// option is refused.
 fn emits_on_window_close(create: &CreateView) -> Result<bool, ServerError> {
     use datafusion::sql::sqlparser::ast::SqlOption;
@@ -419,7 +419,7 @@ fn emits_on_window_close(create: &CreateView) -> Result<bool, ServerError> {
     };
     match options.as_slice() {
         [SqlOption::KeyValue { key, .. }]
-            if key.value == weir_planner::parse::EMIT_ON_WINDOW_CLOSE_OPTION =>
+            if key.value == weir_planner::emit_clause::EMIT_ON_WINDOW_CLOSE_OPTION =>
         {
             Ok(true)
         }
