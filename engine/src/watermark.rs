@@ -257,6 +257,24 @@ pub fn drop_late(
     Ok((kept, values.into_iter().filter(on_time).collect(), late))
 }
 
+/// A watermark in effect as an operator's state value.
+pub(crate) fn state_value(watermark: i64) -> Vec<u8> {
+    watermark.to_le_bytes().to_vec()
+}
+
+/// The inverse of [`state_value`]; a removed entry is [`NONE_YET`].
+pub(crate) fn from_state_value(
+    operator: &'static str,
+    value: Option<&[u8]>,
+) -> Result<i64, EngineError> {
+    match value {
+        None => Ok(NONE_YET),
+        Some(v) => <[u8; 8]>::try_from(v)
+            .map(i64::from_le_bytes)
+            .map_err(|_| crate::operator::unreadable(operator, "a malformed watermark")),
+    }
+}
+
 /// A time or integer column as i64 values in its own unit.
 pub fn as_i64(array: &ArrayRef) -> Result<Vec<Option<i64>>, EngineError> {
     let ints = cast(array, &DataType::Int64)?;

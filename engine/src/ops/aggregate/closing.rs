@@ -167,7 +167,7 @@ impl Aggregate {
         self.closing
             .as_ref()
             .filter(|c| c.watermark != NONE_YET)
-            .map(|c| c.watermark.to_le_bytes().to_vec())
+            .map(|c| crate::watermark::state_value(c.watermark))
     }
 }
 

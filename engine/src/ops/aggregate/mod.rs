@@ -631,12 +631,7 @@ impl Operator for Aggregate {
                 continue;
             }
             if key.tag == WATERMARK {
-                let watermark = match value {
-                    None => NONE_YET,
-                    Some(v) => <[u8; 8]>::try_from(v)
-                        .map(i64::from_le_bytes)
-                        .map_err(|_| unreadable(NAME, "a malformed watermark"))?,
-                };
+                let watermark = crate::watermark::from_state_value(NAME, value)?;
                 if let Some(closing) = &mut self.closing {
                     closing.watermark = watermark;
                     closing.next = closing.next.max(watermark);

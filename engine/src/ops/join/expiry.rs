@@ -21,7 +21,7 @@ use super::JoinSpec;
 use super::delta::{DeltaJoin, LEFT, RIGHT};
 use super::side_rows::SideRows;
 use crate::EngineError;
-use crate::operator::{StateEntry, mark_changed_to, state_key, unreadable};
+use crate::operator::{StateEntry, mark_changed_to, state_key};
 use crate::rows::RowBytes;
 use crate::watermark::{NONE_YET, Watermarks, as_i64, derive, drop_late, monotone_column};
 
@@ -281,7 +281,7 @@ impl DeltaJoin {
         .filter(|(_, c)| c.in_effect != NONE_YET)
         .map(|(tag, c)| StateEntry {
             key: state_key(tag, &[], &[]).into(),
-            value: Some(Bytes::copy_from_slice(&c.in_effect.to_le_bytes())),
+            value: Some(Bytes::from(crate::watermark::state_value(c.in_effect))),
         })
         .collect()
     }
@@ -292,12 +292,7 @@ impl DeltaJoin {
         left: bool,
         value: Option<&[u8]>,
     ) -> Result<(), EngineError> {
-        let value = match value {
-            None => NONE_YET,
-            Some(v) => <[u8; 8]>::try_from(v)
-                .map(i64::from_le_bytes)
-                .map_err(|_| unreadable("join", "a malformed watermark"))?,
-        };
+        let value = crate::watermark::from_state_value("join", value)?;
         if let Some(expiry) = self.expiry.as_mut() {
             let clock = expiry.clock(left);
             clock.in_effect = value;
