@@ -621,11 +621,18 @@ impl Lowering {
         let inserts = kind == JoinKind::Inner
             && self.append_only(left_input)
             && self.append_only(right_input);
-        let window = window_key(
-            &spec,
-            &self.graph.watermark_columns(left_input),
-            &self.graph.watermark_columns(right_input),
-        );
+        // Only over inputs that never retract: a side's rows close by the
+        // other side's watermark while its own may be behind, and a
+        // retraction arriving then would have to find its row.
+        let window = (self.append_only(left_input) && self.append_only(right_input))
+            .then(|| {
+                window_key(
+                    &spec,
+                    &self.graph.watermark_columns(left_input),
+                    &self.graph.watermark_columns(right_input),
+                )
+            })
+            .flatten();
         let build = || -> Result<JoinOp, PlanError> {
             Ok(match window {
                 Some(key) => JoinOp::window_join(spec.clone(), key)?,
