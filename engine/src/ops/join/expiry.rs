@@ -124,13 +124,15 @@ fn key_watermark(
 impl DeltaJoin {
     /// Learns both sides' watermarks on the closing key.
     pub(super) fn advance_expiry(&mut self, inputs: &[Watermarks]) -> Result<(), EngineError> {
-        let Some(expiry) = &self.expiry else {
+        let Some(key) = self.expiry.as_ref().map(Expiry::key) else {
             return Ok(());
         };
-        let (l, r) = &self.spec.on[expiry.key()];
+        let (l, r) = &self.spec.on[key];
         let left = key_watermark(l, &self.spec.left_schema, &inputs[0])?;
         let right = key_watermark(r, &self.spec.right_schema, &inputs[1])?;
-        let expiry = self.expiry.as_mut().expect("checked");
+        let Some(expiry) = self.expiry.as_mut() else {
+            return Ok(());
+        };
         for (side, value) in [(true, left), (false, right)] {
             if let Some(value) = value {
                 let clock = expiry.clock(side);
@@ -315,7 +317,9 @@ impl DeltaJoin {
         let values = as_i64(decoded.column(key))?;
         for (bucket_key, value) in keys.iter().zip(values) {
             let Some(value) = value else { continue };
-            let bucket = self.buckets.get(bucket_key).expect("listed");
+            let Some(bucket) = self.buckets.get(bucket_key) else {
+                continue;
+            };
             let (has_left, has_right) = (!bucket.left.is_empty(), !bucket.right.is_empty());
             for (left, has) in [(true, has_left), (false, has_right)] {
                 if has {
