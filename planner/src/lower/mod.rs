@@ -45,7 +45,7 @@ use datafusion::physical_expr::{PhysicalExpr, create_physical_expr, create_physi
 use weir_common::ChangeBatch;
 use weir_engine::ops::aggregate::{Aggregate as AggregateOp, AggregateCall};
 use weir_engine::ops::constant::Constant;
-use weir_engine::ops::join::{Join as JoinOp, JoinKind, JoinSpec, window_key};
+use weir_engine::ops::join::{Closing, Join as JoinOp, JoinKind, JoinSpec, window_key};
 use weir_engine::ops::map::Map;
 use weir_engine::ops::parallel::{Keyed, Parallel};
 use weir_engine::ops::top_n::{Numbering, TopN, TopNSpec};
@@ -621,30 +621,37 @@ impl Lowering {
         let inserts = kind == JoinKind::Inner
             && self.append_only(left_input)
             && self.append_only(right_input);
-        // Only over inputs that never retract: a side's rows close by the
-        // other side's watermark while its own may be behind, and a
-        // retraction arriving then would have to find its row.
-        let window = (self.append_only(left_input) && self.append_only(right_input))
-            .then(|| {
-                window_key(
-                    &spec,
-                    &self.graph.watermark_columns(left_input),
-                    &self.graph.watermark_columns(right_input),
-                )
-            })
-            .flatten();
+        // A side's rows may go by the other side's watermark alone only
+        // if its own input never retracts them ([`Closing`]).
+        let closing = if self.append_only(left_input) && self.append_only(right_input) {
+            Closing::ByOtherSide
+        } else {
+            Closing::ByBothSides
+        };
+        let window = window_key(
+            &spec,
+            &self.graph.watermark_columns(left_input),
+            &self.graph.watermark_columns(right_input),
+            closing,
+        );
         let build = || -> Result<JoinOp, PlanError> {
             Ok(match window {
-                Some(key) => JoinOp::window_join(spec.clone(), key)?,
+                Some(key) => JoinOp::window_join(spec.clone(), key, closing)?,
                 None => JoinOp::new(spec.clone())?,
             })
         };
         let (operator, workers) = self.keyed(Box::new(build()?), || Ok(Box::new(build()?)))?;
         if let Some(key) = window {
-            description.push_str(&format!(
-                " [rows dropped when the other side's watermark of {} passes them]",
-                on_text[key]
-            ));
+            description.push_str(&match closing {
+                Closing::ByOtherSide => format!(
+                    " [rows dropped when the other side's watermark of {} passes them]",
+                    on_text[key]
+                ),
+                Closing::ByBothSides => format!(
+                    " [rows dropped when both sides' watermarks of {} pass them]",
+                    on_text[key]
+                ),
+            });
         }
         description.push_str(&workers);
         let output = self.add(operator, vec![left_input, right_input], description)?;

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use hashbrown::HashMap;
 use weir_common::ChangeBatch;
 
-use super::expiry::{Expiry, WATERMARK_LEFT, WATERMARK_RIGHT};
+use super::expiry::{Closing, Expiry, WATERMARK_LEFT, WATERMARK_RIGHT};
 use super::side_rows::SideRows;
 use super::{JoinKind, JoinSpec, Sides, rebind, take_rows};
 use crate::EngineError;
@@ -107,8 +107,8 @@ impl DeltaJoin {
     }
 
     /// Closes by key `key` of `on` ([`super::expiry::window_key`]).
-    pub(super) fn closing_by(mut self, key: usize) -> Self {
-        self.expiry = Some(Expiry::new(key));
+    pub(super) fn closing_by(mut self, key: usize, closing: Closing) -> Self {
+        self.expiry = Some(Expiry::new(key, closing));
         self
     }
 
@@ -434,13 +434,15 @@ impl Operator for DeltaJoin {
             self.apply_delta(&delta, &own_matches, own_before, unkeyed)?;
             self.index_open(left, &delta.keys, &values);
         }
-        self.expire();
         if self.tracks(true) {
             parts.extend(self.visible_change(true, &before_left, unkeyed_left)?);
         }
         if self.tracks(false) {
             parts.extend(self.visible_change(false, &before_right, unkeyed_right)?);
         }
+        // After the output: a row closing now was seen by this epoch, and
+        // its going retracts nothing (an outer join's padded row stays).
+        self.expire();
         let schema = self.sides.output.schema();
         if parts.is_empty() {
             return Ok(empty_change(schema));

@@ -1,11 +1,16 @@
-//! Window joins: an inner equi-join one of whose keys carries a watermark
-//! on both sides (two windowed aggregates joined on their window, as in
-//! Nexmark q5 and q8) keeps a row only while the other side can still
-//! send it a match. Rows of the other side behind its watermark are late
-//! and dropped, so a row whose key is behind the other side's watermark
-//! can match nothing new: it goes, and since an inner join keeps no output
-//! state, nothing is retracted. Its own rows behind its own watermark are
-//! dropped as late and counted.
+//! Window joins: an equi-join one of whose keys carries a watermark on
+//! both sides (two windowed aggregates joined on their window, as in
+//! Nexmark q5 and q8) keeps a key's rows only while they can still change
+//! the output. Rows of a side behind that side's watermark are late:
+//! dropped and counted. Then a key's rows go ([`Closing`]):
+//! - over inputs that only insert, a side's rows once the *other* side's
+//!   watermark passes their key (nothing new can match them; an inner
+//!   join keeps no output state, so nothing is retracted);
+//! - over inputs that retract (updating aggregates), once *both*
+//!   watermarks pass the key: neither side can change it again, so the
+//!   output under it is final, outer joins' padded rows included. Going
+//!   happens after the epoch's output is computed, so a row that arrived
+//!   in the epoch that closes its key is joined first.
 //!
 //! State: the watermark in effect of each side (`WATERMARK_LEFT`,
 //! `WATERMARK_RIGHT`, empty distribution key, kept alike by every worker).
@@ -46,10 +51,25 @@ impl Default for Clock {
     }
 }
 
+/// When a key's rows go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closing {
+    /// Each side's rows go once the *other* side's watermark passes their
+    /// key: no new match can come. Only for inputs that never retract (a
+    /// retraction of a row already gone would find nothing to pair with).
+    ByOtherSide,
+    /// A key's rows of both sides go once *both* watermarks pass it:
+    /// neither side can change it again, so its output is final. Sound
+    /// over inputs that retract (updating window aggregates, Nexmark q5
+    /// and q8), at the cost of holding a key until the slower side passes.
+    ByBothSides,
+}
+
 /// The closing state of a window join.
 pub(super) struct Expiry {
     /// The index in `JoinSpec::on` of the key that closes.
     key: usize,
+    closing: Closing,
     left: Clock,
     right: Clock,
     /// Buckets holding rows of each side, by their value in the key.
@@ -61,10 +81,21 @@ pub(super) struct Expiry {
 
 /// The key of `spec` (an index in `on`) that closes a window join: the
 /// first whose left expression carries a watermark of `left` (columns of
-/// the left input) and right one of `right`, of one type. Only inner
-/// joins close: an outer join's padded rows would need retracting.
-pub fn window_key(spec: &JoinSpec, left: &[usize], right: &[usize]) -> Option<usize> {
-    if spec.kind != super::JoinKind::Inner {
+/// the left input) and right one of `right`, of one type. Closing by the
+/// other side is kept to inner joins (the only kind it is tested for);
+/// closing by both sides serves every kind but `NOT IN`, whose output
+/// depends on NULLs under every key.
+pub fn window_key(
+    spec: &JoinSpec,
+    left: &[usize],
+    right: &[usize],
+    closing: Closing,
+) -> Option<usize> {
+    let closes = match closing {
+        Closing::ByOtherSide => spec.kind == super::JoinKind::Inner,
+        Closing::ByBothSides => spec.kind != super::JoinKind::NullAwareAnti,
+    };
+    if !closes {
         return None;
     }
     spec.on.iter().position(|(l, r)| {
@@ -75,9 +106,10 @@ pub fn window_key(spec: &JoinSpec, left: &[usize], right: &[usize]) -> Option<us
 }
 
 impl Expiry {
-    pub(super) fn new(key: usize) -> Self {
+    pub(super) fn new(key: usize, closing: Closing) -> Self {
         Self {
             key,
+            closing,
             left: Clock::default(),
             right: Clock::default(),
             open: [BTreeMap::new(), BTreeMap::new()],
@@ -220,8 +252,14 @@ impl DeltaJoin {
             }
         }
         expiry.moved |= moved;
-        // Left rows close by the right side's watermark, and back.
-        let limits = [expiry.right.in_effect, expiry.left.in_effect];
+        let limits = match expiry.closing {
+            // Left rows close by the right side's watermark, and back.
+            Closing::ByOtherSide => [expiry.right.in_effect, expiry.left.in_effect],
+            Closing::ByBothSides => {
+                let both = expiry.left.in_effect.min(expiry.right.in_effect);
+                [both, both]
+            }
+        };
         let mut closed: [Vec<RowBytes>; 2] = [Vec::new(), Vec::new()];
         for (s, limit) in limits.into_iter().enumerate() {
             let later = expiry.open[s].split_off(&limit);

@@ -4,7 +4,7 @@
 use datafusion::physical_expr::expressions::col;
 
 use super::super::*;
-use super::window_key;
+use super::{Closing, window_key};
 use crate::Operator;
 use crate::testing::{change, render, schema};
 use crate::watermark::{NONE_YET, Watermarks};
@@ -23,18 +23,101 @@ fn window_join() -> Join {
         residual: None,
         output_schema: schema("w int, a int, rw int, b int"),
     };
-    assert_eq!(window_key(&spec, &[0], &[0]), Some(0));
-    assert_eq!(window_key(&spec, &[0], &[]), None, "both sides need one");
+    assert_eq!(window_key(&spec, &[0], &[0], Closing::ByOtherSide), Some(0));
+    assert_eq!(
+        window_key(&spec, &[0], &[], Closing::ByBothSides),
+        None,
+        "both sides need one"
+    );
     let outer = JoinSpec {
         kind: JoinKind::Left,
         ..spec.clone()
     };
     assert_eq!(
-        window_key(&outer, &[0], &[0]),
+        window_key(&outer, &[0], &[0], Closing::ByOtherSide),
         None,
-        "only inner joins close"
+        "only inner joins close by the other side"
     );
-    Join::window_join(spec, 0).unwrap()
+    assert_eq!(
+        window_key(&outer, &[0], &[0], Closing::ByBothSides),
+        Some(0)
+    );
+    let not_in = JoinSpec {
+        kind: JoinKind::NullAwareAnti,
+        ..spec.clone()
+    };
+    assert_eq!(window_key(&not_in, &[0], &[0], Closing::ByBothSides), None);
+    Join::window_join(spec, 0, Closing::ByOtherSide).unwrap()
+}
+
+/// `SELECT * FROM l {kind} JOIN r ON w = rw`, closing once both sides'
+/// watermarks pass a key.
+fn closing_by_both(kind: JoinKind, output: &str) -> Join {
+    let (left, right) = (schema(L), schema(R));
+    let spec = JoinSpec {
+        kind,
+        on: vec![(col("w", &left).unwrap(), col("rw", &right).unwrap())],
+        left_schema: left,
+        right_schema: right,
+        residual: None,
+        output_schema: schema(output),
+    };
+    Join::window_join(spec, 0, Closing::ByBothSides).unwrap()
+}
+
+/// One epoch with each side's own watermark.
+fn epoch_apart(j: &mut Join, left_at: i64, right_at: i64, left: &str, right: &str) -> Vec<String> {
+    j.watermarks(&[
+        Watermarks::of([(0, left_at)]),
+        Watermarks::of([(0, right_at)]),
+    ])
+    .unwrap();
+    render(&j.step(&[change(L, left), change(R, right)]).unwrap())
+}
+
+#[test]
+fn over_updating_inputs_a_key_closes_once_both_watermarks_pass_it() {
+    let mut j = closing_by_both(JoinKind::Inner, "w int, a int, rw int, b int");
+    assert_eq!(
+        epoch_apart(&mut j, NONE_YET, NONE_YET, "1 10 +1", "1 100 +1"),
+        vec!["1 10 1 100 +1"]
+    );
+    // The right side passed window 1, the left did not: the left may
+    // still update its row (an aggregate's -old/+new), and the pair moves.
+    for (old, new) in [(10, 11), (11, 12)] {
+        assert_eq!(
+            epoch_apart(&mut j, 1, 5, &format!("1 {old} -1; 1 {new} +1"), ""),
+            vec![format!("1 {old} 1 100 -1"), format!("1 {new} 1 100 +1")]
+        );
+    }
+    // A right row for window 1 is late now; the left's are not.
+    assert_eq!(
+        epoch_apart(&mut j, 1, 5, "", "1 101 +1"),
+        Vec::<String>::new()
+    );
+    assert_eq!(j.take_late_rows(), 1);
+    j.take_state_changes().unwrap();
+    assert_eq!(
+        j.state_entries().unwrap().len(),
+        4,
+        "two rows, two watermarks"
+    );
+    // Both passed: window 1's rows go, and nothing is retracted.
+    assert_eq!(epoch_apart(&mut j, 5, 5, "", ""), Vec::<String>::new());
+    assert_eq!(j.state_entries().unwrap().len(), 2, "the two watermarks");
+}
+
+#[test]
+fn an_outer_join_closing_by_both_sides_keeps_its_padded_rows() {
+    let mut j = closing_by_both(JoinKind::Left, "w int, a int, rw int, b int");
+    // Rows that arrive in the epoch that closes their key are joined
+    // first: the unmatched left row is output padded, and stays.
+    assert_eq!(
+        epoch_apart(&mut j, 5, 5, "1 10 +1; 2 20 +1", "2 200 +1"),
+        vec!["1 10 null null +1", "2 20 2 200 +1"]
+    );
+    assert_eq!(epoch_apart(&mut j, 5, 5, "", ""), Vec::<String>::new());
+    assert_eq!(j.state_entries().unwrap().len(), 2, "the two watermarks");
 }
 
 /// One epoch: both sides' watermarks of the key, then their rows.

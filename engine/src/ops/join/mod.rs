@@ -100,12 +100,14 @@ impl Join {
 
     /// A window join closing by key `key` of `spec.on`
     /// ([`window_key`] found it; [`expiry`] says what closing does).
-    pub fn window_join(spec: JoinSpec, key: usize) -> Result<Self, EngineError> {
-        Ok(Self(Box::new(delta::DeltaJoin::new(spec)?.closing_by(key))))
+    pub fn window_join(spec: JoinSpec, key: usize, closing: Closing) -> Result<Self, EngineError> {
+        Ok(Self(Box::new(
+            delta::DeltaJoin::new(spec)?.closing_by(key, closing),
+        )))
     }
 }
 
-pub use expiry::window_key;
+pub use expiry::{Closing, window_key};
 
 impl Operator for Join {
     fn name(&self) -> &'static str {
