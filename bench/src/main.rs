@@ -125,6 +125,11 @@ enum Bench {
         /// Per query, from CREATE SINK until the sources completed.
         #[arg(long, default_value_t = 3600)]
         timeout_s: u64,
+        /// The generator's event-time rate (the sources' `event_rate`:
+        /// events per second of event time); by default the source's own
+        /// (10 000 000, so 100 M events span 10 s of event time).
+        #[arg(long)]
+        event_rate: Option<u64>,
     },
     /// Engine operators in process, rows per second: single thread, or
     /// two for the `_2_workers` variants.
@@ -228,6 +233,7 @@ async fn against_server(command: Bench) -> Result<(), Box<dyn std::error::Error>
             barrier_interval,
             workers,
             timeout_s,
+            event_rate,
             freshness,
             rate,
             warmup_s,
@@ -276,6 +282,7 @@ async fn against_server(command: Bench) -> Result<(), Box<dyn std::error::Error>
                 barrier_interval,
                 workers,
                 timeout: Duration::from_secs(timeout_s),
+                event_rate,
             };
             return nexmark::run(&options).await;
         }

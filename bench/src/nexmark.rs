@@ -76,6 +76,8 @@ pub struct Options {
     pub workers: Option<u16>,
     /// Per query, from CREATE SINK until every source completed.
     pub timeout: Duration,
+    /// The sources' `event_rate` when set.
+    pub event_rate: Option<u64>,
 }
 
 /// The three event types of the generator and their place in its cycle of
@@ -413,8 +415,10 @@ pub async fn run(o: &Options) -> Result<(), BoxError> {
     }
     let sources = source_statements(SOURCES_SQL)?;
     println!(
-        "nexmark: {} events per query, barrier interval {}, workers {}, server {}",
+        "nexmark: {} events per query, event rate {}, barrier interval {}, workers {}, server {}",
         o.events,
+        o.event_rate
+            .map_or_else(|| "(source default)".to_string(), |r| format!("{r}/s")),
         o.barrier_interval,
         o.workers
             .map_or_else(|| "(server default)".to_string(), |w| w.to_string()),
@@ -486,7 +490,10 @@ async fn measure(
 ) -> Result<(), BoxError> {
     let client = server.wait_ready().await?;
     for (source, statement) in read {
-        let statement = with_limits(statement, o.events, BASE_TIME_MS)?;
+        let mut statement = with_limits(statement, o.events, BASE_TIME_MS)?;
+        if let Some(rate) = o.event_rate {
+            statement = with_options(&statement, &[("event_rate", rate.to_string())])?;
+        }
         client
             .batch_execute(&statement)
             .await

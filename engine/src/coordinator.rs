@@ -57,6 +57,9 @@ pub struct ProjectionView {
 #[derive(Debug, Clone, Default)]
 pub struct EpochView {
     pub epoch: Epoch,
+    /// The epoch's time: what `now()` was for its temporal filters
+    /// (microseconds since the Unix epoch, UTC).
+    pub time: i64,
     pub projections: HashMap<ObjectId, ProjectionView>,
 }
 
@@ -103,6 +106,15 @@ pub struct Coordinator {
     /// runtime sets them ([`Self::set_watermarks`]), projections' as
     /// their graphs derive them each epoch.
     watermarks: HashMap<ObjectId, Watermarks>,
+    /// The next epoch's time ([`Self::set_time`]); the wall clock if never set.
+    time: Option<i64>,
+}
+
+/// The wall clock, in microseconds since the Unix epoch.
+pub fn wall_clock_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros().min(i64::MAX as u128) as i64)
 }
 
 impl Default for Coordinator {
@@ -121,7 +133,35 @@ impl Coordinator {
             view: Arc::new(EpochView::default()),
             outboxes: Default::default(),
             watermarks: HashMap::new(),
+            time: None,
         }
+    }
+
+    /// Sets the time of the next epoch (and deploy): what `now()` is for
+    /// temporal filters. Never moves back: an earlier time is ignored. The
+    /// runtime sets the wall clock; tests inject their own.
+    pub fn set_time(&mut self, now: i64) {
+        self.time = Some(self.time.map_or(now, |t| t.max(now)));
+    }
+
+    fn now(&self) -> i64 {
+        self.time.unwrap_or_else(wall_clock_micros)
+    }
+
+    /// The earliest time at which a projection's result changes with no
+    /// input (a temporal filter's row appearing or expiring): an epoch
+    /// should close then even if nothing else happened.
+    pub fn next_due(&self) -> Option<i64> {
+        self.deployed
+            .iter()
+            .filter(|d| {
+                self.view
+                    .projections
+                    .get(&d.id)
+                    .is_some_and(|p| p.failure.is_none())
+            })
+            .filter_map(|d| d.graph.next_due())
+            .min()
     }
 
     /// Numbers the next epoch after `epoch`: epochs up to it were taken by
@@ -184,8 +224,10 @@ impl Coordinator {
         }
         self.pending_rows = 0;
 
+        let now = self.now();
         let mut view = (*self.view).clone();
         view.epoch = epoch;
+        view.time = now;
         let mut report = EpochReport {
             epoch,
             ..Default::default()
@@ -232,12 +274,14 @@ impl Coordinator {
                         .unwrap_or_default(),
                 )
             });
+            let due = deployed.graph.next_due().is_some_and(|t| t <= now);
+            deployed.graph.advance_time(now);
             let stepped = match upstream_failure {
                 Some(e) => Err(format!("a projection it reads failed: {e}")),
-                // Operators are functions of their input change and
-                // watermarks: neither moved, nothing out (constants
-                // emitted theirs at deploy).
-                None if rows_in == 0 && !moved => {
+                // Operators are functions of their input change, their
+                // watermarks and (temporal filters) the time: none moved,
+                // nothing out (constants emitted theirs at deploy).
+                None if rows_in == 0 && !moved && !due => {
                     projection.last_epoch = epoch;
                     continue;
                 }
@@ -376,6 +420,8 @@ impl Coordinator {
             .iter()
             .map(|s| self.watermarks.get(&s.object).cloned().unwrap_or_default())
             .collect();
+        let now = self.now();
+        graph.advance_time(now);
         let out = graph.step_at(&backfill, &marks)?;
         let mut result = Materialized::new(output_schema)?;
         if !emitting {

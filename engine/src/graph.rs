@@ -132,6 +132,23 @@ impl Graph {
     }
 
     /// The output's watermarks as of the last step.
+    /// Gives every node the epoch's time ([`Operator::advance_time`]);
+    /// call before each step.
+    pub fn advance_time(&mut self, now: i64) {
+        for node in &mut self.nodes {
+            node.operator.advance_time(now);
+        }
+    }
+
+    /// The earliest epoch time at which some node's output changes with
+    /// no input ([`Operator::next_due`]).
+    pub fn next_due(&self) -> Option<i64> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.operator.next_due())
+            .min()
+    }
+
     pub fn output_watermarks(&self) -> Watermarks {
         self.nodes
             .last()

@@ -114,6 +114,20 @@ pub trait Operator: Send {
         0
     }
 
+    /// The epoch's time (microseconds since the Unix epoch, UTC): what
+    /// `now()` is in this epoch. The graph calls it once per epoch before
+    /// [`Operator::step`], never with a time earlier than before. Only an
+    /// operator whose output depends on it (a temporal filter) uses it.
+    fn advance_time(&mut self, _now: i64) {}
+
+    /// The earliest epoch time at which the output changes with no input
+    /// (a temporal filter's next row to appear or expire); `None`: never.
+    /// The owner steps the graph in an epoch at or after it even when no
+    /// input moved.
+    fn next_due(&self) -> Option<i64> {
+        None
+    }
+
     /// Tells the operator where its state lives: node `node` of the graph
     /// of projection `object`, the pair [`crate::checkpoint::vnode_of`]
     /// hashes with each key. The coordinator calls it when it deploys the

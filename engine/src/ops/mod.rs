@@ -7,6 +7,8 @@
 //! - [`top_n::TopN`]: ORDER BY .. LIMIT and ROW_NUMBER()/RANK() <= n, per partition.
 //! - [`aggregate::Aggregate`]: GROUP BY and aggregates; DISTINCT is an
 //!   aggregate with no calls.
+//! - [`temporal_filter::TemporalFilter`]: WHERE conjuncts comparing a
+//!   time with `now()`, evaluated at each epoch's time.
 //! - [`parallel::Parallel`]: any of the keyed ones (aggregate, join,
 //!   top-N) as several instances owning disjoint keys, stepped on threads.
 
@@ -15,6 +17,7 @@ pub mod constant;
 pub mod join;
 pub mod map;
 pub mod parallel;
+pub mod temporal_filter;
 pub mod top_n;
 pub mod union;
 

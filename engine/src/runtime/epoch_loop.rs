@@ -31,6 +31,7 @@ use super::table_log;
 use super::{
     BarrierTarget, Checkpointer, Command, Deployment, EPOCH_ROW_BUDGET, RuntimeObserver, Shared,
 };
+use crate::coordinator::wall_clock_micros;
 use crate::{Coordinator, EngineError};
 
 /// Where a deployment's outcome goes.
@@ -133,7 +134,13 @@ impl Loop {
                 let pre_commit_unsealed = self.sealing.is_none()
                     && self.streams.pre_commits_unsealed()
                     && self.coordinator.view().epoch.0 <= self.checkpointer.last_sealed_epoch();
+                // And a temporal filter whose rows appear or expire by now.
+                let time_due = self
+                    .coordinator
+                    .next_due()
+                    .is_some_and(|t| t <= wall_clock_micros());
                 if self.coordinator.pending_rows() > 0
+                    || time_due
                     || self.streams.any_retry_due()
                     || pre_commit_unsealed
                     || self.streams.offsets_moved()
@@ -375,6 +382,7 @@ impl Loop {
     /// answers the barriers the epoch covers.
     async fn close(&mut self) {
         self.streams.advance_watermarks(&mut self.coordinator);
+        self.coordinator.set_time(wall_clock_micros());
         let emitted = close_epoch(
             &mut self.coordinator,
             &self.shared,
@@ -398,6 +406,7 @@ impl Loop {
     /// reading its sources and opens its sink.
     async fn deploy(&mut self, deployment: Deployment) -> Result<Deployed, EngineError> {
         let id = deployment.id;
+        self.coordinator.set_time(wall_clock_micros());
         if deployment.rebuilt
             && let Some(reason) = self.cannot_rebuild(&deployment)
         {

@@ -30,6 +30,13 @@ pub(super) fn maintainable(plan: &LogicalPlan) -> Result<(), PlanError> {
 
 fn expression_problem(expr: &Expr) -> Option<PlanError> {
     match expr {
+        // A temporal filter's now(): checked when its filter is lowered.
+        Expr::ScalarFunction(f) if f.func.inner().is::<super::temporal::EpochTime>() => None,
+        Expr::ScalarFunction(f) if f.func.name() == "now" => Some(PlanError::unsupported(
+            "now() in a projection outside a WHERE comparison with a time (a temporal filter \
+             such as `WHERE ts > now() - INTERVAL '1 hour'` is maintained; now() elsewhere \
+             would be frozen at CREATE)",
+        )),
         Expr::ScalarFunction(f) if f.func.signature().volatility != Volatility::Immutable => {
             Some(PlanError::unsupported(format!(
                 "{}() in a projection (its result changes from one evaluation to the next, so the projection could not stay equal to its query)",

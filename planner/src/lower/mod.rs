@@ -25,6 +25,7 @@
 //! [`Parallel`], and its EXPLAIN line ends in `[N workers]`.
 
 mod checks;
+mod temporal;
 mod window;
 
 use std::sync::Arc;
@@ -119,6 +120,7 @@ pub fn lower(
     relations: &dyn Fn(&TableReference) -> ScannedRelation,
     options: &LowerOptions,
 ) -> Result<StreamPlan, PlanError> {
+    let plan = &temporal::mark_epoch_time(plan)?;
     checks::maintainable(plan)?;
     let optimized = state.optimize(plan)?;
     checks::no_subqueries(&optimized)?;
@@ -317,6 +319,13 @@ impl Lowering {
     }
 
     fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>, PlanError> {
+        if temporal::reads_epoch_time(expr) {
+            return Err(PlanError::unsupported(format!(
+                "now() in {} (a temporal filter is a WHERE conjunct comparing a time with now(), \
+                 on its own, not combined with OR or inside another expression)",
+                expr.human_display()
+            )));
+        }
         Ok(create_physical_expr(
             expr,
             schema,
@@ -348,19 +357,7 @@ impl Lowering {
                 if let Some(input) = window::top_n_filter(self, f)? {
                     return Ok(input);
                 }
-                let input = self.node(&f.input)?;
-                let predicate = self.physical(&f.predicate, f.input.schema())?;
-                let schema = arrow_schema(plan);
-                self.add(
-                    Box::new(Map::new(
-                        schema.clone(),
-                        Some(predicate),
-                        identity(&schema),
-                        schema,
-                    )),
-                    vec![input],
-                    format!("filter: {}", f.predicate.human_display()),
-                )
+                temporal::filter(self, f, arrow_schema(plan))
             }
             LogicalPlan::SubqueryAlias(a) => self.node(&a.input),
             LogicalPlan::Aggregate(a) => self.aggregate(a),

@@ -89,5 +89,6 @@ mod python;
 mod secrets;
 mod slt;
 mod sources;
+mod temporal;
 mod tls;
 mod tokio_pg;
