@@ -252,9 +252,15 @@ fn offset_of(expr: &Expr) -> Option<i64> {
         }
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
             match (op, reads_epoch_time(left), reads_epoch_time(right)) {
-                (BinaryOp::Plus, true, false) => offset_of(left)?.checked_add(interval(right)?),
-                (BinaryOp::Plus, false, true) => offset_of(right)?.checked_add(interval(left)?),
-                (BinaryOp::Minus, true, false) => offset_of(left)?.checked_sub(interval(right)?),
+                (BinaryOp::Plus, true, false) => {
+                    offset_of(left)?.checked_add(interval_micros(right)?)
+                }
+                (BinaryOp::Plus, false, true) => {
+                    offset_of(right)?.checked_add(interval_micros(left)?)
+                }
+                (BinaryOp::Minus, true, false) => {
+                    offset_of(left)?.checked_sub(interval_micros(right)?)
+                }
                 _ => None,
             }
         }
@@ -263,7 +269,7 @@ fn offset_of(expr: &Expr) -> Option<i64> {
 }
 
 /// A literal interval of fixed length, in microseconds (months vary: none).
-fn interval(expr: &Expr) -> Option<i64> {
+pub(super) fn interval_micros(expr: &Expr) -> Option<i64> {
     let Expr::Literal(value, _) = expr else {
         return None;
     };

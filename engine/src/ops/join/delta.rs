@@ -26,7 +26,7 @@ use bytes::Bytes;
 use hashbrown::HashMap;
 use weir_common::ChangeBatch;
 
-use super::expiry::{Closing, Expiry, WATERMARK_LEFT, WATERMARK_RIGHT};
+use super::expiry::{Closer, Expiry, WATERMARK_LEFT, WATERMARK_RIGHT};
 use super::side_rows::SideRows;
 use super::{JoinKind, JoinSpec, Sides, rebind, take_rows};
 use crate::EngineError;
@@ -106,9 +106,9 @@ impl DeltaJoin {
         })
     }
 
-    /// Closes by key `key` of `on` ([`super::expiry::window_key`]).
-    pub(super) fn closing_by(mut self, key: usize, closing: Closing) -> Self {
-        self.expiry = Some(Expiry::new(key, closing));
+    /// Closes by `closer` ([`super::expiry`]).
+    pub(super) fn closing_by(mut self, closer: Closer) -> Self {
+        self.expiry = Some(Expiry::new(closer));
         self
     }
 
@@ -383,7 +383,13 @@ impl Operator for DeltaJoin {
         // `/2`: the delta join's state layout (rows with match counts).
         let structure = self.spec.structure("join/2");
         match &self.expiry {
-            Some(e) => format!("{structure}; closes by {}", e.key()),
+            Some(e) => match e.closer() {
+                Closer::Key { key, .. } => format!("{structure}; closes by {key}"),
+                Closer::Band(b) => format!(
+                    "{structure}; closes by band {}-{} in [{:?}, {:?}]",
+                    b.left, b.right, b.lo, b.hi
+                ),
+            },
             None => structure,
         }
     }
@@ -432,7 +438,8 @@ impl Operator for DeltaJoin {
                 &mut unkeyed_right
             };
             self.apply_delta(&delta, &own_matches, own_before, unkeyed)?;
-            self.index_open(left, &delta.keys, &values);
+            let weights = input.weights().values();
+            self.index_open(left, &delta.keys, &delta.rows, weights, &values);
         }
         if self.tracks(true) {
             parts.extend(self.visible_change(true, &before_left, unkeyed_left)?);

@@ -65,15 +65,46 @@ pub enum Closing {
     ByBothSides,
 }
 
-/// The closing state of a window join.
+/// What a join closes by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closer {
+    /// Key `key` of `JoinSpec::on`, which carries a watermark on both
+    /// sides: a bucket's side goes at once.
+    Key { key: usize, closing: Closing },
+    /// A band between a time column of each side (an interval join).
+    Band(Band),
+}
+
+/// An interval join's condition on times: `left - right` within
+/// `[lo, hi]`, in the columns' unit (`None`: unbounded on that side), as
+/// the residual requires of every pair (it may require more). A left row
+/// at `l` can only pair with right rows at `r` in `[l - hi, l - lo]`, so
+/// once the right watermark passes `l - lo` no new partner can come; once
+/// its own watermark passes `l` it cannot change either, and it goes. The
+/// same for right rows, by `r + hi` and the left watermark. Holding both
+/// conditions keeps it sound over inputs that retract and for every kind
+/// (what a row contributed can no longer change).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Band {
+    /// The time column of the left input, and of the right.
+    pub left: usize,
+    pub right: usize,
+    pub lo: Option<i64>,
+    pub hi: Option<i64>,
+}
+
+/// One open entry: a bucket, and (interval joins) the row in it.
+type Filed = (RowBytes, Option<RowBytes>);
+
+/// The closing state of a window or interval join.
 pub(super) struct Expiry {
-    /// The index in `JoinSpec::on` of the key that closes.
-    key: usize,
-    closing: Closing,
+    closer: Closer,
     left: Clock,
     right: Clock,
-    /// Buckets holding rows of each side, by their value in the key.
-    open: [BTreeMap<i64, Vec<RowBytes>>; 2],
+    /// Rows of each side by the value that closes them: whole bucket sides
+    /// by their key's value ([`Closer::Key`]), rows by their time
+    /// ([`Closer::Band`]).
+    open: [BTreeMap<i64, Vec<Filed>>; 2],
     late: u64,
     /// A watermark in effect moved since the last `take_state_changes`.
     moved: bool,
@@ -106,10 +137,9 @@ pub fn window_key(
 }
 
 impl Expiry {
-    pub(super) fn new(key: usize, closing: Closing) -> Self {
+    pub(super) fn new(closer: Closer) -> Self {
         Self {
-            key,
-            closing,
+            closer,
             left: Clock::default(),
             right: Clock::default(),
             open: [BTreeMap::new(), BTreeMap::new()],
@@ -118,8 +148,8 @@ impl Expiry {
         }
     }
 
-    pub(super) fn key(&self) -> usize {
-        self.key
+    pub(super) fn closer(&self) -> Closer {
+        self.closer
     }
 
     fn clock(&mut self, left: bool) -> &mut Clock {
@@ -153,15 +183,31 @@ fn key_watermark(
     derive(expr, schema, column, value).map(Some)
 }
 
+/// A watermark moved by `by` (column units); unknown and final stay so.
+fn shift(watermark: i64, by: i64) -> i64 {
+    if watermark == NONE_YET || watermark == crate::watermark::FINAL {
+        watermark
+    } else {
+        watermark.saturating_add(by)
+    }
+}
+
 impl DeltaJoin {
-    /// Learns both sides' watermarks on the closing key.
+    /// Learns both sides' watermarks on what closes.
     pub(super) fn advance_expiry(&mut self, inputs: &[Watermarks]) -> Result<(), EngineError> {
-        let Some(key) = self.expiry.as_ref().map(Expiry::key) else {
+        let Some(closer) = self.expiry.as_ref().map(Expiry::closer) else {
             return Ok(());
         };
-        let (l, r) = &self.spec.on[key];
-        let left = key_watermark(l, &self.spec.left_schema, &inputs[0])?;
-        let right = key_watermark(r, &self.spec.right_schema, &inputs[1])?;
+        let (left, right) = match closer {
+            Closer::Key { key, .. } => {
+                let (l, r) = &self.spec.on[key];
+                (
+                    key_watermark(l, &self.spec.left_schema, &inputs[0])?,
+                    key_watermark(r, &self.spec.right_schema, &inputs[1])?,
+                )
+            }
+            Closer::Band(band) => (inputs[0].get(band.left), inputs[1].get(band.right)),
+        };
         let Some(expiry) = self.expiry.as_mut() else {
             return Ok(());
         };
@@ -180,11 +226,21 @@ impl DeltaJoin {
         change: &ChangeBatch,
         left: bool,
     ) -> Result<Vec<Option<i64>>, EngineError> {
-        let key = self.expiry.as_ref().map_or(0, Expiry::key);
-        let (l, r) = &self.spec.on[key];
-        let expr = if left { l } else { r };
         let rows = change.rows();
-        as_i64(&expr.evaluate(rows)?.into_array(rows.num_rows())?)
+        match self.expiry.as_ref().map(Expiry::closer) {
+            Some(Closer::Band(band)) => {
+                as_i64(rows.column(if left { band.left } else { band.right }))
+            }
+            closer => {
+                let key = match closer {
+                    Some(Closer::Key { key, .. }) => key,
+                    _ => 0,
+                };
+                let (l, r) = &self.spec.on[key];
+                let expr = if left { l } else { r };
+                as_i64(&expr.evaluate(rows)?.into_array(rows.num_rows())?)
+            }
+        }
     }
 
     /// `change` of one side without its late rows, counted, and the
@@ -207,18 +263,33 @@ impl DeltaJoin {
         Ok((kept, values))
     }
 
-    /// Files the buckets `keys` (rows of one side, just applied) under
-    /// their closing key's value.
+    /// Files rows of one side just applied (`keys[i]`, `rows[i]`, with
+    /// `weights[i]`) under their closing value: the bucket's side once for
+    /// a window join, each inserted row for an interval join.
     pub(super) fn index_open(
         &mut self,
         left: bool,
         keys: &[Option<RowBytes>],
+        rows: &[RowBytes],
+        weights: &[i64],
         values: &[Option<i64>],
     ) {
         let Some(expiry) = self.expiry.as_mut() else {
             return;
         };
         let open = &mut expiry.open[usize::from(!left)];
+        if let Closer::Band(_) = expiry.closer {
+            for (((key, row), weight), value) in keys.iter().zip(rows).zip(weights).zip(values) {
+                // A retraction leaves its earlier filing in place: closing
+                // then finds the row gone, which costs nothing.
+                if let (Some(key), Some(value), true) = (key, value, *weight > 0) {
+                    open.entry(*value)
+                        .or_default()
+                        .push((key.clone(), Some(row.clone())));
+                }
+            }
+            return;
+        }
         for (key, value) in keys.iter().zip(values) {
             let (Some(key), Some(value)) = (key, value) else {
                 continue;
@@ -233,7 +304,7 @@ impl DeltaJoin {
             };
             if !*indexed {
                 *indexed = true;
-                open.entry(*value).or_default().push(key.clone());
+                open.entry(*value).or_default().push((key.clone(), None));
             }
         }
     }
@@ -252,15 +323,24 @@ impl DeltaJoin {
             }
         }
         expiry.moved |= moved;
-        let limits = match expiry.closing {
+        let (l, r) = (expiry.left.in_effect, expiry.right.in_effect);
+        let limits = match expiry.closer {
             // Left rows close by the right side's watermark, and back.
-            Closing::ByOtherSide => [expiry.right.in_effect, expiry.left.in_effect],
-            Closing::ByBothSides => {
-                let both = expiry.left.in_effect.min(expiry.right.in_effect);
-                [both, both]
-            }
+            Closer::Key {
+                closing: Closing::ByOtherSide,
+                ..
+            } => [r, l],
+            Closer::Key {
+                closing: Closing::ByBothSides,
+                ..
+            } => [l.min(r), l.min(r)],
+            Closer::Band(band) => [
+                band.lo.map_or(NONE_YET, |lo| l.min(shift(r, lo))),
+                band.hi
+                    .map_or(NONE_YET, |hi| r.min(shift(l, hi.saturating_neg()))),
+            ],
         };
-        let mut closed: [Vec<RowBytes>; 2] = [Vec::new(), Vec::new()];
+        let mut closed: [Vec<Filed>; 2] = [Vec::new(), Vec::new()];
         for (s, limit) in limits.into_iter().enumerate() {
             let later = expiry.open[s].split_off(&limit);
             closed[s] = std::mem::replace(&mut expiry.open[s], later)
@@ -272,7 +352,7 @@ impl DeltaJoin {
         for (s, keys) in closed.into_iter().enumerate() {
             let left = s == 0;
             let tag = if left { LEFT } else { RIGHT };
-            for key in keys {
+            for (key, row) in keys {
                 let Some(bucket) = self.buckets.get_mut(&key) else {
                     continue;
                 };
@@ -281,9 +361,19 @@ impl DeltaJoin {
                 } else {
                     (&mut bucket.right, &mut bucket.indexed_right)
                 };
-                *indexed = false;
-                let rows: Vec<RowBytes> = side.iter().map(|(r, _)| r.clone()).collect();
-                *side = SideRows::default();
+                let rows: Vec<RowBytes> = match row {
+                    Some(row) if side.get(&row).is_some() => {
+                        side.remove(&row);
+                        vec![row]
+                    }
+                    Some(_) => Vec::new(),
+                    None => {
+                        *indexed = false;
+                        let rows = side.iter().map(|(r, _)| r.clone()).collect();
+                        *side = SideRows::default();
+                        rows
+                    }
+                };
                 for row in rows {
                     mark_changed_to(
                         &mut self.changed,
@@ -343,10 +433,14 @@ impl DeltaJoin {
 
     /// After a restore: files every bucket read back under its value.
     pub(super) fn index_restored(&mut self) -> Result<(), EngineError> {
-        let (Some(expiry), Some(codec)) = (self.expiry.as_ref(), self.sides.key.as_ref()) else {
+        let key = match self.expiry.as_ref().map(Expiry::closer) {
+            None => return Ok(()),
+            Some(Closer::Band(band)) => return self.index_restored_rows(band),
+            Some(Closer::Key { key, .. }) => key,
+        };
+        let Some(codec) = self.sides.key.as_ref() else {
             return Ok(());
         };
-        let key = expiry.key();
         let keys: Vec<RowBytes> = self.buckets.keys().cloned().collect();
         if keys.is_empty() {
             return Ok(());
@@ -361,9 +455,38 @@ impl DeltaJoin {
             let (has_left, has_right) = (!bucket.left.is_empty(), !bucket.right.is_empty());
             for (left, has) in [(true, has_left), (false, has_right)] {
                 if has {
-                    self.index_open(left, &[Some(bucket_key.clone())], &[Some(value)]);
+                    let keys = [Some(bucket_key.clone())];
+                    self.index_open(left, &keys, &[], &[], &[Some(value)]);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// [`Self::index_restored`] of an interval join: every row by its time.
+    fn index_restored_rows(&mut self, band: Band) -> Result<(), EngineError> {
+        for left in [true, false] {
+            let mut keys = Vec::new();
+            let mut rows = Vec::new();
+            for (key, bucket) in &self.buckets {
+                let side = if left { &bucket.left } else { &bucket.right };
+                for (row, _) in side.iter() {
+                    keys.push(Some(key.clone()));
+                    rows.push(row.clone());
+                }
+            }
+            if rows.is_empty() {
+                continue;
+            }
+            let codec = if left {
+                &self.sides.left
+            } else {
+                &self.sides.right
+            };
+            let decoded = codec.decode(rows.iter())?;
+            let times = as_i64(decoded.column(if left { band.left } else { band.right }))?;
+            let weights = vec![1; rows.len()];
+            self.index_open(left, &keys, &rows, &weights, &times);
         }
         Ok(())
     }

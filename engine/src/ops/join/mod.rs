@@ -101,13 +101,23 @@ impl Join {
     /// A window join closing by key `key` of `spec.on`
     /// ([`window_key`] found it; [`expiry`] says what closing does).
     pub fn window_join(spec: JoinSpec, key: usize, closing: Closing) -> Result<Self, EngineError> {
+        let closer = expiry::Closer::Key { key, closing };
         Ok(Self(Box::new(
-            delta::DeltaJoin::new(spec)?.closing_by(key, closing),
+            delta::DeltaJoin::new(spec)?.closing_by(closer),
+        )))
+    }
+
+    /// An interval join: rows go once no row of the other side within
+    /// `band` can still come ([`Band`]).
+    pub fn interval_join(spec: JoinSpec, band: Band) -> Result<Self, EngineError> {
+        let closer = expiry::Closer::Band(band);
+        Ok(Self(Box::new(
+            delta::DeltaJoin::new(spec)?.closing_by(closer),
         )))
     }
 }
 
-pub use expiry::{Closing, window_key};
+pub use expiry::{Band, Closing, window_key};
 
 impl Operator for Join {
     fn name(&self) -> &'static str {
