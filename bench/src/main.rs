@@ -130,6 +130,11 @@ enum Bench {
         /// (10 000 000, so 100 M events span 10 s of event time).
         #[arg(long)]
         event_rate: Option<u64>,
+        /// Reads the operators' live state (`weir_catalog.operator_state`)
+        /// every this many seconds while a query runs and reports the
+        /// largest (the read walks that state, so it costs a little).
+        #[arg(long)]
+        state_sample_s: Option<u64>,
     },
     /// Engine operators in process, rows per second: single thread, or
     /// two for the `_2_workers` variants.
@@ -234,6 +239,7 @@ async fn against_server(command: Bench) -> Result<(), Box<dyn std::error::Error>
             workers,
             timeout_s,
             event_rate,
+            state_sample_s,
             freshness,
             rate,
             warmup_s,
@@ -283,6 +289,7 @@ async fn against_server(command: Bench) -> Result<(), Box<dyn std::error::Error>
                 workers,
                 timeout: Duration::from_secs(timeout_s),
                 event_rate,
+                state_sample: state_sample_s.map(Duration::from_secs),
             };
             return nexmark::run(&options).await;
         }

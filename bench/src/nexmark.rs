@@ -78,6 +78,9 @@ pub struct Options {
     pub timeout: Duration,
     /// The sources' `event_rate` when set.
     pub event_rate: Option<u64>,
+    /// How often to read the operators' live state while a query runs
+    /// (`weir_catalog.operator_state`, which walks it); `None`: never.
+    pub state_sample: Option<Duration>,
 }
 
 /// The three event types of the generator and their place in its cycle of
@@ -304,6 +307,8 @@ pub struct Outcome {
     pub cpu_s: f64,
     pub peak_rss_bytes: u64,
     pub state_bytes: i64,
+    /// The largest live operator state read while it ran, in bytes.
+    pub operator_state_peak: Option<i64>,
     pub epochs: i64,
     pub rows_out: i64,
     pub error: Option<String>,
@@ -324,7 +329,7 @@ impl Outcome {
 
     pub fn header() -> String {
         format!(
-            "{:<6}{:>12}{:>9}{:>9}{:>12}{:>13}{:>10}{:>13}{:>8}{:>12}",
+            "{:<6}{:>12}{:>9}{:>9}{:>12}{:>13}{:>10}{:>13}{:>13}{:>8}{:>12}",
             "query",
             "events",
             "wall s",
@@ -333,6 +338,7 @@ impl Outcome {
             "ev/s/core",
             "RSS MB",
             "state bytes",
+            "op state max",
             "epochs",
             "rows out"
         )
@@ -351,13 +357,15 @@ impl Outcome {
         } else {
             let _ = write!(
                 line,
-                "{:>9.2}{:>9.2}{:>12.0}{:>13.0}{:>10.1}{:>13}{:>8}{:>12}",
+                "{:>9.2}{:>9.2}{:>12.0}{:>13.0}{:>10.1}{:>13}{:>13}{:>8}{:>12}",
                 self.wall_s,
                 self.cpu_s,
                 self.events_per_s(),
                 self.events_per_core_s(),
                 self.peak_rss_bytes as f64 / 1e6,
                 self.state_bytes,
+                self.operator_state_peak
+                    .map_or_else(|| "-".to_string(), |b| b.to_string()),
                 self.epochs,
                 self.rows_out
             );
@@ -379,6 +387,7 @@ impl Outcome {
             "events_per_core_s": figure(self.events_per_core_s()),
             "peak_rss_bytes": if measured { json!(self.peak_rss_bytes) } else { json!(null) },
             "state_bytes": if measured { json!(self.state_bytes) } else { json!(null) },
+            "operator_state_peak_bytes": if measured { json!(self.operator_state_peak) } else { json!(null) },
             "epochs": if measured { json!(self.epochs) } else { json!(null) },
             "rows_out": if measured { json!(self.rows_out) } else { json!(null) },
             "error": self.error,
@@ -527,7 +536,15 @@ async fn measure(
     }
     outcome.supported = Some(true);
     let names: BTreeSet<&str> = read.iter().map(|(source, _)| source.as_str()).collect();
-    wait_for_sources(&client, &names, &sink, started + o.timeout, o.timeout).await?;
+    outcome.operator_state_peak = wait_for_sources(
+        &client,
+        &names,
+        &sink,
+        started + o.timeout,
+        o.timeout,
+        o.state_sample,
+    )
+    .await?;
     client
         .batch_execute("FLUSH")
         .await
@@ -562,15 +579,30 @@ async fn measure(
 }
 
 /// Polls until every source in `names` completed; a failed source or sink,
-/// or the deadline, ends the wait with an error.
+/// or the deadline, ends the wait with an error. Every `sample`, reads
+/// the operators' live state; returns the largest read.
 async fn wait_for_sources(
     client: &Client,
     names: &BTreeSet<&str>,
     sink: &str,
     deadline: Instant,
     timeout: Duration,
-) -> Result<(), BoxError> {
+    sample: Option<Duration>,
+) -> Result<Option<i64>, BoxError> {
+    let mut peak: Option<i64> = None;
+    let mut next_sample = Instant::now();
     loop {
+        if let Some(every) = sample
+            && Instant::now() >= next_sample
+        {
+            let bytes = cell_i64(
+                client,
+                "SELECT coalesce(sum(bytes), 0)::bigint FROM weir_catalog.operator_state",
+            )
+            .await?;
+            peak = Some(peak.map_or(bytes, |p| p.max(bytes)));
+            next_sample = Instant::now() + every;
+        }
         let listed = rows(
             client,
             "SELECT name, status, error FROM weir_catalog.sources",
@@ -591,7 +623,7 @@ async fn wait_for_sources(
             }
         }
         if pending.is_empty() {
-            return Ok(());
+            return Ok(peak);
         }
         let sink_state = rows(
             client,

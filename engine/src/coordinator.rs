@@ -148,6 +148,25 @@ impl Coordinator {
         self.time.unwrap_or_else(wall_clock_micros)
     }
 
+    /// Every live projection's operator state, node by node
+    /// ([`Graph::state_sizes`]; O(state)).
+    pub fn operator_state(&self) -> Result<Vec<(ObjectId, crate::graph::NodeState)>, EngineError> {
+        let mut out = Vec::new();
+        for deployed in &self.deployed {
+            let live = self
+                .view
+                .projections
+                .get(&deployed.id)
+                .is_some_and(|p| p.failure.is_none());
+            if live && deployed.restoring.is_none() {
+                for node in deployed.graph.state_sizes()? {
+                    out.push((deployed.id, node));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// The earliest time at which a projection's result changes with no
     /// input (a temporal filter's row appearing or expiring): an epoch
     /// should close then even if nothing else happened.

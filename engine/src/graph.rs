@@ -47,6 +47,15 @@ pub struct Graph {
     last_step: Vec<NodeStep>,
 }
 
+/// One node's live state ([`Graph::state_sizes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeState {
+    pub node: u32,
+    pub operator: &'static str,
+    pub entries: u64,
+    pub bytes: u64,
+}
+
 /// Rows in and out of one node in the last step, for metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeStep {
@@ -298,6 +307,30 @@ impl Graph {
             }
         }
         Ok(state)
+    }
+
+    /// The live state of each node that keeps some: its entries and their
+    /// bytes (keys and values), as a full checkpoint would write them.
+    /// Costs O(state): a diagnostic, asked for on demand.
+    pub fn state_sizes(&self) -> Result<Vec<NodeState>, EngineError> {
+        let mut sizes = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let entries = node.operator.state_entries()?;
+            if entries.is_empty() {
+                continue;
+            }
+            let bytes = entries
+                .iter()
+                .map(|e| (e.key.len() + e.value.as_ref().map_or(0, |v| v.len())) as u64)
+                .sum();
+            sizes.push(NodeState {
+                node: i as u32,
+                operator: node.operator.name(),
+                entries: entries.len() as u64,
+                bytes,
+            });
+        }
+        Ok(sizes)
     }
 
     /// Applies entries to one node's state (restoring a checkpoint).

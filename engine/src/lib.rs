@@ -45,7 +45,7 @@ pub mod watermark;
 pub use checkpoint::{VNODES, state_fingerprint};
 pub use coordinator::{Coordinator, EpochView, ProjectionView, SourceBinding};
 pub use error::EngineError;
-pub use graph::{Graph, Input};
+pub use graph::{Graph, Input, NodeState};
 pub use materialized::Materialized;
 pub use operator::{Operator, StateEntry};
 pub use table::TableState;

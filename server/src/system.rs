@@ -16,6 +16,8 @@
 //!   and its state fingerprint.
 //! - `vnodes`: per vnode, its chain at the latest seal (snapshot epoch,
 //!   deltas, bytes).
+//! - `operator_state`: per projection operator that keeps state, its live
+//!   entries and bytes (not the projection's own rows), walked when read.
 //! - `sources`, `sinks`, `connectors`: see [`crate::system_streaming`].
 
 use std::sync::Arc;
@@ -38,6 +40,7 @@ const TABLES: &[&str] = &[
     "backends",
     "checkpoints",
     "epochs",
+    "operator_state",
     "projections",
     "sessions",
     "tables",
@@ -118,6 +121,15 @@ impl SystemSchema {
                 int8("deltas"),
                 int8("snapshot_bytes"),
                 int8("delta_bytes"),
+            ],
+            "operator_state" => vec![
+                utf8("schema"),
+                utf8("projection"),
+                int8("id"),
+                int8("node"),
+                utf8("operator"),
+                int8("entries"),
+                int8("bytes"),
             ],
             "projections" => vec![
                 utf8("schema"),
@@ -216,12 +228,58 @@ impl SystemSchema {
             "epochs" => self.epochs().await?,
             "checkpoints" => self.checkpoints().await?,
             "vnodes" => self.vnodes().await?,
+            "operator_state" => self.operator_state().await?,
             other => match crate::system_streaming::columns(&self.db, other) {
                 Some(columns) => columns,
                 None => return Ok(None),
             },
         };
         Ok(Some(RecordBatch::try_new(schema, columns)?))
+    }
+
+    /// Each projection operator's live state: entries and bytes, walked
+    /// when asked (the projection's own rows are not in it).
+    async fn operator_state(&self) -> DfResult<Vec<ArrayRef>> {
+        let states = self
+            .db
+            .runtime()
+            .operator_state()
+            .await
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+        let snapshot = self.db.snapshot();
+        // A sink's query (`CREATE SINK ... AS`) is a graph too.
+        let named = |id: &weir_common::ObjectId| -> (String, String) {
+            if let Some(d) = snapshot.catalog.projections.get(id) {
+                (d.schema.clone(), d.name.clone())
+            } else if let Some(d) = snapshot.catalog.sinks.get(id) {
+                (d.schema.clone(), d.name.clone())
+            } else {
+                (String::new(), String::new())
+            }
+        };
+        Ok(vec![
+            Arc::new(StringArray::from_iter_values(
+                states.iter().map(|(id, _)| named(id).0),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                states.iter().map(|(id, _)| named(id).1),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                states.iter().map(|(id, _)| id.0 as i64),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                states.iter().map(|(_, n)| i64::from(n.node)),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                states.iter().map(|(_, n)| n.operator),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                states.iter().map(|(_, n)| n.entries as i64),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                states.iter().map(|(_, n)| n.bytes as i64),
+            )),
+        ])
     }
 
     async fn epochs(&self) -> DfResult<Vec<ArrayRef>> {

@@ -185,6 +185,9 @@ impl Loop {
                     self.streams.split_failed(id, &split, gap, e)
                 }
             },
+            Some(Command::OperatorState(reply)) => {
+                let _ = reply.send(self.coordinator.operator_state());
+            }
             Some(Command::Barrier(target, reply)) => {
                 self.waiting.push((target, reply));
                 if target <= self.position() {

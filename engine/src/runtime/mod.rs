@@ -175,7 +175,12 @@ pub(crate) enum Command {
     Restore(Box<Restore>, oneshot::Sender<Result<(), EngineError>>),
     Drop(ObjectId),
     Barrier(BarrierTarget, oneshot::Sender<()>),
+    /// Every projection's operator state sizes ([`Runtime::operator_state`]).
+    OperatorState(oneshot::Sender<Result<OperatorStates, EngineError>>),
 }
+
+/// Per projection and node, the live state ([`crate::graph::NodeState`]).
+pub type OperatorStates = Vec<(ObjectId, crate::graph::NodeState)>;
 
 /// How to start the runtime.
 pub struct RuntimeConfig {
@@ -417,6 +422,15 @@ impl Runtime {
         let (reply, done) = oneshot::channel();
         self.send(Command::Barrier(target, reply)).await;
         done.await.map_err(|_| EngineError::Stopped)
+    }
+
+    /// The live state of every projection's operators, node by node.
+    /// Walks all state on the runtime's task (which waits meanwhile): a
+    /// diagnostic for `weir_catalog.operator_state`, not a metric.
+    pub async fn operator_state(&self) -> Result<OperatorStates, EngineError> {
+        let (reply, done) = oneshot::channel();
+        self.send(Command::OperatorState(reply)).await;
+        done.await.map_err(|_| EngineError::Stopped)?
     }
 
     async fn send(&self, command: Command) {

@@ -250,3 +250,83 @@ async fn late_rows_are_counted_and_never_folded_into_a_closed_window() {
         "12|101"
     );
 }
+
+/// State stays flat: 30 000 rows 100 ms apart (50 minutes of event time,
+/// 300 ten-second windows) through a window aggregate and an interval
+/// self-join. The operators' live state, sampled while the source runs,
+/// stays within what one window and one band hold; without closing it
+/// would hold every row read (3 000 groups, 60 000 join rows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_state_stays_flat_however_many_rows_pass() {
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE SOURCE stream (id BIGINT, ts TIMESTAMP,
+                 WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+               WITH (connector = 'datagen', max_rows = '30000', rows_per_second = '6000',
+                     base_time = '1700000000000', fields.id.kind = 'sequence',
+                     fields.ts.step_ms = '100');
+             CREATE PROJECTION per_window AS
+               SELECT window_start, id % 10 AS k, count(*) AS n
+               FROM TUMBLE(stream, ts, INTERVAL '10' SECOND) GROUP BY window_start, id % 10;
+             CREATE PROJECTION pairs AS
+               SELECT a.id AS a, b.id AS b FROM stream a JOIN stream b ON a.id % 10 = b.id % 10
+               WHERE a.ts BETWEEN b.ts - INTERVAL '2' SECOND AND b.ts;",
+        )
+        .await
+        .expect("source and projections");
+    let mut largest: std::collections::BTreeMap<String, i64> = Default::default();
+    let mut samples_while_running = 0;
+    loop {
+        let running = value(
+            &client,
+            "SELECT rows_in FROM weir_catalog.sources WHERE name = 'stream' AND status = 'running'",
+        )
+        .await;
+        for row in rows(
+            &client,
+            "SELECT projection || ' ' || operator, entries FROM weir_catalog.operator_state",
+        )
+        .await
+        .unwrap_or_default()
+        {
+            let (what, entries) = row.rsplit_once('|').unwrap();
+            let entries: i64 = entries.parse().unwrap();
+            let at = largest.entry(what.to_string()).or_default();
+            *at = (*at).max(entries);
+        }
+        if running.is_empty() {
+            break;
+        }
+        let read: i64 = running.parse().unwrap();
+        if (3_000..27_000).contains(&read) {
+            samples_while_running += 1;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    }
+    assert!(
+        samples_while_running >= 3,
+        "{samples_while_running} samples mid-run"
+    );
+    // Every window whole, and every pair: ids 10 and 20 before each one
+    // (same id % 10, within 2 s), and itself.
+    until_returns(
+        &client,
+        "SELECT count(*), sum(n) FROM per_window",
+        "3000|30000",
+    )
+    .await;
+    until_returns(&client, "SELECT count(*) FROM pairs", "89970").await;
+    let aggregate = largest.get("per_window aggregate").copied().unwrap_or(0);
+    let join = largest.get("pairs join").copied().unwrap_or(0);
+    assert!(aggregate > 0 && join > 0, "{largest:?}");
+    assert!(
+        aggregate <= 100,
+        "aggregate state grew to {aggregate} entries: {largest:?}"
+    );
+    assert!(
+        join <= 1_000,
+        "join state grew to {join} entries: {largest:?}"
+    );
+}
