@@ -140,6 +140,22 @@ impl Lowering {
         }
         description.push_str(&workers);
         let output = self.add(operator, vec![left_input, right_input], description)?;
+        // A band bounded on one end only closes one side's rows: the
+        // other side's stay (`a.t <= b.t` closes `b` rows, not `a` rows).
+        match (window, band) {
+            (Some(_), _) => {}
+            (None, None) => self.unbounded_if_growing(output, &[left_input, right_input]),
+            (None, Some(band)) => {
+                let mut kept = Vec::new();
+                if band.lo.is_none() {
+                    kept.push(left_input);
+                }
+                if band.hi.is_none() {
+                    kept.push(right_input);
+                }
+                self.unbounded_if_growing(output, &kept);
+            }
+        }
         // Inner pairs of rows that are never retracted are never retracted.
         if let (true, Input::Node(i)) = (inserts, output) {
             self.appends[i] = true;

@@ -90,6 +90,10 @@ pub struct StreamPlan {
     pub explain: Vec<String>,
     /// The output only ever inserts (what an append-only sink can take).
     pub append_only: bool,
+    /// The operators whose state can grow without bound (EXPLAIN lines):
+    /// they keep state per key over an input that keeps growing, and no
+    /// watermark or time bound closes it.
+    pub unbounded_state: Vec<String>,
 }
 
 /// How a projection's graph is built.
@@ -131,6 +135,8 @@ pub fn lower(
         sources: Vec::new(),
         explain: Vec::new(),
         appends: Vec::new(),
+        grows: Vec::new(),
+        unbounded: Vec::new(),
         props: state.execution_props().clone(),
         planning: PhysicalPlanningContext::default(),
         workers: options.workers.max(1),
@@ -170,6 +176,7 @@ pub fn lower(
         schema,
         explain: lowering.explain,
         append_only,
+        unbounded_state: lowering.unbounded,
     })
 }
 
@@ -224,6 +231,11 @@ struct Lowering {
     explain: Vec<String>,
     /// Per node: its output only ever inserts.
     appends: Vec<bool>,
+    /// Per node: its output keeps growing (it derives from a relation that
+    /// only inserts, so rows keep coming).
+    grows: Vec<bool>,
+    /// Nodes whose state grows without bound, with their EXPLAIN text.
+    unbounded: Vec<String>,
     props: ExecutionProps,
     planning: PhysicalPlanningContext,
     workers: usize,
@@ -269,6 +281,31 @@ impl Lowering {
         }
     }
 
+    /// Whether the rows of `input` keep coming without bound.
+    fn grows(&self, input: Input) -> bool {
+        match input {
+            Input::Source(i) => self.sources[i].append_only,
+            Input::Node(i) => self.grows[i],
+        }
+    }
+
+    /// Notes that node `at` keeps state that grows without bound when
+    /// `input` grows: EXPLAIN says so, and CREATE raises a NOTICE naming
+    /// it (`#2 join Inner`: its EXPLAIN line up to its details).
+    fn unbounded_if_growing(&mut self, at: Input, input: &[Input]) {
+        let (Input::Node(i), true) = (at, input.iter().any(|&i| self.grows(i))) else {
+            return;
+        };
+        let line = &self.explain[i];
+        let end = line.find(':').or(line.find(" [")).unwrap_or(line.len());
+        let short = line[..end].to_string();
+        self.explain[i].push_str(
+            " [state unbounded: kept per key of an input that keeps growing, \
+             and no watermark or time bound closes it]",
+        );
+        self.unbounded.push(short);
+    }
+
     fn add(
         &mut self,
         operator: Box<dyn Operator>,
@@ -283,8 +320,10 @@ impl Lowering {
             "constant" => true,
             _ => false,
         };
+        let grows = inputs.iter().any(|&i| self.grows(i));
         let index = self.graph.add(operator, inputs)?;
         self.appends.push(appends);
+        self.grows.push(grows);
         let line = if from.is_empty() {
             format!("#{index} {description}")
         } else {
@@ -371,8 +410,13 @@ impl Lowering {
                     let op = AggregateOp::new(schema.clone(), keys, Vec::new(), schema.clone())?;
                     Ok(Box::new(op))
                 };
+                // DataFusion's optimizer plans DISTINCT as an aggregate
+                // with no calls (which closes by a window column, see
+                // `aggregate`); this arm serves a Distinct it left in place.
                 let (operator, workers) = self.keyed(distinct()?, distinct)?;
-                self.add(operator, vec![from], format!("distinct{workers}"))
+                let at = self.add(operator, vec![from], format!("distinct{workers}"))?;
+                self.unbounded_if_growing(at, &[from]);
+                Ok(at)
             }
             LogicalPlan::Distinct(Distinct::On(_)) => {
                 Err(PlanError::unsupported("DISTINCT ON in a projection"))
@@ -541,6 +585,9 @@ impl Lowering {
             computed.join(", ")
         );
         let at = self.add(operator, vec![input], description)?;
+        if window_key.is_none() && !a.group_expr.is_empty() {
+            self.unbounded_if_growing(at, &[input]);
+        }
         if window_key.is_some() && emit_on_close {
             // Each group's row once, never retracted.
             if let Input::Node(i) = at {
@@ -594,7 +641,8 @@ impl Lowering {
             output_schema: schema,
         };
         let mut operator = TopN::new(spec)?;
-        if self.append_only(input) {
+        let append_only = self.append_only(input);
+        if append_only {
             operator = operator.over_append_only();
         }
         // What it keeps per partition: `[keeps all rows]`, or over inserts
@@ -604,7 +652,12 @@ impl Lowering {
             order_text.join(", "),
             operator.retention()
         );
-        self.add(Box::new(operator), vec![input], description)
+        let at = self.add(Box::new(operator), vec![input], description)?;
+        // Over inserts it keeps its first rows only; else every row.
+        if !append_only {
+            self.unbounded_if_growing(at, &[input]);
+        }
+        Ok(at)
     }
 
     fn values(&mut self, v: &Values) -> Result<Input, PlanError> {

@@ -127,6 +127,10 @@ pub(super) fn top_n_filter(
             .join(", "),
     );
     let mut at = lowering.add(operator, vec![input], description)?;
+    // A partition per key keeps its window (or, over updates, every row).
+    if !function.params.partition_by.is_empty() || !append_only {
+        lowering.unbounded_if_growing(at, &[input]);
+    }
     // The operator numbers with Int64; the plan's column type wins.
     let mut columns = identity(&numbered);
     let last = columns.pop().expect("the number column");

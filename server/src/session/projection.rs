@@ -89,11 +89,27 @@ impl Session {
             emit_on_window_close,
             append_only: planned.stream.append_only,
         };
+        let unbounded = planned.stream.unbounded_state.clone();
+        let named = def.name.clone();
         self.write(TxnWrites {
             ddl: vec![CatalogChange::CreateProjection(def)],
             tables: vec![],
         })?;
+        self.notice_unbounded_state("projection", &named, &unbounded);
         Ok(command("CREATE MATERIALIZED VIEW"))
+    }
+
+    /// A NOTICE per operator whose state can grow without bound
+    /// ([`weir_planner::StreamPlan::unbounded_state`]).
+    pub(super) fn notice_unbounded_state(&mut self, kind: &str, name: &str, operators: &[String]) {
+        for operator in operators {
+            self.notice(format!(
+                "{kind} {name}: operator {operator} keeps state that grows without bound as its \
+                 input keeps coming; bound it with a window over a source with WATERMARK FOR \
+                 (TUMBLE/HOP grouped by window_start or window_end, or a join on it or within an \
+                 interval of it) or a temporal filter (WHERE ts > now() - INTERVAL ...)"
+            ));
+        }
     }
 
     /// `EXPLAIN CREATE PROJECTION`: the operator graph, one node per row.

@@ -220,10 +220,12 @@ impl Session {
             destination: None,
             paused: false,
         };
+        let named = def.name.clone();
         self.write(TxnWrites {
             ddl: vec![CatalogChange::CreateSink(def)],
             tables: vec![],
         })?;
+        self.notice_unbounded_state("sink", &named, &planned.stream.unbounded_state);
         Ok(command("CREATE SINK"))
     }
 

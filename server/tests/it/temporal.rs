@@ -88,3 +88,56 @@ async fn now_outside_a_comparison_in_where_is_refused() {
         assert!(message.contains(says), "{query}: {message}");
     }
 }
+
+/// EXPLAIN marks operators whose state grows without bound over a source
+/// that keeps inserting, CREATE raises a NOTICE naming each, and one that
+/// a watermark closes gets neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_that_grows_without_bound_is_named_at_create() {
+    use crate::harness::{RawPg, error_fields};
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE SOURCE ticks (id BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)
+               WITH (connector = 'datagen', max_rows = '10', fields.id.kind = 'sequence')",
+        )
+        .await
+        .unwrap();
+    let growing = "SELECT id % 7 AS k, count(*) AS n FROM ticks GROUP BY id % 7";
+    let closing = "SELECT window_start, count(*) AS n
+                   FROM TUMBLE(ticks, ts, INTERVAL '10' SECOND) GROUP BY window_start";
+    let explain = |query: &str| {
+        let client = &client;
+        let query = query.to_string();
+        async move {
+            crate::harness::try_rows(client, &format!("EXPLAIN CREATE PROJECTION x AS {query}"))
+                .await
+                .unwrap()
+                .join("\n")
+        }
+    };
+    assert!(explain(growing).await.contains("[state unbounded"));
+    assert!(!explain(closing).await.contains("[state unbounded"));
+    let mut raw = RawPg::connect(server.pg_addr().port());
+    let mut notices = |sql: &str| -> Vec<String> {
+        raw.query(sql);
+        raw.until_ready()
+            .iter()
+            .filter(|(tag, _)| *tag == b'N')
+            .flat_map(|(_, body)| error_fields(body))
+            .filter(|(field, _)| *field == 'M')
+            .map(|(_, message)| message)
+            .collect()
+    };
+    let raised = notices(&format!("CREATE PROJECTION growing AS {growing}"));
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert!(
+        raised[0].contains("#1 aggregate") && raised[0].contains("grows without bound"),
+        "{raised:?}"
+    );
+    assert_eq!(
+        notices(&format!("CREATE PROJECTION closing AS {closing}")),
+        Vec::<String>::new()
+    );
+}
