@@ -103,8 +103,14 @@ pub(super) fn top_n_filter(
         output_schema: numbered.clone(),
     };
     let append_only = lowering.append_only(input);
+    let watermarked = lowering.graph.watermark_columns(input);
     let build = || -> Result<TopN, PlanError> {
         let operator = TopN::new(spec.clone())?;
+        // PARTITION BY window_start: a partition closes with its window.
+        let operator = match operator.window_key(&watermarked) {
+            Some(key) => operator.closing_by(key),
+            None => operator,
+        };
         Ok(if append_only {
             operator.over_append_only()
         } else {
@@ -113,9 +119,15 @@ pub(super) fn top_n_filter(
     };
     let operator = build()?;
     let retention = operator.retention();
+    let closes = operator.window_key(&watermarked).map(|key| {
+        format!(
+            " [a partition's state dropped when the watermark of {} passes it]",
+            function.params.partition_by[key].human_display()
+        )
+    });
     let (operator, workers) = lowering.keyed(Box::new(operator), || Ok(Box::new(build()?)))?;
     let description = format!(
-        "top-n: {}() over (partition by [{}] order by [{}]) <= {limit} [keeps {retention}]{workers}",
+        "top-n: {}() over (partition by [{}] order by [{}]) <= {limit} [keeps {retention}]{}{workers}",
         function.fun.name(),
         super::display_list(&function.params.partition_by),
         function
@@ -125,10 +137,11 @@ pub(super) fn top_n_filter(
             .map(|s| s.to_string())
             .collect::<Vec<_>>()
             .join(", "),
+        closes.clone().unwrap_or_default(),
     );
     let mut at = lowering.add(operator, vec![input], description)?;
     // A partition per key keeps its window (or, over updates, every row).
-    if !function.params.partition_by.is_empty() || !append_only {
+    if closes.is_none() && (!function.params.partition_by.is_empty() || !append_only) {
         lowering.unbounded_if_growing(at, &[input]);
     }
     // The operator numbers with Int64; the plan's column type wins.

@@ -252,17 +252,18 @@ async fn late_rows_are_counted_and_never_folded_into_a_closed_window() {
 }
 
 /// State stays flat: 30 000 rows 100 ms apart (50 minutes of event time,
-/// 300 ten-second windows) through a window aggregate and an interval
-/// self-join. The operators' live state, sampled while the source runs,
-/// stays within what one window and one band hold; without closing it
-/// would hold every row read (3 000 groups, 60 000 join rows).
+/// 300 ten-second windows) through a window aggregate, an interval
+/// self-join and a top-2 per window. The operators' live state, sampled
+/// while the source runs, stays within what one window and one band hold;
+/// without closing it would hold every row read (3 000 groups, 60 000
+/// join rows, 30 000 top-N rows).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_state_stays_flat_however_many_rows_pass() {
     let server = WeirServer::start();
     let client = server.connect().await;
     client
         .batch_execute(
-            "CREATE SOURCE stream (id BIGINT, ts TIMESTAMP,
+            "CREATE SOURCE stream (id BIGINT, v BIGINT, ts TIMESTAMP,
                  WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
                WITH (connector = 'datagen', max_rows = '30000', rows_per_second = '6000',
                      base_time = '1700000000000', fields.id.kind = 'sequence',
@@ -272,7 +273,13 @@ async fn operator_state_stays_flat_however_many_rows_pass() {
                FROM TUMBLE(stream, ts, INTERVAL '10' SECOND) GROUP BY window_start, id % 10;
              CREATE PROJECTION pairs AS
                SELECT a.id AS a, b.id AS b FROM stream a JOIN stream b ON a.id % 10 = b.id % 10
-               WHERE a.ts BETWEEN b.ts - INTERVAL '2' SECOND AND b.ts;",
+               WHERE a.ts BETWEEN b.ts - INTERVAL '2' SECOND AND b.ts;
+             CREATE PROJECTION top2 AS
+               SELECT window_start, id, v FROM (
+                 SELECT window_start, id, v,
+                        ROW_NUMBER() OVER (PARTITION BY window_start ORDER BY v DESC, id) AS rn
+                 FROM TUMBLE(stream, ts, INTERVAL '10' SECOND)) AS ranked
+               WHERE rn <= 2;",
         )
         .await
         .expect("source and projections");
@@ -318,9 +325,20 @@ async fn operator_state_stays_flat_however_many_rows_pass() {
     )
     .await;
     until_returns(&client, "SELECT count(*) FROM pairs", "89970").await;
+    until_returns(
+        &client,
+        "SELECT count(*), count(DISTINCT window_start) FROM top2",
+        "600|300",
+    )
+    .await;
     let aggregate = largest.get("per_window aggregate").copied().unwrap_or(0);
     let join = largest.get("pairs join").copied().unwrap_or(0);
-    assert!(aggregate > 0 && join > 0, "{largest:?}");
+    let top_n = largest.get("top2 top_n").copied().unwrap_or(0);
+    assert!(aggregate > 0 && join > 0 && top_n > 0, "{largest:?}");
+    assert!(
+        top_n <= 100,
+        "top-N state grew to {top_n} entries: {largest:?}"
+    );
     assert!(
         aggregate <= 100,
         "aggregate state grew to {aggregate} entries: {largest:?}"

@@ -33,6 +33,7 @@
 //! function of the kept rows, so it is not stored; an epoch changes the
 //! entries of its input rows and of the rows it drops.
 
+mod closing;
 mod partition;
 #[cfg(test)]
 mod recompute;
@@ -51,11 +52,12 @@ use weir_common::ChangeBatch;
 use self::partition::{Cut, Element, Numbered, Partition};
 use crate::EngineError;
 use crate::operator::{
-    Operator, StateEntry, count_value, expect_inputs, mark_changed, pair_bytes, parse_state_key,
-    read_count, split_pair, state_key, take_changed, unreadable,
+    Operator, StateEntry, count_value, expect_inputs, expect_watermarks, mark_changed, pair_bytes,
+    parse_state_key, read_count, split_pair, state_key, take_changed, unreadable,
 };
 use crate::ops::parallel::{Keyed, not_shardable};
 use crate::rows::{RowBytes, RowCodec, batch_of, consolidate, empty_change};
+use crate::watermark::Watermarks;
 
 const NAME: &str = "top_n";
 
@@ -139,6 +141,8 @@ pub struct TopN {
     /// State keys changed since the last `take_state_changes`.
     changed: hashbrown::HashSet<Vec<u8>>,
     scratch: Vec<u8>,
+    /// Set when partitions close by a watermark ([`closing`]).
+    closing: Option<closing::Closing>,
 }
 
 impl TopN {
@@ -165,6 +169,7 @@ impl TopN {
             free: Vec::new(),
             changed: hashbrown::HashSet::new(),
             scratch: Vec::new(),
+            closing: None,
             spec,
         })
     }
@@ -302,6 +307,9 @@ impl Operator for TopN {
             .map(|(e, o)| format!("{e} {o:?}"))
             .collect();
         // `/2`: the state layout of kept rows only (no output rows).
+        let closes = self
+            .closing_key()
+            .map_or(String::new(), |key| format!("; closes by partition {key}"));
         format!(
             "{NAME}/2({:?}; partition {}; order {}; offset {} limit {}; append_only={}; in {}; out {})",
             self.spec.numbering,
@@ -312,13 +320,25 @@ impl Operator for TopN {
             self.append_only,
             schema_text(&self.spec.input_schema),
             schema_text(&self.spec.output_schema)
-        )
+        ) + &closes
+    }
+
+    fn watermarks(&mut self, inputs: &[Watermarks]) -> Result<Watermarks, EngineError> {
+        expect_watermarks(NAME, inputs, 1)?;
+        self.advance_closing(&inputs[0])?;
+        Ok(Watermarks::none())
+    }
+
+    fn take_late_rows(&mut self) -> u64 {
+        self.take_late()
     }
 
     fn step(&mut self, inputs: &[ChangeBatch]) -> Result<ChangeBatch, EngineError> {
         expect_inputs(NAME, inputs, 1)?;
-        let input = &inputs[0];
+        let (input, closing_values) = self.on_time(&inputs[0])?;
+        let input = &input;
         if input.is_empty() {
+            self.close_partitions();
             return Ok(empty_change(&self.spec.output_schema));
         }
         let rows = input.rows();
@@ -437,6 +457,16 @@ impl Operator for TopN {
                 .map(|(row, weight)| (row, 0, weight))
                 .collect();
         }
+        if self.closing.is_some() {
+            let inserted: Vec<usize> = (0..weights.len()).filter(|&i| weights[i] > 0).collect();
+            let keys: Vec<&[u8]> = inserted.iter().map(|&i| key_of(i)).collect();
+            let values: Vec<Option<i64>> = inserted
+                .iter()
+                .map(|&i| closing_values.get(i).copied().flatten())
+                .collect();
+            self.file_open(&keys, &values);
+            self.close_partitions();
+        }
         self.emit(&out)
     }
 
@@ -444,7 +474,9 @@ impl Operator for TopN {
         let mut changed = std::mem::take(&mut self.changed);
         let taken = take_changed(&mut changed, |key| self.value_of(key));
         self.changed = changed;
-        taken
+        let mut taken = taken?;
+        taken.extend(self.watermark_change());
+        Ok(taken)
     }
 
     fn state_entries(&self) -> Result<Vec<StateEntry>, EngineError> {
@@ -455,6 +487,7 @@ impl Operator for TopN {
                 entries.push(StateEntry::set(key, count_value(count)));
             }
         }
+        entries.extend(self.watermark_state());
         // In key order, so equal states snapshot to equal bytes.
         entries.sort_unstable();
         Ok(entries)
@@ -463,8 +496,13 @@ impl Operator for TopN {
     fn apply_state_entries(&mut self, entries: &[StateEntry]) -> Result<(), EngineError> {
         // Everything is read before anything changes.
         let mut parsed = Vec::with_capacity(entries.len());
+        let mut watermark = None;
         for e in entries {
             let key = parse_state_key(NAME, &e.key)?;
+            if key.tag == closing::WATERMARK {
+                watermark = Some(e.value.as_deref());
+                continue;
+            }
             if key.tag != ROW {
                 return Err(unreadable(NAME, "an unknown tag"));
             }
@@ -489,6 +527,10 @@ impl Operator for TopN {
         for slot in touched {
             self.drop_if_empty(slot);
         }
+        if let Some(value) = watermark {
+            self.apply_watermark(value)?;
+        }
+        self.file_restored()?;
         self.changed.clear();
         Ok(())
     }
