@@ -153,9 +153,9 @@ pub fn lower(
     let output = lowering.node(&optimized)?;
     if options.emit_on_window_close && !lowering.emitted_on_close {
         return Err(PlanError::InvalidArgument(
-            "EMIT ON WINDOW CLOSE needs a GROUP BY column that a watermark closes: \
-             window_start or window_end of TUMBLE or HOP over a source with WATERMARK FOR \
-             (or that column itself)"
+            "EMIT ON WINDOW CLOSE needs a GROUP BY column (or a top-N's PARTITION BY column) \
+             that a watermark closes: window_start or window_end of TUMBLE or HOP over a source \
+             with WATERMARK FOR (or that column itself)"
                 .into(),
         ));
     }

@@ -104,11 +104,12 @@ pub(super) fn top_n_filter(
     };
     let append_only = lowering.append_only(input);
     let watermarked = lowering.graph.watermark_columns(input);
+    let emit_on_close = lowering.emit_on_window_close;
     let build = || -> Result<TopN, PlanError> {
         let operator = TopN::new(spec.clone())?;
         // PARTITION BY window_start: a partition closes with its window.
         let operator = match operator.window_key(&watermarked) {
-            Some(key) => operator.closing_by(key),
+            Some(key) => operator.closing_by(key, emit_on_close),
             None => operator,
         };
         Ok(if append_only {
@@ -119,11 +120,14 @@ pub(super) fn top_n_filter(
     };
     let operator = build()?;
     let retention = operator.retention();
-    let closes = operator.window_key(&watermarked).map(|key| {
-        format!(
-            " [a partition's state dropped when the watermark of {} passes it]",
-            function.params.partition_by[key].human_display()
-        )
+    let window_key = operator.window_key(&watermarked);
+    let closes = window_key.map(|key| {
+        let column = function.params.partition_by[key].human_display();
+        if emit_on_close {
+            format!(" [emits each partition's rows once, when the watermark of {column} passes it]")
+        } else {
+            format!(" [a partition's state dropped when the watermark of {column} passes it]")
+        }
     });
     let (operator, workers) = lowering.keyed(Box::new(operator), || Ok(Box::new(build()?)))?;
     let description = format!(
@@ -140,6 +144,11 @@ pub(super) fn top_n_filter(
         closes.clone().unwrap_or_default(),
     );
     let mut at = lowering.add(operator, vec![input], description)?;
+    if let (Some(_), true, Input::Node(i)) = (window_key, emit_on_close, at) {
+        // Each partition's rows once, never retracted.
+        lowering.emitted_on_close = true;
+        lowering.appends[i] = true;
+    }
     // A partition per key keeps its window (or, over updates, every row).
     if closes.is_none() && (!function.params.partition_by.is_empty() || !append_only) {
         lowering.unbounded_if_growing(at, &[input]);

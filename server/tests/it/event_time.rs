@@ -348,3 +348,41 @@ async fn operator_state_stays_flat_however_many_rows_pass() {
         "join state grew to {join} entries: {largest:?}"
     );
 }
+
+/// `EMIT ON WINDOW CLOSE` on a top-N per window: each window's final
+/// leader once (the last id of each 10-row window), never a rank that
+/// changed later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emit_on_window_close_emits_each_window_top_n_once() {
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    client.batch_execute(SOURCE).await.expect("source");
+    client
+        .batch_execute(
+            "CREATE PROJECTION leaders AS
+               SELECT window_start, id FROM (
+                 SELECT window_start, id,
+                        ROW_NUMBER() OVER (PARTITION BY window_start ORDER BY id DESC) AS rn
+                 FROM TUMBLE(ticks, ts, INTERVAL '10' SECOND)) AS ranked
+               WHERE rn <= 1
+             EMIT ON WINDOW CLOSE",
+        )
+        .await
+        .expect("an EMIT ON WINDOW CLOSE top-N");
+    // 200 windows, ids 10, 20, ..., 2000 lead them.
+    until_returns(
+        &client,
+        "SELECT count(*), sum(id) FROM leaders",
+        "200|201000",
+    )
+    .await;
+    // Each emitted once: as many output changes as rows, no retraction.
+    assert_eq!(
+        value(
+            &client,
+            "SELECT rows_out FROM weir_catalog.projections WHERE name = 'leaders'"
+        )
+        .await,
+        "200"
+    );
+}

@@ -2,7 +2,9 @@
 //! (`ROW_NUMBER() OVER (PARTITION BY window_start ORDER BY ...)`) closes
 //! partitions. Once the watermark passes a partition's value, no row can
 //! enter or leave it: its rows' state goes (its output rows stay), and a
-//! row arriving for it is late, dropped and counted.
+//! row arriving for it is late, dropped and counted. With `EMIT ON WINDOW
+//! CLOSE` nothing is output while a partition is open, and its final
+//! numbered rows once, when it closes.
 //!
 //! State: the watermark in effect (`WATERMARK`, empty distribution key,
 //! kept alike by every worker).
@@ -13,6 +15,7 @@ use bytes::Bytes;
 use datafusion::physical_expr::expressions::Column;
 use weir_common::ChangeBatch;
 
+use super::partition::Numbered;
 use super::{NAME, TopN, mark_row};
 use crate::EngineError;
 use crate::operator::{StateEntry, state_key};
@@ -27,6 +30,8 @@ pub(super) const WATERMARK: u8 = 2;
 pub(super) struct Closing {
     /// The index in `partition_by` of the column that closes.
     key: usize,
+    /// Output a partition's rows only when it closes.
+    emit_on_close: bool,
     /// Rows behind it are late.
     in_effect: i64,
     /// What this epoch brought.
@@ -49,10 +54,12 @@ impl TopN {
             .position(|e| monotone_column(e).is_some_and(|c| watermarked.contains(&c)))
     }
 
-    /// Closes partitions by PARTITION BY column `key` ([`Self::window_key`]).
-    pub fn closing_by(mut self, key: usize) -> Self {
+    /// Closes partitions by PARTITION BY column `key` ([`Self::window_key`]);
+    /// with `emit_on_close`, outputs each partition's rows once, then.
+    pub fn closing_by(mut self, key: usize, emit_on_close: bool) -> Self {
         self.closing = Some(Closing {
             key,
+            emit_on_close,
             in_effect: NONE_YET,
             next: NONE_YET,
             open: BTreeMap::new(),
@@ -65,6 +72,11 @@ impl TopN {
 
     pub(super) fn closing_key(&self) -> Option<usize> {
         self.closing.as_ref().map(|c| c.key)
+    }
+
+    /// Whether rows are output only when their partition closes.
+    pub(super) fn emits_on_close(&self) -> bool {
+        self.closing.as_ref().is_some_and(|c| c.emit_on_close)
     }
 
     /// Learns the closing column's watermark from the input's.
@@ -129,11 +141,15 @@ impl TopN {
     }
 
     /// Moves the watermark in effect to this epoch's and drops the state
-    /// of every partition it passed.
-    pub(super) fn close_partitions(&mut self) {
+    /// of every partition it passed; returns their numbered rows when they
+    /// are output on close (else nothing).
+    pub(super) fn close_partitions(&mut self) -> Vec<Numbered> {
+        let mut out = Vec::new();
+        let cut = self.cut;
         let Some(closing) = self.closing.as_mut() else {
-            return;
+            return out;
         };
+        let emit = closing.emit_on_close;
         if closing.next > closing.in_effect {
             closing.in_effect = closing.next;
             closing.moved = true;
@@ -146,12 +162,16 @@ impl TopN {
                 continue;
             };
             if let Some(partition) = self.partitions[slot as usize].take() {
+                if let (true, Some((first, _))) = (emit, partition.elements().next()) {
+                    partition.numbered_from(cut, first, 1, &mut out);
+                }
                 for (element, _) in partition.elements() {
                     mark_row(&mut self.changed, &mut self.scratch, &key, element);
                 }
                 self.free.push(slot);
             }
         }
+        out
     }
 
     pub(super) fn take_late(&mut self) -> u64 {
@@ -236,7 +256,7 @@ mod tests {
 
     /// `ROW_NUMBER() OVER (PARTITION BY w ORDER BY x DESC) <= 1`, `w`
     /// carrying a watermark.
-    fn per_window() -> TopN {
+    fn per_window(emit_on_close: bool) -> TopN {
         let input = schema(INPUT);
         let desc = SortOptions {
             descending: true,
@@ -254,7 +274,7 @@ mod tests {
         .unwrap();
         assert_eq!(top.window_key(&[1]), None);
         let key = top.window_key(&[0]).unwrap();
-        top.closing_by(key)
+        top.closing_by(key, emit_on_close)
     }
 
     fn epoch(t: &mut TopN, at: i64, rows: &str) -> Vec<String> {
@@ -264,7 +284,7 @@ mod tests {
 
     #[test]
     fn a_window_top_n_drops_closed_partitions_and_late_rows() {
-        let mut t = per_window();
+        let mut t = per_window(false);
         assert_eq!(
             epoch(&mut t, NONE_YET, "1 5 +1; 1 7 +1; 2 3 +1"),
             vec!["1 7 1 +1", "2 3 1 +1"]
@@ -282,7 +302,7 @@ mod tests {
         assert_eq!(epoch(&mut t, 2, "1 9 +1"), Vec::<String>::new());
         assert_eq!(t.take_late_rows(), 1);
         // Restored, it keeps the watermark and closes window 2 later.
-        let mut restored = per_window();
+        let mut restored = per_window(false);
         restored.apply_state_entries(&entries).unwrap();
         for t in [&mut t, &mut restored] {
             assert_eq!(epoch(t, 2, "1 9 +1; 2 8 +1"), vec!["2 4 1 -1", "2 8 1 +1"]);
@@ -294,7 +314,7 @@ mod tests {
 
     #[test]
     fn a_window_top_n_keeps_flat_state_however_many_windows_pass() {
-        let mut t = per_window();
+        let mut t = per_window(false);
         let mut largest = 0;
         for w in 0..1_000i64 {
             let rows: Vec<String> = (0..5).map(|x| format!("{w} {x} +1")).collect();
@@ -303,5 +323,20 @@ mod tests {
             largest = largest.max(t.state_entries().unwrap().len());
         }
         assert!(largest <= 12, "{largest} entries");
+    }
+
+    #[test]
+    fn emit_on_window_close_outputs_each_window_s_final_ranks_once() {
+        let mut t = per_window(true);
+        assert_eq!(
+            epoch(&mut t, NONE_YET, "1 5 +1; 1 7 +1; 2 3 +1"),
+            Vec::<String>::new()
+        );
+        // Window 1 closes in the epoch that moves the watermark past it,
+        // with what that epoch brought; window 2's leader changes unseen.
+        assert_eq!(epoch(&mut t, 2, "2 4 +1; 1 9 +1"), vec!["1 9 1 +1"]);
+        assert_eq!(t.take_late_rows(), 0);
+        assert_eq!(epoch(&mut t, 3, "1 10 +1"), vec!["2 4 1 +1"]);
+        assert_eq!(t.take_late_rows(), 1);
     }
 }

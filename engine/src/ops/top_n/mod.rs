@@ -307,9 +307,14 @@ impl Operator for TopN {
             .map(|(e, o)| format!("{e} {o:?}"))
             .collect();
         // `/2`: the state layout of kept rows only (no output rows).
-        let closes = self
-            .closing_key()
-            .map_or(String::new(), |key| format!("; closes by partition {key}"));
+        let closes = self.closing_key().map_or(String::new(), |key| {
+            let emit = if self.emits_on_close() {
+                ", emitting then"
+            } else {
+                ""
+            };
+            format!("; closes by partition {key}{emit}")
+        });
         format!(
             "{NAME}/2({:?}; partition {}; order {}; offset {} limit {}; append_only={}; in {}; out {})",
             self.spec.numbering,
@@ -338,8 +343,8 @@ impl Operator for TopN {
         let (input, closing_values) = self.on_time(&inputs[0])?;
         let input = &input;
         if input.is_empty() {
-            self.close_partitions();
-            return Ok(empty_change(&self.spec.output_schema));
+            let closed = self.close_partitions();
+            return self.emit(&closed);
         }
         let rows = input.rows();
         let weights = input.weights().values();
@@ -465,7 +470,10 @@ impl Operator for TopN {
                 .map(|&i| closing_values.get(i).copied().flatten())
                 .collect();
             self.file_open(&keys, &values);
-            self.close_partitions();
+            let closed = self.close_partitions();
+            if self.emits_on_close() {
+                out = closed;
+            }
         }
         self.emit(&out)
     }
