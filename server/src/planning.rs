@@ -131,7 +131,7 @@ impl PlanContext {
             if let Some(projection) = id.and_then(|id| self.catalog.projections.get(&id)) {
                 return weir_planner::ScannedRelation {
                     append_only: projection.append_only,
-                    watermark: None,
+                    watermarks: projection.watermark_columns.clone(),
                 };
             }
             let Some(def) = id.and_then(|id| self.catalog.sources.get(&id)) else {
@@ -151,7 +151,7 @@ impl PlanContext {
                     weir_connectors::ConnectorKind::Source,
                 )
                 .is_ok_and(|c| c.spec().capabilities.append_only),
-                watermark: def.watermark.as_ref().map(|w| w.column.clone()),
+                watermarks: def.watermark.iter().map(|w| w.column.clone()).collect(),
             }
         };
         let options = weir_planner::LowerOptions {

@@ -66,8 +66,9 @@ pub struct SourceRef {
     pub schema: SchemaRef,
     /// The relation only ever inserts (a source whose connector says so).
     pub append_only: bool,
-    /// The column its `WATERMARK FOR` bounds, if it has one.
-    pub watermark: Option<usize>,
+    /// The columns that carry a watermark: a source's `WATERMARK FOR`
+    /// column, a projection's window columns.
+    pub watermarks: Vec<usize>,
 }
 
 /// What the planner is told of a relation a query scans.
@@ -75,8 +76,10 @@ pub struct SourceRef {
 pub struct ScannedRelation {
     /// It only ever inserts (a source whose connector says so).
     pub append_only: bool,
-    /// The column its `WATERMARK FOR` bounds, by name.
-    pub watermark: Option<String>,
+    /// The columns that carry a watermark, by name: a source's `WATERMARK
+    /// FOR` column; the columns a projection's graph gives one
+    /// ([`StreamPlan::watermark_columns`]).
+    pub watermarks: Vec<String>,
 }
 
 /// A projection's operator graph, ready to step.
@@ -90,6 +93,10 @@ pub struct StreamPlan {
     pub explain: Vec<String>,
     /// The output only ever inserts (what an append-only sink can take).
     pub append_only: bool,
+    /// The output columns that carry a watermark (window columns over a
+    /// source with `WATERMARK FOR`): a projection reading this one closes
+    /// its own windows by them.
+    pub watermark_columns: Vec<String>,
     /// The operators whose state can grow without bound (EXPLAIN lines):
     /// they keep state per key over an input that keeps growing, and no
     /// watermark or time bound closes it.
@@ -146,7 +153,7 @@ pub fn lower(
     lowering.collect_sources(&optimized, relations)?;
     lowering.graph = Graph::new(lowering.sources.len());
     for (i, source) in lowering.sources.iter().enumerate() {
-        if let Some(column) = source.watermark {
+        for &column in &source.watermarks {
             lowering.graph.declare_source_watermark(i, column);
         }
     }
@@ -170,12 +177,20 @@ pub fn lower(
             "map: output columns".into(),
         )?;
     }
+    let last = Input::Node(lowering.explain.len() - 1);
+    let watermark_columns = lowering
+        .graph
+        .watermark_columns(last)
+        .into_iter()
+        .map(|c| schema.field(c).name().clone())
+        .collect();
     Ok(StreamPlan {
         sources: lowering.sources,
         graph: lowering.graph,
         schema,
         explain: lowering.explain,
         append_only,
+        watermark_columns,
         unbounded_state: lowering.unbounded,
     })
 }
@@ -257,14 +272,16 @@ impl Lowering {
         {
             let relation = relations(&scan.table_name);
             let schema = scan.source.schema();
-            let watermark = relation
-                .watermark
-                .and_then(|name| schema.index_of(&name).ok());
+            let watermarks = relation
+                .watermarks
+                .iter()
+                .filter_map(|name| schema.index_of(name).ok())
+                .collect();
             self.sources.push(SourceRef {
                 name: scan.table_name.clone(),
                 schema,
                 append_only: relation.append_only,
-                watermark,
+                watermarks,
             });
         }
         for input in plan.inputs() {

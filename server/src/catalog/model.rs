@@ -170,6 +170,11 @@ pub struct ProjectionDef {
     /// insert), so an append sink may read it.
     #[serde(default)]
     pub append_only: bool,
+    /// Its columns that carry a watermark (as planned at CREATE: window
+    /// columns over sources with `WATERMARK FOR`), so projections reading
+    /// it close their windows too. Empty for projections created before.
+    #[serde(default)]
+    pub watermark_columns: Vec<String>,
 }
 
 /// The session settings that change what a query's text means.

@@ -88,6 +88,7 @@ impl Session {
             settings,
             emit_on_window_close,
             append_only: planned.stream.append_only,
+            watermark_columns: planned.stream.watermark_columns.clone(),
         };
         let unbounded = planned.stream.unbounded_state.clone();
         let named = def.name.clone();

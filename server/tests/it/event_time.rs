@@ -386,3 +386,39 @@ async fn emit_on_window_close_emits_each_window_top_n_once() {
         "200"
     );
 }
+
+/// A projection over a window projection closes its own windows by the
+/// watermark the first one carries: per-minute totals over 10-second
+/// counts, emitted once per minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projection_over_a_window_projection_closes_by_its_watermark() {
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    client.batch_execute(SOURCE).await.expect("source");
+    client
+        .batch_execute(&format!(
+            "CREATE PROJECTION per10 AS {WINDOWS};
+             CREATE PROJECTION per_minute AS
+               SELECT date_bin(INTERVAL '60' SECOND, window_start) AS minute, sum(n) AS n
+               FROM per10 GROUP BY 1
+             EMIT ON WINDOW CLOSE;"
+        ))
+        .await
+        .expect("a window over a window projection");
+    // Ticks start 20 s into a minute and span 2 000 s: 34 minutes.
+    until_returns(
+        &client,
+        "SELECT count(*), sum(n) FROM per_minute",
+        "34|2000",
+    )
+    .await;
+    assert_eq!(
+        value(
+            &client,
+            "SELECT rows_out FROM weir_catalog.projections WHERE name = 'per_minute'"
+        )
+        .await,
+        "34",
+        "each minute emitted once"
+    );
+}
