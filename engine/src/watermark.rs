@@ -334,6 +334,35 @@ pub struct SourceClock {
     current: i64,
     /// Rows that arrived behind the watermark, since this clock started.
     pub late_rows: u64,
+    started: Instant,
+}
+
+impl SourceClock {
+    /// Whether rows are still coming: some split that has not ended was
+    /// read within `idle_timeout`, or nothing was read yet and the clock
+    /// started within it. A source that ended is not live.
+    pub fn live(&self, now: Instant) -> bool {
+        let recent = |at: Instant| now.duration_since(at) < self.spec.idle_timeout;
+        self.current != FINAL
+            && if self.splits.is_empty() {
+                recent(self.started)
+            } else {
+                self.splits
+                    .values()
+                    .any(|s| !s.ended && recent(s.last_read))
+            }
+    }
+
+    /// How far the rows read so far reach: the largest value of the
+    /// column over every split (in its unit), before the watermark's
+    /// delay and before the next [`Self::advance`]; `None` before any.
+    pub fn progress(&self) -> Option<i64> {
+        self.splits
+            .values()
+            .map(|s| s.max)
+            .filter(|&m| m != NONE_YET)
+            .max()
+    }
 }
 
 impl SourceClock {
@@ -346,6 +375,7 @@ impl SourceClock {
             splits: HashMap::new(),
             current: sealed,
             late_rows: 0,
+            started: Instant::now(),
         }
     }
 

@@ -15,7 +15,7 @@
 //! - Each epoch publishes an [`EpochView`]; a statement reads every
 //!   projection from one view, so they agree on the epoch.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -26,7 +26,7 @@ use weir_connectors::Offsets;
 
 use super::checkpoints::SealOutcome;
 use super::reader::TableLogCommit;
-use super::streams::{SourceMessage, Streams};
+use super::streams::{ReaderId, SourceMessage, Streams};
 use super::table_log;
 use super::{
     BarrierTarget, Checkpointer, Command, Deployment, EPOCH_ROW_BUDGET, RuntimeObserver, Shared,
@@ -63,6 +63,10 @@ pub(super) struct Loop {
     pub sealing: Option<tokio::task::JoinHandle<SealOutcome>>,
     /// Since when a due checkpoint has waited for sinks' pre-commits.
     pub checkpoint_deferred: Option<std::time::Instant>,
+    /// Messages of sources that ran ahead of the sources read along with
+    /// them ([`Streams::runs_ahead`]), in arrival order; a held batch
+    /// keeps its permit, so its reader stops sending once all are held.
+    pub held: VecDeque<(ReaderId, SourceMessage)>,
 }
 
 pub(super) async fn run(mut state: Loop) {
@@ -131,6 +135,7 @@ impl Loop {
                 // A watermark that moves on time alone (an idle split)
                 // moves the offsets it is sealed with.
                 self.streams.advance_watermarks(&mut self.coordinator);
+                self.release_held();
                 let pre_commit_unsealed = self.sealing.is_none()
                     && self.streams.pre_commits_unsealed()
                     && self.coordinator.view().epoch.0 <= self.checkpointer.last_sealed_epoch();
@@ -154,37 +159,23 @@ impl Loop {
                 self.streams.commit_waiting_groups();
             }
             Some(Command::TableLog(commit)) => self.commit_received(commit).await,
-            Some(Command::Source(message)) => match message {
-                SourceMessage::Batch(reader, batches, _permit) => {
-                    // All in this one call: a transaction's batches, one
-                    // per table it touched, land in one epoch.
-                    for batch in batches {
-                        if let Some(to) = self.streams.received(reader, &batch) {
-                            self.coordinator.push(to, batch.changes);
-                        }
-                    }
-                    if self.coordinator.pending_rows() >= EPOCH_ROW_BUDGET {
-                        self.close().await;
-                    }
+            Some(Command::Source(message)) => {
+                // Behind its own held messages, or a batch of a source
+                // ahead of the sources read with it: it waits (and so,
+                // once its permits are all held, does its reader).
+                let reader = message.reader();
+                let batch = matches!(message, SourceMessage::Batch(..));
+                if self.held.iter().any(|(r, _)| *r == reader)
+                    || (batch && self.streams.runs_ahead(reader.source))
+                {
+                    self.held.push_back((reader, message));
+                    return;
                 }
-                SourceMessage::Ended(id) => {
-                    if self.streams.is_current(id) {
-                        self.streams.clocks_finished(id.source);
-                    }
-                    self.streams.set_source_status(id, "completed", None)
+                self.source_message(message);
+                if self.coordinator.pending_rows() >= EPOCH_ROW_BUDGET {
+                    self.close().await;
                 }
-                SourceMessage::Failed(id, e) => {
-                    tracing::error!(source = %id.source, error = %e, "source failed");
-                    self.streams.set_source_status(id, "failed", Some(e))
-                }
-                SourceMessage::Retrying(id, e) => {
-                    self.streams.set_source_status(id, "retrying", Some(e))
-                }
-                SourceMessage::Gap(id, e) => self.streams.set_source_status(id, "gap", Some(e)),
-                SourceMessage::SplitFailed(id, split, gap, e) => {
-                    self.streams.split_failed(id, &split, gap, e)
-                }
-            },
+            }
             Some(Command::OperatorState(reply)) => {
                 let _ = reply.send(self.coordinator.operator_state());
             }
@@ -379,6 +370,55 @@ impl Loop {
                 .table_log_sealed
                 .send((epoch, table_log::sealed_at(lsn)));
         }
+    }
+
+    /// What a source's reader said, in the order it said it.
+    fn source_message(&mut self, message: SourceMessage) {
+        match message {
+            SourceMessage::Batch(reader, batches, _permit) => {
+                // All in this one call: a transaction's batches, one
+                // per table it touched, land in one epoch.
+                for batch in batches {
+                    if let Some(to) = self.streams.received(reader, &batch) {
+                        self.coordinator.push(to, batch.changes);
+                    }
+                }
+            }
+            SourceMessage::Ended(id) => {
+                if self.streams.is_current(id) {
+                    self.streams.clocks_finished(id.source);
+                }
+                self.streams.set_source_status(id, "completed", None)
+            }
+            SourceMessage::Failed(id, e) => {
+                tracing::error!(source = %id.source, error = %e, "source failed");
+                self.streams.set_source_status(id, "failed", Some(e))
+            }
+            SourceMessage::Retrying(id, e) => {
+                self.streams.set_source_status(id, "retrying", Some(e))
+            }
+            SourceMessage::Gap(id, e) => self.streams.set_source_status(id, "gap", Some(e)),
+            SourceMessage::SplitFailed(id, split, gap, e) => {
+                self.streams.split_failed(id, &split, gap, e)
+            }
+        }
+    }
+
+    /// Takes the held messages of every source no longer ahead, in order.
+    fn release_held(&mut self) {
+        let mut still: Vec<ReaderId> = Vec::new();
+        let mut waiting = VecDeque::new();
+        while let Some((reader, message)) = self.held.pop_front() {
+            let ahead = matches!(message, SourceMessage::Batch(..))
+                && self.streams.runs_ahead(reader.source);
+            if still.contains(&reader) || ahead {
+                still.push(reader);
+                waiting.push_back((reader, message));
+                continue;
+            }
+            self.source_message(message);
+        }
+        self.held = waiting;
     }
 
     /// Closes an epoch, hands each sink its share and pre-commits it, and

@@ -282,6 +282,7 @@ impl Runtime {
             deploys_waiting: Vec::new(),
             sealing: None,
             checkpoint_deferred: None,
+            held: Default::default(),
         }));
         Self {
             commands,

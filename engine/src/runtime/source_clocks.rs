@@ -48,6 +48,12 @@ pub(super) struct RelationClock {
     data_type: DataType,
 }
 
+/// How far, in event time, a source may run ahead of the slowest live
+/// source read along with it (by one deployment) before its batches wait:
+/// a join of two sources holds rows until both watermarks pass them, so
+/// unbounded skew would be unbounded state. One minute: a few windows.
+pub(super) const MAX_DRIFT_MICROS: i64 = 60_000_000;
+
 /// The split, among a source's offsets, that holds the watermark of
 /// `relation` (the source itself, or one of its tables).
 pub fn watermark_split(relation: ObjectId) -> String {
@@ -140,6 +146,35 @@ impl Streams {
     pub(super) fn clocks_dropped(&mut self, id: ObjectId) {
         self.clocks
             .retain(|relation, clock| *relation != id && clock.source != id);
+    }
+
+    /// Whether `source` runs ahead (watermark alignment): the rows of a
+    /// relation it feeds reach more than [`MAX_DRIFT_MICROS`] past those
+    /// of a live relation of another source that some deployment reads
+    /// along with it (or that one has read nothing yet). Its batches then
+    /// wait until the other catches up, ends or idles out
+    /// (`idle_timeout`); the slowest source never waits. Progress, not the
+    /// watermark, is compared: watermarks move only when an epoch closes,
+    /// and a fast source can deliver a great deal before that.
+    pub(super) fn runs_ahead(&self, source: ObjectId) -> bool {
+        let now = Instant::now();
+        let micros = |c: &RelationClock| to_micros(c.clock.progress()?, &c.data_type);
+        self.clocks
+            .iter()
+            .filter(|(_, c)| c.source == source)
+            .filter_map(|(relation, clock)| Some((relation, micros(clock)?)))
+            .any(|(relation, mine)| {
+                self.relations_read
+                    .values()
+                    .filter(|read| read.contains(relation))
+                    .flatten()
+                    .filter_map(|peer| self.clocks.get(peer))
+                    .filter(|peer| peer.source != source && peer.clock.live(now))
+                    .any(|peer| match micros(peer) {
+                        Some(theirs) => mine > theirs.saturating_add(MAX_DRIFT_MICROS),
+                        None => true,
+                    })
+            })
     }
 
     /// Advances every clock to what the rows received allow now, records

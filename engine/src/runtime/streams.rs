@@ -179,6 +179,20 @@ pub enum SourceMessage {
     SplitFailed(ReaderId, String, bool, String),
 }
 
+impl SourceMessage {
+    /// The reader run that sent it.
+    pub fn reader(&self) -> ReaderId {
+        match self {
+            Self::Batch(reader, ..)
+            | Self::Ended(reader)
+            | Self::Failed(reader, _)
+            | Self::Gap(reader, _)
+            | Self::Retrying(reader, _)
+            | Self::SplitFailed(reader, ..) => *reader,
+        }
+    }
+}
+
 /// One source's state, for `weir_catalog.sources`.
 #[derive(Debug, Clone, Default)]
 pub struct SourceStatus {
@@ -299,7 +313,7 @@ pub struct Streams {
     /// several tables reads only the tables some deployment reads, so a
     /// table's snapshot is never read into nothing before its first
     /// projection exists.
-    relations_read: HashMap<ObjectId, HashSet<ObjectId>>,
+    pub(super) relations_read: HashMap<ObjectId, HashSet<ObjectId>>,
     pub(super) sinks: HashMap<ObjectId, SinkSlot>,
     /// Sink entries of the seal the loop started from, until each sink opens.
     pub(super) sealed_sinks: HashMap<ObjectId, SinkSeal>,

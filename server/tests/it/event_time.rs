@@ -422,3 +422,73 @@ async fn a_projection_over_a_window_projection_closes_by_its_watermark() {
         "each minute emitted once"
     );
 }
+
+/// Watermark alignment: two sources joined on their windows, one read as
+/// fast as it goes (20 000 rows, 100 ms apart) and one rate-limited (2 000
+/// rows, 1 s apart, 200 a second), over the same 2 000 s of event time. The
+/// fast one waits for the slow one instead of running to its end (its
+/// windows would wait in the join until the slow one caught up); the join
+/// is still exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_that_runs_ahead_waits_for_the_one_read_with_it() {
+    let server = WeirServer::start();
+    let client = server.connect().await;
+    let per_window = |source: &str| {
+        format!(
+            "SELECT window_start, count(*) AS n FROM TUMBLE({source}, ts, INTERVAL '10' SECOND)
+             GROUP BY window_start"
+        )
+    };
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE fast (id BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+               WITH (connector = 'datagen', max_rows = '20000', base_time = '1700000000000',
+                     fields.id.kind = 'sequence', fields.ts.step_ms = '100');
+             CREATE SOURCE slow (id BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+               WITH (connector = 'datagen', max_rows = '2000', rows_per_second = '200',
+                     base_time = '1700000000000', fields.id.kind = 'sequence',
+                     fields.ts.step_ms = '1000');
+             CREATE PROJECTION both_windows AS
+               SELECT f.window_start, f.n AS fast_n, s.n AS slow_n
+               FROM ({}) AS f JOIN ({}) AS s ON f.window_start = s.window_start;",
+            per_window("fast"),
+            per_window("slow")
+        ))
+        .await
+        .expect("two sources and their join");
+    let mut checked = 0;
+    loop {
+        let read = rows(
+            &client,
+            "SELECT name, rows_in FROM weir_catalog.sources ORDER BY name",
+        )
+        .await
+        .unwrap();
+        let rows_in = |name: &str| -> i64 {
+            read.iter()
+                .find_map(|r| r.strip_prefix(&format!("{name}|")))
+                .map_or(0, |n| n.parse().unwrap())
+        };
+        let (fast, slow) = (rows_in("fast"), rows_in("slow"));
+        if (20..=1_000).contains(&slow) {
+            // Ten fast rows per slow one, plus the minute it may run ahead
+            // and one of its batches (4 096 rows).
+            assert!(
+                fast <= 10 * slow + 8_000,
+                "fast read {fast} rows while slow read {slow}"
+            );
+            checked += 1;
+        }
+        if slow >= 2_000 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(checked >= 3, "{checked} samples while the slow source ran");
+    until_returns(
+        &client,
+        "SELECT count(*), sum(fast_n), sum(slow_n) FROM both_windows",
+        "200|20000|2000",
+    )
+    .await;
+}
