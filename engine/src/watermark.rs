@@ -234,6 +234,27 @@ pub fn to_micros(value: i64, data_type: &DataType) -> Option<i64> {
     as_i64(&micros).ok()?.into_iter().next().flatten()
 }
 
+/// The watermark of `expr` (over a relation of `schema`) given the
+/// relation's `input` watermarks: when `expr` keeps the order of a column
+/// that carries one ([`monotone_column`]), the expression evaluated at it
+/// ([`derive`]); `None` otherwise.
+pub fn of_expression(
+    expr: &Arc<dyn PhysicalExpr>,
+    schema: &Schema,
+    input: &Watermarks,
+) -> Result<Option<i64>, EngineError> {
+    let Some(column) = monotone_column(expr) else {
+        return Ok(None);
+    };
+    let Some(value) = input.get(column) else {
+        return Ok(None);
+    };
+    if expr.as_ref().is::<Column>() {
+        return Ok(Some(value));
+    }
+    derive(expr, schema, column, value).map(Some)
+}
+
 /// `change` without its rows behind `watermark` (`values[i]` is row
 /// `i`'s value in the column the watermark bounds; a NULL is never late):
 /// the rows kept, their values, and how many were dropped.

@@ -17,9 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use arrow::datatypes::SchemaRef;
 use bytes::Bytes;
-use datafusion::physical_expr::expressions::Column;
 use weir_common::ChangeBatch;
 
 use super::JoinSpec;
@@ -28,7 +26,7 @@ use super::side_rows::SideRows;
 use crate::EngineError;
 use crate::operator::{StateEntry, mark_changed_to, state_key};
 use crate::rows::RowBytes;
-use crate::watermark::{NONE_YET, Watermarks, as_i64, derive, drop_late, monotone_column};
+use crate::watermark::{NONE_YET, Watermarks, as_i64, drop_late, monotone_column, of_expression};
 
 pub(super) const WATERMARK_LEFT: u8 = 2;
 pub(super) const WATERMARK_RIGHT: u8 = 3;
@@ -165,24 +163,6 @@ impl Expiry {
     }
 }
 
-/// The value of the closing key of a side's input, from its watermarks.
-fn key_watermark(
-    expr: &std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>,
-    schema: &SchemaRef,
-    input: &Watermarks,
-) -> Result<Option<i64>, EngineError> {
-    let Some(column) = monotone_column(expr) else {
-        return Ok(None);
-    };
-    let Some(value) = input.get(column) else {
-        return Ok(None);
-    };
-    if expr.as_ref().is::<Column>() {
-        return Ok(Some(value));
-    }
-    derive(expr, schema, column, value).map(Some)
-}
-
 /// A watermark moved by `by` (column units); unknown and final stay so.
 fn shift(watermark: i64, by: i64) -> i64 {
     if watermark == NONE_YET || watermark == crate::watermark::FINAL {
@@ -202,8 +182,8 @@ impl DeltaJoin {
             Closer::Key { key, .. } => {
                 let (l, r) = &self.spec.on[key];
                 (
-                    key_watermark(l, &self.spec.left_schema, &inputs[0])?,
-                    key_watermark(r, &self.spec.right_schema, &inputs[1])?,
+                    of_expression(l, &self.spec.left_schema, &inputs[0])?,
+                    of_expression(r, &self.spec.right_schema, &inputs[1])?,
                 )
             }
             Closer::Band(band) => (inputs[0].get(band.left), inputs[1].get(band.right)),

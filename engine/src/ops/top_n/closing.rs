@@ -12,7 +12,6 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use datafusion::physical_expr::expressions::Column;
 use weir_common::ChangeBatch;
 
 use super::partition::Numbered;
@@ -21,7 +20,8 @@ use crate::EngineError;
 use crate::operator::{StateEntry, state_key};
 use crate::rows::RowBytes;
 use crate::watermark::{
-    NONE_YET, Watermarks, as_i64, derive, drop_late, from_state_value, monotone_column, state_value,
+    NONE_YET, Watermarks, as_i64, drop_late, from_state_value, monotone_column, of_expression,
+    state_value,
 };
 
 /// Tag 1 was the output rows of an older layout (refused on restore).
@@ -85,16 +85,8 @@ impl TopN {
             return Ok(());
         };
         let expr = &self.spec.partition_by[key];
-        let Some(column) = monotone_column(expr) else {
+        let Some(value) = of_expression(expr, &self.spec.input_schema, input)? else {
             return Ok(());
-        };
-        let Some(value) = input.get(column) else {
-            return Ok(());
-        };
-        let value = if expr.as_ref().is::<Column>() {
-            value
-        } else {
-            derive(expr, &self.spec.input_schema, column, value)?
         };
         if let Some(closing) = self.closing.as_mut() {
             closing.next = closing.next.max(value);
