@@ -234,6 +234,15 @@ pub fn to_micros(value: i64, data_type: &DataType) -> Option<i64> {
     as_i64(&micros).ok()?.into_iter().next().flatten()
 }
 
+/// The first of `exprs` that keeps the order of a column in `watermarked`
+/// ([`monotone_column`]): the key a keyed operator (a window aggregate,
+/// a top-N per window) can close its state by.
+pub fn closing_key(exprs: &[Arc<dyn PhysicalExpr>], watermarked: &[usize]) -> Option<usize> {
+    exprs
+        .iter()
+        .position(|e| monotone_column(e).is_some_and(|c| watermarked.contains(&c)))
+}
+
 /// The watermark of `expr` (over a relation of `schema`) given the
 /// relation's `input` watermarks: when `expr` keeps the order of a column
 /// that carries one ([`monotone_column`]), the expression evaluated at it

@@ -197,9 +197,7 @@ impl Aggregate {
     /// of one of `watermarked` (input columns), if any: the column groups
     /// can close by ([`Self::closing_by`]).
     pub fn window_key(&self, watermarked: &[usize]) -> Option<usize> {
-        self.group_by
-            .iter()
-            .position(|e| monotone_column(e).is_some_and(|c| watermarked.contains(&c)))
+        crate::watermark::closing_key(&self.group_by, watermarked)
     }
 
     /// Closes groups by the watermark of group-by column `key` (see the

@@ -20,8 +20,7 @@ use crate::EngineError;
 use crate::operator::{StateEntry, state_key};
 use crate::rows::RowBytes;
 use crate::watermark::{
-    NONE_YET, Watermarks, as_i64, drop_late, from_state_value, monotone_column, of_expression,
-    state_value,
+    NONE_YET, Watermarks, as_i64, drop_late, from_state_value, of_expression, state_value,
 };
 
 /// Tag 1 was the output rows of an older layout (refused on restore).
@@ -48,10 +47,7 @@ impl TopN {
     /// The PARTITION BY column (its index) whose expression keeps the order
     /// of an input column in `watermarked`, which can close partitions.
     pub fn window_key(&self, watermarked: &[usize]) -> Option<usize> {
-        self.spec
-            .partition_by
-            .iter()
-            .position(|e| monotone_column(e).is_some_and(|c| watermarked.contains(&c)))
+        crate::watermark::closing_key(&self.spec.partition_by, watermarked)
     }
 
     /// Closes partitions by PARTITION BY column `key` ([`Self::window_key`]);
