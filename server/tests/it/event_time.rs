@@ -377,14 +377,7 @@ async fn emit_on_window_close_emits_each_window_top_n_once() {
     )
     .await;
     // Each emitted once: as many output changes as rows, no retraction.
-    assert_eq!(
-        value(
-            &client,
-            "SELECT rows_out FROM weir_catalog.projections WHERE name = 'leaders'"
-        )
-        .await,
-        "200"
-    );
+    emitted_once(&client, "leaders", 200).await;
 }
 
 /// A projection over a window projection closes its own windows by the
@@ -412,14 +405,20 @@ async fn a_projection_over_a_window_projection_closes_by_its_watermark() {
         "34|2000",
     )
     .await;
+    emitted_once(&client, "per_minute", 34).await;
+}
+
+/// `projection` output as many changes as it holds rows (`rows`): each
+/// emitted once, none retracted.
+async fn emitted_once(client: &Client, projection: &str, rows: u64) {
     assert_eq!(
         value(
-            &client,
-            "SELECT rows_out FROM weir_catalog.projections WHERE name = 'per_minute'"
+            client,
+            &format!("SELECT rows_out FROM weir_catalog.projections WHERE name = '{projection}'"),
         )
         .await,
-        "34",
-        "each minute emitted once"
+        rows.to_string(),
+        "{projection}: every row emitted once"
     );
 }
 
