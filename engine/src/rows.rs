@@ -151,6 +151,32 @@ impl RowCodec {
 }
 
 impl RowCodec {
+    /// The codec of the key `exprs` compute over rows of `schema` (a
+    /// PARTITION BY), or `None` when there are none: every row then has
+    /// the same empty key.
+    pub fn of_key(
+        exprs: &[Arc<dyn datafusion::physical_expr::PhysicalExpr>],
+        schema: &arrow::datatypes::Schema,
+    ) -> Result<Option<Self>, EngineError> {
+        if exprs.is_empty() {
+            return Ok(None);
+        }
+        let fields = exprs
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                Ok(arrow::datatypes::Field::new(
+                    format!("p{i}"),
+                    e.data_type(schema)?,
+                    true,
+                ))
+            })
+            .collect::<Result<Vec<_>, EngineError>>()?;
+        Ok(Some(Self::new(Arc::new(arrow::datatypes::Schema::new(
+            fields,
+        )))?))
+    }
+
     /// The consolidated change of `(row, weight)` pairs (empty when there are none).
     pub fn consolidated_change(
         &self,

@@ -10,9 +10,10 @@
 //!   rewrites, in the caller's DataFusion state; [`compat`] (and
 //!   `compat_array` for `ARRAY(subquery)`): the rewrites for catalog
 //!   queries drivers send that DataFusion cannot plan as sent.
-//! - [`window_tvf`]: the `TUMBLE`/`HOP` window table functions, rewritten in
-//!   the statement's AST into derived tables with `window_start` and
-//!   `window_end`; ad-hoc queries and projections both plan through it.
+//! - [`window_tvf`]: the `TUMBLE`/`HOP`/`SESSION` window table functions,
+//!   rewritten in the statement's AST into derived tables with
+//!   `window_start` and `window_end`; ad-hoc queries and projections both
+//!   plan through it. [`session_window`]: SESSION's two window functions.
 //! - [`mod@lower`]: a projection's bound `LogicalPlan` to its incremental
 //!   operator graph ([`StreamPlan`]), rejecting what cannot be maintained.
 //! - [`streaming_ddl`]: CREATE/DROP/SHOW of sources and sinks, which
@@ -26,6 +27,7 @@ pub mod emit_clause;
 pub mod error;
 pub mod lower;
 pub mod parse;
+pub mod session_window;
 pub mod streaming_ddl;
 pub mod window_tvf;
 

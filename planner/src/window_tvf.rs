@@ -1,10 +1,14 @@
-//! The `TUMBLE` and `HOP` window table functions, rewritten in the AST into
-//! plain derived tables before DataFusion binds the statement:
+//! The `TUMBLE`, `HOP` and `SESSION` window table functions, rewritten in
+//! the AST into plain derived tables before DataFusion binds the statement:
 //!
 //! ```sql
 //! TUMBLE(rel, col, size)        -- one row per row of rel, in its window
 //! HOP(rel, col, slide, size)    -- size/slide rows per row of rel
+//! SESSION(rel, col, gap [, key ...])  -- one row per row, in its session
 //! ```
+//!
+//! SESSION's windows depend on other rows, so it is not a column
+//! expression: it becomes two window functions ([`crate::session_window`]).
 //!
 //! Each becomes `(SELECT *, <start> AS window_start, <end> AS window_end
 //! FROM rel WHERE col IS NOT NULL) AS <alias>`, one `UNION ALL` branch per
@@ -66,6 +70,7 @@ impl VisitorMut for WindowTvfs {
 enum Kind {
     Tumble,
     Hop,
+    Session,
 }
 
 impl Kind {
@@ -78,6 +83,8 @@ impl Kind {
             Some(Self::Tumble)
         } else if ident.value.eq_ignore_ascii_case("hop") {
             Some(Self::Hop)
+        } else if ident.value.eq_ignore_ascii_case("session") {
+            Some(Self::Session)
         } else {
             None
         }
@@ -87,6 +94,7 @@ impl Kind {
         match self {
             Self::Tumble => "TUMBLE",
             Self::Hop => "HOP",
+            Self::Session => "SESSION",
         }
     }
 
@@ -94,17 +102,30 @@ impl Kind {
         match self {
             Self::Tumble => "TUMBLE expects (relation, time column, size interval)",
             Self::Hop => "HOP expects (relation, time column, slide interval, size interval)",
+            Self::Session => {
+                "SESSION expects (relation, time column, gap interval[, partition column ...])"
+            }
         }
     }
 }
 
 /// A checked call: windows of `size` starting every `slide` (equal for
 /// TUMBLE), both in microseconds.
-struct WindowCall {
-    relation: ObjectName,
-    column: Ident,
+pub(crate) struct WindowCall {
+    pub(crate) relation: ObjectName,
+    pub(crate) column: Ident,
+    /// SESSION's gap.
     slide: i64,
     size: i64,
+    /// SESSION's partition columns (none for the others).
+    pub(crate) partition: Vec<Ident>,
+}
+
+impl WindowCall {
+    /// SESSION's gap in microseconds.
+    pub(crate) fn gap(&self) -> i64 {
+        self.size
+    }
 }
 
 fn rewrite_factor(factor: &mut TableFactor) -> Result<(), PlanError> {
@@ -145,7 +166,10 @@ fn rewrite_factor(factor: &mut TableFactor) -> Result<(), PlanError> {
     });
     *factor = TableFactor::Derived {
         lateral: false,
-        subquery: Box::new(windows_query(&call)),
+        subquery: Box::new(match kind {
+            Kind::Session => crate::session_window::query(&call)?,
+            Kind::Tumble | Kind::Hop => windows_query(&call),
+        }),
         alias: Some(alias),
         sample: sample.take(),
     };
@@ -161,8 +185,12 @@ fn check_call(kind: Kind, args: &[FunctionArg]) -> Result<WindowCall, PlanError>
             other => Err(bad(format!("got {other}"))),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let expected = if kind == Kind::Tumble { 3 } else { 4 };
-    if exprs.len() != expected {
+    let arity_fits = match kind {
+        Kind::Tumble => exprs.len() == 3,
+        Kind::Hop => exprs.len() == 4,
+        Kind::Session => exprs.len() >= 3,
+    };
+    if !arity_fits {
         return Err(bad(format!("got {} arguments", exprs.len())));
     }
     let relation = match exprs[0] {
@@ -182,8 +210,9 @@ fn check_call(kind: Kind, args: &[FunctionArg]) -> Result<WindowCall, PlanError>
     };
     let interval = |role: &str, e: &Expr| fixed_interval(kind, role, e);
     let (slide, size) = match kind {
-        Kind::Tumble => {
-            let size = interval("size", exprs[2])?;
+        Kind::Tumble | Kind::Session => {
+            let role = if kind == Kind::Session { "gap" } else { "size" };
+            let size = interval(role, exprs[2])?;
             (size, size)
         }
         Kind::Hop => {
@@ -193,11 +222,22 @@ fn check_call(kind: Kind, args: &[FunctionArg]) -> Result<WindowCall, PlanError>
             (slide, size)
         }
     };
+    let partition = exprs[3..]
+        .iter()
+        .filter(|_| kind == Kind::Session)
+        .map(|e| match e {
+            Expr::Identifier(ident) => Ok(ident.clone()),
+            other => Err(bad(format!(
+                "a partition column must be a column name of {relation}, not {other}"
+            ))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(WindowCall {
         relation,
         column: column.clone(),
         slide,
         size,
+        partition,
     })
 }
 
@@ -380,7 +420,7 @@ fn interval_literal(micros: i64) -> Expr {
     })
 }
 
-fn interval_string(micros: i64) -> String {
+pub(crate) fn interval_string(micros: i64) -> String {
     const UNITS: [(i64, &str); 5] = [
         (3_600_000_000, "hour"),
         (60_000_000, "minute"),

@@ -25,7 +25,7 @@ use weir_engine::{EpochView, TableState};
 use weir_storage::StateBackend as _;
 use weir_storage::{ControlLog, DataDirLock, TableLog};
 
-use datafusion::execution::SessionState;
+use datafusion::execution::{FunctionRegistry, SessionState};
 use datafusion::prelude::SessionConfig;
 use datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables;
 
@@ -152,10 +152,13 @@ impl QueryEnv {
             // Weir serves information_schema itself (catalog::info_schema);
             // DataFusion's would shadow it.
             .with_information_schema(false);
-        let template = weir_pgsem::session_template(
+        let mut template = weir_pgsem::session_template(
             config,
             [Arc::new(crate::yield_points::YieldAfterExpanders) as _],
         )?;
+        for function in weir_planner::session_window::functions() {
+            template.register_udwf(Arc::new(function))?;
+        }
         let pg_static = Arc::new(
             PgCatalogStaticTables::try_new()
                 .map_err(|e| ServerError::internal(format!("pg_catalog tables: {e}")))?,

@@ -7,6 +7,8 @@
 //! - [`top_n::TopN`]: ORDER BY .. LIMIT and ROW_NUMBER()/RANK() <= n, per partition.
 //! - [`aggregate::Aggregate`]: GROUP BY and aggregates; DISTINCT is an
 //!   aggregate with no calls.
+//! - [`session_window::SessionWindow`]: SESSION windows, each row with
+//!   its session's bounds, re-emitted as sessions merge and split.
 //! - [`temporal_filter::TemporalFilter`]: WHERE conjuncts comparing a
 //!   time with `now()`, evaluated at each epoch's time.
 //! - [`parallel::Parallel`]: any of the keyed ones (aggregate, join,
@@ -17,6 +19,7 @@ pub mod constant;
 pub mod join;
 pub mod map;
 pub mod parallel;
+pub mod session_window;
 pub mod temporal_filter;
 pub mod top_n;
 pub mod union;

@@ -16,6 +16,7 @@
 //! | Union                           | union |
 //! | Sort+Limit / Sort with fetch    | top-N |
 //! | Filter(rn <= n) over Window     | top-N numbering rows ([`window`]) |
+//! | Window of SESSION's bounds      | session window ([`session`]) |
 //! | Values, EmptyRelation           | constant |
 //!
 //! `ORDER BY` without `LIMIT` is dropped: a projection is a set of rows.
@@ -28,6 +29,7 @@
 mod checks;
 mod interval;
 mod join;
+mod session;
 mod temporal;
 mod window;
 
@@ -460,9 +462,12 @@ impl Lowering {
             LogicalPlan::Limit(l) => self.limit(l),
             LogicalPlan::Values(v) => self.values(v),
             LogicalPlan::EmptyRelation(e) => self.empty(e),
-            LogicalPlan::Window(_) => Err(PlanError::unsupported(
-                "window functions in a projection, except ROW_NUMBER() or RANK() limited by a WHERE (top-N per partition)",
-            )),
+            LogicalPlan::Window(w) => match session::session_window(self, w)? {
+                Some(input) => Ok(input),
+                None => Err(PlanError::unsupported(
+                    "window functions in a projection, except ROW_NUMBER() or RANK() limited by a WHERE (top-N per partition) and SESSION windows",
+                )),
+            },
             other => Err(PlanError::unsupported(format!(
                 "{} in a projection",
                 checks::node_name(other)

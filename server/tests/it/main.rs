@@ -35,6 +35,9 @@
 //!   into a projection.
 //! - `event_time`: watermarks from `WATERMARK FOR`, windows closing on
 //!   them, `EMIT ON WINDOW CLOSE` exact across `kill -9`.
+//! - `sessions`: SESSION windows ad hoc and in projections equal to them
+//!   as rows merge and split sessions; closing on a watermark with rows
+//!   out of order, late rows counted, once each across `kill -9`.
 //! - `destination`: CREATE DESTINATION checks, a projection mirrored into
 //!   a created target, SHOW CREATE, REPAIR under a new generation.
 //! - `secrets`: CREATE SECRET / CONNECTION: a password that reaches a real
@@ -87,6 +90,7 @@ mod projections_diff;
 mod psql;
 mod python;
 mod secrets;
+mod sessions;
 mod slt;
 mod sources;
 mod temporal;

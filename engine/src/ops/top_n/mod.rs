@@ -103,25 +103,7 @@ impl TopNSpec {
                 ))
             })
             .collect::<Result<Vec<_>, EngineError>>()?;
-        let partition = if spec.partition_by.is_empty() {
-            None
-        } else {
-            let fields = spec
-                .partition_by
-                .iter()
-                .enumerate()
-                .map(|(i, e)| {
-                    Ok(arrow::datatypes::Field::new(
-                        format!("p{i}"),
-                        e.data_type(&spec.input_schema)?,
-                        true,
-                    ))
-                })
-                .collect::<Result<Vec<_>, EngineError>>()?;
-            Some(RowCodec::new(Arc::new(arrow::datatypes::Schema::new(
-                fields,
-            )))?)
-        };
+        let partition = RowCodec::of_key(&spec.partition_by, &spec.input_schema)?;
         Ok((RowConverter::new(order_fields)?, partition))
     }
 }
