@@ -104,19 +104,9 @@ impl PlanContext {
         Ok(Self::new(state, catalog, default_schema, db))
     }
 
-    /// Binds and lowers a projection query; `column_names` rename its
-    /// output columns in order (`CREATE PROJECTION p (a, b) AS ...`).
-    pub(crate) async fn plan_projection(
-        &self,
-        query: &Query,
-        column_names: &[String],
-    ) -> Result<PlannedProjection, ServerError> {
-        self.plan_projection_emitting(query, column_names, false)
-            .await
-    }
-
-    /// [`Self::plan_projection`], with `EMIT ON WINDOW CLOSE` when
-    /// `emit_on_window_close`.
+    /// Binds and lowers a projection (or sink) query; `column_names`
+    /// rename its output columns in order (`CREATE PROJECTION p (a, b) AS
+    /// ...`); `emit_on_window_close` as the statement says.
     pub(crate) async fn plan_projection_emitting(
         &self,
         query: &Query,
@@ -315,7 +305,9 @@ impl PlanContext {
     pub async fn sink(&self, def: &SinkDef) -> Result<Deployment, ServerError> {
         let query = parse_query(&def.query)?;
         let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
-        let planned = self.plan_projection(&query, &names).await?;
+        let planned = self
+            .plan_projection_emitting(&query, &names, def.emit_on_window_close)
+            .await?;
         let sink = self.sink_to_open(def)?;
         deployment_of(def.id, planned, def.arrow_schema(), Some(sink))
     }

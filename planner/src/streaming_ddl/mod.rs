@@ -123,6 +123,9 @@ pub enum StreamingDdl {
         options: Vec<(String, String)>,
         #[serde(default)]
         secrets: Vec<(String, String)>,
+        /// `AS query EMIT ON WINDOW CLOSE` (before or after the options).
+        #[serde(default)]
+        emit_on_window_close: bool,
     },
     CreateDestination(CreateDestination),
     AlterDestination {
@@ -236,11 +239,12 @@ pub fn parse_streaming(mut tokens: Vec<TokenWithSpan>) -> Result<StreamingDdl, P
             let tail = tokens.split_off(at);
             let mut p = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(tail);
             let options = with_options(&mut p)?;
+            let emits = emit_on_window_close(&mut p);
             let _ = p.consume_token(&Token::SemiColon);
             if p.peek_token().token != Token::EOF {
                 return p.expected("end of statement", p.peek_token());
             }
-            Some(options)
+            Some((options, emits))
         }
         None => None,
     };
@@ -474,7 +478,7 @@ fn create_sink(
     p: &mut Parser,
     if_not_exists: bool,
     name: Vec<String>,
-    options: Option<ParsedOptions>,
+    options: Option<(ParsedOptions, bool)>,
 ) -> Result<StreamingDdl, ParserError> {
     let (from, query) = if p.parse_keyword(Keyword::FROM) {
         (Some(name_parts(&p.parse_object_name(false)?)), None)
@@ -483,10 +487,25 @@ fn create_sink(
     } else {
         return p.expected("FROM relation or AS query", p.peek_token());
     };
+    let mut emits = emit_on_window_close(p);
     let (options, secrets) = match options {
-        Some(options) => options,
-        None => with_options(p)?,
+        Some((options, after)) => {
+            emits |= after;
+            options
+        }
+        None => {
+            let options = with_options(p)?;
+            emits |= emit_on_window_close(p);
+            options
+        }
     };
+    if emits && query.is_none() {
+        return Err(ParserError::ParserError(
+            "EMIT ON WINDOW CLOSE applies to CREATE SINK ... AS query; a sink FROM a \
+             relation takes what the relation emits (create the projection with it)"
+                .into(),
+        ));
+    }
     Ok(StreamingDdl::CreateSink {
         if_not_exists,
         name,
@@ -494,7 +513,23 @@ fn create_sink(
         query,
         options,
         secrets,
+        emit_on_window_close: emits,
     })
+}
+
+/// Consumes `EMIT ON WINDOW CLOSE` if it comes next.
+fn emit_on_window_close(p: &mut Parser) -> bool {
+    let words = ["EMIT", "ON", "WINDOW", "CLOSE"];
+    let next = (0..words.len()).all(|n| {
+        matches!(&p.peek_nth_token(n).token, Token::Word(w)
+            if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(words[n]))
+    });
+    if next {
+        for _ in words {
+            p.next_token();
+        }
+    }
+    next
 }
 
 /// Options as parsed: values, and the options that name a secret.

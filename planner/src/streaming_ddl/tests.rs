@@ -63,6 +63,32 @@ fn reads_sources_sinks_and_their_options() {
         matches!(&sink, StreamingDdl::CreateSink { query: Some(q), from: None, .. } if q == "SELECT a, b FROM t WHERE a > 1")
     );
     assert_eq!(from_statement(&to_statement(&sink)), Some(sink));
+    // EMIT ON WINDOW CLOSE after the query, before or after the options.
+    for sql in [
+        "CREATE SINK w AS SELECT k, count(*) FROM t GROUP BY k EMIT ON WINDOW CLOSE WITH (connector = 'log')",
+        "CREATE SINK w AS SELECT k, count(*) FROM t GROUP BY k WITH (connector = 'log') emit on window close;",
+    ] {
+        let sink = parse(sql).unwrap();
+        assert!(
+            matches!(&sink, StreamingDdl::CreateSink { query: Some(q), emit_on_window_close: true, options, .. }
+                if q == "SELECT k, count(*) FROM t GROUP BY k" && options.len() == 1),
+            "{sql}: {sink:?}"
+        );
+    }
+    assert!(matches!(
+        parse("CREATE SINK w AS SELECT k FROM t GROUP BY k WITH (connector = 'log')").unwrap(),
+        StreamingDdl::CreateSink {
+            emit_on_window_close: false,
+            ..
+        }
+    ));
+    let refused = parse("CREATE SINK w FROM p EMIT ON WINDOW CLOSE WITH (connector = 'log')")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("create the projection with it"),
+        "{refused}"
+    );
     assert!(matches!(
         parse("DROP SINK IF EXISTS a, b CASCADE").unwrap(),
         StreamingDdl::Drop { kind: StreamingKind::Sink, if_exists: true, cascade: true, ref names } if names.len() == 2

@@ -213,6 +213,9 @@ pub struct SinkDef {
     /// `ALTER SINK ... PAUSE`: it writes nothing until RESUME.
     #[serde(default)]
     pub paused: bool,
+    /// `AS query EMIT ON WINDOW CLOSE`: planned as a projection with it.
+    #[serde(default)]
+    pub emit_on_window_close: bool,
 }
 
 /// What makes a sink a destination: a keyed copy of a projection in an
@@ -323,6 +326,9 @@ impl SinkDef {
         }
         let body = match &self.from {
             Some(relation) => format!("FROM {relation}"),
+            None if self.emit_on_window_close => {
+                format!("AS {} EMIT ON WINDOW CLOSE", self.query)
+            }
             None => format!("AS {}", self.query),
         };
         format!(

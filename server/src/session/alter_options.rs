@@ -184,7 +184,12 @@ impl Session {
             )));
         }
         let planned = self
-            .plan_projection(&crate::planning::parse_query(&def.query)?, &[])
+            .plan_context()
+            .plan_projection_emitting(
+                &crate::planning::parse_query(&def.query)?,
+                &[],
+                def.emit_on_window_close,
+            )
             .await?;
         connector
             .check_sink(

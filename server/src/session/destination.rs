@@ -204,6 +204,7 @@ impl Session {
             settings,
             destination: Some(destination),
             paused: false,
+            emit_on_window_close: false,
         };
         self.write(TxnWrites {
             ddl: vec![CatalogChange::CreateSink(def)],

@@ -8,7 +8,7 @@
 //! creation is undone and the error returned, as PostgreSQL fails a
 //! `CREATE MATERIALIZED VIEW` whose query fails.
 
-use datafusion::sql::sqlparser::ast::{CreateTableOptions, CreateView, Query, Statement};
+use datafusion::sql::sqlparser::ast::{CreateTableOptions, CreateView, Statement};
 use weir_common::ObjectId;
 use weir_pgsem::SqlType;
 use weir_planner::StreamPlan;
@@ -18,20 +18,9 @@ use crate::catalog::model::{ColumnDef, ProjectionDef};
 use crate::catalog::{Catalog, CatalogChange};
 use crate::db::TxnWrites;
 use crate::error::ServerError;
-use crate::planning::{PlanContext, PlannedProjection};
+use crate::planning::PlanContext;
 
 impl Session {
-    /// Binds and lowers a projection query in this session's state.
-    pub(crate) async fn plan_projection(
-        &self,
-        query: &Query,
-        column_names: &[String],
-    ) -> Result<PlannedProjection, ServerError> {
-        self.plan_context()
-            .plan_projection(query, column_names)
-            .await
-    }
-
     /// Where this session's statements are planned.
     pub(crate) fn plan_context(&self) -> PlanContext {
         PlanContext::new(

@@ -30,6 +30,14 @@ use crate::db::TxnWrites;
 use crate::error::ServerError;
 use crate::planning::parse_query;
 
+/// What a CREATE SINK reads: `FROM relation` or `AS query [EMIT ON
+/// WINDOW CLOSE]`.
+struct SinkBody {
+    from: Option<Vec<String>>,
+    query: Option<String>,
+    emit_on_window_close: bool,
+}
+
 impl Session {
     pub(super) async fn streaming(
         &mut self,
@@ -59,8 +67,14 @@ impl Session {
                 query,
                 options,
                 secrets,
+                emit_on_window_close,
             } => {
-                self.create_sink(if_not_exists, &name, from, query, (options, secrets))
+                let body = SinkBody {
+                    from,
+                    query,
+                    emit_on_window_close,
+                };
+                self.create_sink(if_not_exists, &name, body, (options, secrets))
                     .await
             }
             StreamingDdl::CreateDestination(create) => self.create_destination(create).await,
@@ -150,8 +164,11 @@ impl Session {
         &mut self,
         if_not_exists: bool,
         name: &[String],
-        from: Option<Vec<String>>,
-        query: Option<String>,
+        SinkBody {
+            from,
+            query,
+            emit_on_window_close,
+        }: SinkBody,
         (options, secrets): ParsedOptions,
     ) -> Result<StatementResult, ServerError> {
         let (schema, name) = self.split_parts(name)?;
@@ -193,7 +210,10 @@ impl Session {
             (None, None) => return Err(ServerError::invalid_param("CREATE SINK needs FROM or AS")),
         };
         let query = parse_query(&query_text)?;
-        let planned = self.plan_projection(&query, &[]).await?;
+        let planned = self
+            .plan_context()
+            .plan_projection_emitting(&query, &[], emit_on_window_close)
+            .await?;
         connector
             .check_sink(&planned.stream.schema, &options, planned.stream.append_only)
             .await?;
@@ -219,6 +239,7 @@ impl Session {
             settings,
             destination: None,
             paused: false,
+            emit_on_window_close,
         };
         let named = def.name.clone();
         self.write(TxnWrites {

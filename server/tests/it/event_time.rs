@@ -53,6 +53,15 @@ async fn emit_on_window_close_emits_every_window_once_even_across_kill_9() {
         ))
         .await
         .expect("an append sink over EMIT ON WINDOW CLOSE");
+    // The same, as the sink's own query.
+    let direct = format!(
+        "CREATE SINK direct AS {WINDOWS} EMIT ON WINDOW CLOSE \
+         WITH (connector = 'files', path = '{}/direct', format = 'csv')",
+        out.path().display()
+    );
+    client.batch_execute(&direct).await.expect(&direct);
+    let shown = value(&client, "SHOW CREATE SINK direct").await;
+    assert!(shown.contains(" EMIT ON WINDOW CLOSE WITH ("), "{shown}");
     let (code, message) = error_of(
         &client,
         &format!(
@@ -110,7 +119,19 @@ async fn emit_on_window_close_emits_every_window_once_even_across_kill_9() {
     .await;
     // The sink committed each window once, across the kill.
     crate::sources::sinks_committed(&client).await;
-    let mut windows: Vec<String> = std::fs::read_dir(out.path())
+    for dir in [out.path().to_path_buf(), out.path().join("direct")] {
+        let mut windows = written_csv_rows(&dir);
+        let written = windows.len();
+        windows.sort();
+        windows.dedup();
+        assert_eq!((written, windows.len()), (200, 200), "{dir:?}: {windows:?}");
+    }
+    drop(server);
+}
+
+/// The data rows of every CSV file a files sink wrote in `dir`.
+fn written_csv_rows(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "csv"))
@@ -122,12 +143,7 @@ async fn emit_on_window_close_emits_every_window_once_even_across_kill_9() {
                 .map(str::to_string)
                 .collect::<Vec<_>>()
         })
-        .collect();
-    let written = windows.len();
-    windows.sort();
-    windows.dedup();
-    assert_eq!((written, windows.len()), (200, 200), "{windows:?}");
-    drop(server);
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
