@@ -5,7 +5,8 @@
 //! - [`parse`]: SQL text to `sqlparser` statements (PostgreSQL dialect, with
 //!   the PostgreSQL-compatibility rewrites psql and drivers need), with
 //!   syntax errors carrying the 1-based character position;
-//!   [`emit_clause`]: a projection's trailing `EMIT ON WINDOW CLOSE`.
+//!   [`emit_clause`]: a projection's trailing `EMIT ON WINDOW CLOSE`;
+//!   [`table_clauses`]: a table's `WATERMARK FOR` and `APPEND ONLY`.
 //! - [`mod@bind`]: a statement to DataFusion's `LogicalPlan` after Weir's
 //!   rewrites, in the caller's DataFusion state; [`compat`] (and
 //!   `compat_array` for `ARRAY(subquery)`): the rewrites for catalog
@@ -29,6 +30,7 @@ pub mod lower;
 pub mod parse;
 pub mod session_window;
 pub mod streaming_ddl;
+pub mod table_clauses;
 pub mod window_tvf;
 
 pub use bind::bind;

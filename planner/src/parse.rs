@@ -209,6 +209,8 @@ fn parse_plain_statements(sql: &str) -> Result<Vec<Statement>, ParseError> {
     let sql = moved.as_deref().unwrap_or(sql);
     let emitting = crate::emit_clause::rewrite_emit_on_window_close(sql);
     let sql = emitting.as_deref().unwrap_or(sql);
+    let tabled = crate::table_clauses::rewrite_table_clauses(sql);
+    let sql = tabled.as_deref().unwrap_or(sql);
     let parsed = match respell(sql) {
         Some(tokens) => Parser::new(&PostgreSqlDialect {})
             .with_tokens_with_locations(tokens)

@@ -19,13 +19,13 @@ use datafusion::sql::sqlparser::ast::{Query, Statement};
 use weir_common::ObjectId;
 use weir_engine::SourceBinding;
 use weir_engine::runtime::Deployment;
-use weir_engine::runtime::TableToRead;
 use weir_engine::runtime::streams::{SinkToOpen, SourceToRead};
+use weir_engine::runtime::{TableToRead, TableWatermark};
 use weir_engine::watermark::WatermarkSpec;
 use weir_planner::StreamPlan;
 
 use crate::catalog::Catalog;
-use crate::catalog::model::ProjectionDef;
+use crate::catalog::model::{ProjectionDef, TableDef, WatermarkDef};
 use crate::catalog::provider::{SessionView, WeirCatalogList};
 use crate::catalog::streaming::{SinkDef, SourceDef, SourceKind};
 use crate::db::Database;
@@ -37,6 +37,8 @@ pub(crate) struct PlannedProjection {
     pub bindings: Vec<SourceBinding>,
     /// The sources among the bindings' objects, each once.
     pub sources_read: Vec<SourceToRead>,
+    /// The append-only tables among them with a watermark, each once.
+    pub table_watermarks: Vec<TableWatermark>,
 }
 
 /// What a query is planned in: DataFusion's state (catalog providers,
@@ -124,6 +126,12 @@ impl PlanContext {
                     watermarks: projection.watermark_columns.clone(),
                 };
             }
+            if let Some(table) = id.and_then(|id| self.catalog.tables.get(&id)) {
+                return weir_planner::ScannedRelation {
+                    append_only: table.append_only,
+                    watermarks: table.watermark.iter().map(|w| w.column.clone()).collect(),
+                };
+            }
             let Some(def) = id.and_then(|id| self.catalog.sources.get(&id)) else {
                 return weir_planner::ScannedRelation::default();
             };
@@ -168,10 +176,20 @@ impl PlanContext {
                 sources_read.push(self.source_to_read(def)?);
             }
         }
+        let mut table_watermarks: Vec<TableWatermark> = Vec::new();
+        for binding in &bindings {
+            if let Some(def) = self.catalog.tables.get(&binding.object)
+                && !table_watermarks.iter().any(|t| t.table == def.id)
+                && let Some(watermark) = self.table_watermark(def)?
+            {
+                table_watermarks.push(watermark);
+            }
+        }
         Ok(PlannedProjection {
             stream,
             bindings,
             sources_read,
+            table_watermarks,
         })
     }
 
@@ -264,22 +282,6 @@ impl PlanContext {
         let Some(w) = &def.watermark else {
             return Ok(None);
         };
-        let schema = def.arrow_schema();
-        let column = schema.index_of(&w.column).map_err(|_| {
-            ServerError::internal(format!(
-                "the watermark column {} is not a column of {}",
-                w.column,
-                def.qualified_name()
-            ))
-        })?;
-        let expr = watermark_expr(&self.state, &schema, &w.expr)?;
-        if weir_engine::watermark::monotone_column(&expr) != Some(column) {
-            return Err(ServerError::InvalidParameterValue(format!(
-                "WATERMARK FOR {} AS {}: the expression must read only {} and never decrease as it grows \
-                 (for example {} - INTERVAL '5' SECOND)",
-                w.column, w.expr, w.column, w.column
-            )));
-        }
         let options = match def.kind {
             SourceKind::Table { source, .. } => self
                 .catalog
@@ -294,11 +296,57 @@ impl PlanContext {
             })?,
             None => weir_connectors::spec::DEFAULT_IDLE_TIMEOUT,
         };
-        Ok(Some(WatermarkSpec {
+        self.watermark_over(&def.arrow_schema(), w, &def.qualified_name(), idle_timeout)
+            .map(Some)
+    }
+
+    /// How an append-only table's watermark is generated (its rows are
+    /// one split, idle after the default `idle_timeout`).
+    pub fn table_watermark(&self, def: &TableDef) -> Result<Option<TableWatermark>, ServerError> {
+        let Some(w) = &def.watermark else {
+            return Ok(None);
+        };
+        let schema = def.user_schema();
+        let spec = self.watermark_over(
+            &schema,
+            w,
+            &def.qualified_name(),
+            weir_connectors::spec::DEFAULT_IDLE_TIMEOUT,
+        )?;
+        Ok(Some(TableWatermark {
+            table: def.id,
+            spec,
+            schema,
+        }))
+    }
+
+    /// `w` planned over `schema`, checked to keep the order of its column.
+    fn watermark_over(
+        &self,
+        schema: &arrow::datatypes::SchemaRef,
+        w: &WatermarkDef,
+        relation: &str,
+        idle_timeout: std::time::Duration,
+    ) -> Result<WatermarkSpec, ServerError> {
+        let column = schema.index_of(&w.column).map_err(|_| {
+            ServerError::internal(format!(
+                "the watermark column {} is not a column of {relation}",
+                w.column
+            ))
+        })?;
+        let expr = watermark_expr(&self.state, schema, &w.expr)?;
+        if weir_engine::watermark::monotone_column(&expr) != Some(column) {
+            return Err(ServerError::InvalidParameterValue(format!(
+                "WATERMARK FOR {} AS {}: the expression must read only {} and never decrease as it grows \
+                 (for example {} - INTERVAL '5' SECOND)",
+                w.column, w.expr, w.column, w.column
+            )));
+        }
+        Ok(WatermarkSpec {
             column,
             expr,
             idle_timeout,
-        }))
+        })
     }
 
     /// A committed sink, planned into what the runtime deploys.
@@ -370,6 +418,7 @@ pub(crate) fn deployment_of(
         mut stream,
         bindings,
         sources_read,
+        table_watermarks,
     } = planned;
     stream.conform_to(schema.clone())?;
     Ok(Deployment {
@@ -383,6 +432,7 @@ pub(crate) fn deployment_of(
         sources_read,
         sink,
         rebuilt: false,
+        table_watermarks,
     })
 }
 

@@ -194,6 +194,11 @@ impl Loop {
                         (d.id, d.sources_read.clone(), relations, d.sink.clone())
                     })
                     .collect();
+                let table_watermarks: Vec<_> = restore
+                    .deployments
+                    .iter()
+                    .flat_map(|d| d.table_watermarks.iter().cloned())
+                    .collect();
                 let result = super::restore::restore(
                     &mut self.coordinator,
                     self.checkpointer.backend(),
@@ -203,6 +208,7 @@ impl Loop {
                 )
                 .await;
                 if let Ok(emitted) = &result {
+                    self.streams.start_table_clocks(&table_watermarks);
                     let at = self.coordinator.view().epoch.0;
                     for (id, sources, relations, sink) in opened {
                         self.streams.start_readers(id, &sources, relations);
@@ -316,7 +322,10 @@ impl Loop {
     async fn commit_received(&mut self, commit: TableLogCommit) {
         for batch in commit.batches {
             match table_log::table_of(&batch.split) {
-                Some(table) => self.coordinator.push(table, batch.changes),
+                Some(table) => {
+                    self.streams.clock_read(table, &batch);
+                    self.coordinator.push(table, batch.changes)
+                }
                 None => tracing::error!(split = %batch.split, "a table-log batch names no table"),
             }
         }
@@ -468,6 +477,8 @@ impl Loop {
             .await
             .map_err(|e| invariant(format!("backfilling from a source: {e}")))?;
         let sources_read = deployment.sources_read.clone();
+        self.streams
+            .start_table_clocks(&deployment.table_watermarks);
         let relations = deployment.sources.iter().map(|s| s.object).collect();
         let sink = deployment.sink.clone();
         let coordinator = &mut self.coordinator;
@@ -575,6 +586,7 @@ fn deploy(
         sources_read: _,
         sink,
         rebuilt: _,
+        table_watermarks: _,
     } = deployment;
     let contents = |object: ObjectId| -> Result<Option<ChangeBatch>, EngineError> {
         if let Some(rows) = source_contents.get(&object) {

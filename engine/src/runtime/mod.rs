@@ -121,6 +121,18 @@ pub struct Deployment {
     /// source that cannot replay it is deployed failed (never built from
     /// a partial input), as it is when a projection it reads failed.
     pub rebuilt: bool,
+    /// The tables it reads that declare `WATERMARK FOR` (append-only
+    /// tables): their watermarks are generated from the rows committed.
+    pub table_watermarks: Vec<TableWatermark>,
+}
+
+/// How the watermark of an append-only table is generated, and its
+/// columns (the user's, as projections read them).
+#[derive(Debug, Clone)]
+pub struct TableWatermark {
+    pub table: ObjectId,
+    pub spec: crate::watermark::WatermarkSpec,
+    pub schema: SchemaRef,
 }
 
 /// A table's state and how to turn it into the columns projections read.

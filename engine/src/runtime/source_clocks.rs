@@ -39,8 +39,11 @@ const UNDECLARED: &str = "*";
 
 /// The clock of one relation a source feeds.
 pub(super) struct RelationClock {
-    /// The source whose offsets seal it.
+    /// The source whose offsets seal it (a table's own id: its clock is
+    /// sealed under it, and it has no reader).
     source: ObjectId,
+    /// A table's clock, fed by the table log.
+    table: bool,
     /// The splits its connector declares (when it opened).
     declared: std::collections::HashSet<String>,
     clock: SourceClock,
@@ -90,8 +93,38 @@ impl Streams {
                 relation,
                 RelationClock {
                     source: source.id,
+                    table: false,
                     declared: Default::default(),
                     clock: SourceClock::new(spec, schema, sealed),
+                    column,
+                    data_type,
+                },
+            );
+        }
+    }
+
+    /// Starts a clock for each append-only table of `tables` that has
+    /// none yet, at the watermark sealed for it.
+    pub(super) fn start_table_clocks(&mut self, tables: &[super::TableWatermark]) {
+        for table in tables {
+            if self.clocks.contains_key(&table.table) {
+                continue;
+            }
+            let sealed = self
+                .received
+                .get(&table.table)
+                .and_then(|o| o.get(&watermark_split(table.table)))
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(NONE_YET);
+            let column = table.spec.column;
+            let data_type = table.schema.field(column).data_type().clone();
+            self.clocks.insert(
+                table.table,
+                RelationClock {
+                    source: table.table,
+                    table: true,
+                    declared: Default::default(),
+                    clock: SourceClock::new(table.spec.clone(), table.schema.clone(), sealed),
                     column,
                     data_type,
                 },
@@ -183,7 +216,7 @@ impl Streams {
     pub fn advance_watermarks(&mut self, coordinator: &mut Coordinator) {
         let now = Instant::now();
         for (&relation, clock) in &mut self.clocks {
-            if !self.readers.contains_key(&clock.source) {
+            if !clock.table && !self.readers.contains_key(&clock.source) {
                 continue;
             }
             let value = match clock.clock.advance(now) {

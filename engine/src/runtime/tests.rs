@@ -90,6 +90,7 @@ fn copy_of(id: ObjectId, object: ObjectId, columns: &str) -> Deployment {
         sources_read: Vec::new(),
         sink: None,
         rebuilt: false,
+        table_watermarks: vec![],
     }
 }
 

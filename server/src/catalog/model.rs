@@ -39,6 +39,22 @@ pub struct TableDef {
     pub columns: Vec<ColumnDef>,
     /// Primary-key column names; empty means the hidden row id is the key.
     pub primary_key: Vec<String>,
+    /// `APPEND ONLY`: rows are only ever inserted (UPDATE, DELETE,
+    /// TRUNCATE and upserts are refused), so windows over it can close.
+    #[serde(default)]
+    pub append_only: bool,
+    /// `WATERMARK FOR column AS expression` (append-only tables only).
+    #[serde(default)]
+    pub watermark: Option<WatermarkDef>,
+}
+
+/// `WATERMARK FOR column AS expression` of a source or an append-only
+/// table, stored for event time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WatermarkDef {
+    pub column: String,
+    /// The expression as sqlparser prints it.
+    pub expr: String,
 }
 
 impl TableDef {
@@ -117,12 +133,20 @@ impl TableDef {
             let cols: Vec<String> = self.primary_key.iter().map(|c| quote_ident(c)).collect();
             parts.push(format!("PRIMARY KEY ({})", cols.join(", ")));
         }
+        if let Some(w) = &self.watermark {
+            parts.push(format!(
+                "WATERMARK FOR {} AS {}",
+                quote_ident(&w.column),
+                w.expr
+            ));
+        }
         let name = if self.schema == DEFAULT_SCHEMA {
             quote_ident(&self.name)
         } else {
             format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
         };
-        format!("CREATE TABLE {name} ({})", parts.join(", "))
+        let append_only = if self.append_only { " APPEND ONLY" } else { "" };
+        format!("CREATE TABLE {name} ({}){append_only}", parts.join(", "))
     }
 }
 
@@ -722,6 +746,8 @@ mod tests {
                 },
             ],
             primary_key: vec!["id".into()],
+            append_only: false,
+            watermark: None,
         }
     }
 

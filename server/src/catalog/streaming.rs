@@ -14,13 +14,7 @@ use weir_common::ObjectId;
 
 use super::model::{Catalog, ColumnDef, DEFAULT_SCHEMA, quote_ident};
 
-/// `WATERMARK FOR column AS expression`, stored for event time.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WatermarkDef {
-    pub column: String,
-    /// The expression as sqlparser prints it.
-    pub expr: String,
-}
+pub use super::model::WatermarkDef;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SourceDef {

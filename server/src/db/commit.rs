@@ -445,6 +445,8 @@ mod tests {
                         default: None,
                     }],
                     primary_key: vec!["k".into()],
+                    append_only: false,
+                    watermark: None,
                 })
             })
             .collect();

@@ -3,8 +3,8 @@
 
 use datafusion::sql::sqlparser::ast::helpers::key_value_options::KeyValueOptionKind;
 use datafusion::sql::sqlparser::ast::{
-    ColumnOption, CreateRole, CreateTable, CreateUser, Expr, ObjectName, ObjectType, Password,
-    SchemaName, TableConstraint, Value,
+    ColumnOption, CreateRole, CreateTable, CreateTableOptions, CreateUser, Expr, ObjectName,
+    ObjectType, Password, SchemaName, SqlOption, TableConstraint, Value,
 };
 use weir_pgsem::SqlType;
 
@@ -12,7 +12,9 @@ use super::dml::normalize_ident;
 use super::projection::drop_readers;
 use super::{Session, StatementResult, command};
 use crate::catalog::CatalogChange;
-use crate::catalog::model::{ColumnDef, DEFAULT_SCHEMA, ROW_ID_COLUMN, TableDef, UserDef};
+use crate::catalog::model::{
+    ColumnDef, DEFAULT_SCHEMA, ROW_ID_COLUMN, TableDef, UserDef, WatermarkDef,
+};
 use crate::db::{TxnWrites, scram_secret};
 use crate::error::ServerError;
 
@@ -139,6 +141,7 @@ impl Session {
                 "a table without columns",
             ));
         }
+        let (append_only, watermark) = table_clauses(&create.table_options, &columns)?;
         let mut catalog = (*catalog).clone();
         let def = TableDef {
             id: catalog.allocate_id(),
@@ -146,7 +149,11 @@ impl Session {
             name,
             columns,
             primary_key,
+            append_only,
+            watermark,
         };
+        // The watermark expression plans over the columns and keeps order.
+        self.plan_context().table_watermark(&def)?;
         // Plan the defaults now so a bad DEFAULT fails the CREATE, not a later INSERT.
         self.ensure_defaults(&def)?;
         self.write(TxnWrites {
@@ -376,4 +383,49 @@ impl Session {
 
 fn is_system_schema(name: &str) -> bool {
     matches!(name, "pg_catalog" | "information_schema" | "weir_catalog")
+}
+
+/// A table's `APPEND ONLY` and `WATERMARK FOR col AS expr`, which the
+/// parser reads as `WITH (...)` options
+/// ([`weir_planner::table_clauses`]). Other `WITH` options (storage
+/// parameters PostgreSQL dumps carry) are accepted and ignored, as before.
+fn table_clauses(
+    options: &CreateTableOptions,
+    columns: &[ColumnDef],
+) -> Result<(bool, Option<WatermarkDef>), ServerError> {
+    use weir_planner::table_clauses::{
+        APPEND_ONLY_OPTION, WATERMARK_AS_OPTION, WATERMARK_FOR_OPTION,
+    };
+    let CreateTableOptions::With(options) = options else {
+        return Ok((false, None));
+    };
+    let (mut append_only, mut column, mut expr) = (false, None, None);
+    for option in options {
+        let SqlOption::KeyValue { key, value } = option else {
+            continue;
+        };
+        let text = match value {
+            Expr::Value(v) => match &v.value {
+                Value::SingleQuotedString(s) => s.clone(),
+                other => other.to_string(),
+            },
+            other => other.to_string(),
+        };
+        match key.value.as_str() {
+            APPEND_ONLY_OPTION => append_only = text.eq_ignore_ascii_case("true"),
+            WATERMARK_FOR_OPTION => column = Some(text),
+            WATERMARK_AS_OPTION => expr = Some(text),
+            _ => {}
+        }
+    }
+    let watermark = super::sources::watermark_of(columns, column.zip(expr))?;
+    if watermark.is_some() && !append_only {
+        return Err(ServerError::InvalidParameterValue(
+            "WATERMARK FOR on a table needs APPEND ONLY (CREATE TABLE t (..., WATERMARK FOR ts AS \
+             ts - INTERVAL '5' SECOND) APPEND ONLY): an UPDATE or DELETE could change a window \
+             its watermark already closed"
+                .into(),
+        ));
+    }
+    Ok((append_only, watermark))
 }

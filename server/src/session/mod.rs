@@ -152,6 +152,31 @@ impl Drop for Session {
     }
 }
 
+/// An APPEND ONLY table takes inserts only: a write that retracts a row
+/// (UPDATE, DELETE, ON CONFLICT DO UPDATE) or empties it (TRUNCATE) is
+/// refused, since a window that its watermark closed could change.
+fn refuse_on_append_only(
+    def: &crate::catalog::TableDef,
+    write: &crate::wal::TableWrite,
+) -> Result<(), ServerError> {
+    let retracts = match write {
+        crate::wal::TableWrite::Truncate => true,
+        crate::wal::TableWrite::Changes(change) => change.weights().values().iter().any(|&w| w < 0),
+    };
+    if retracts {
+        return Err(ServerError::Sqlstate {
+            code: "0A000",
+            message: format!(
+                "table \"{}\" is APPEND ONLY: it takes INSERT and COPY only, not UPDATE, DELETE, \
+                 TRUNCATE or ON CONFLICT DO UPDATE (its rows never change once in, so windows \
+                 over its watermark can close)",
+                def.qualified_name()
+            ),
+        });
+    }
+    Ok(())
+}
+
 impl Session {
     /// The NOTICEs raised since the last call, if `client_min_messages`
     /// lets notices through (as PostgreSQL filters them).
@@ -588,6 +613,13 @@ impl Session {
             .expect("a statement runs in a transaction");
         let mut overlay = txn.overlay.clone();
         overlay.apply_catalog(&writes.ddl)?;
+        for (table, write) in &writes.tables {
+            if let Some(def) = overlay.catalog.tables.get(table)
+                && def.append_only
+            {
+                refuse_on_append_only(def, write)?;
+            }
+        }
         overlay.apply_writes(&writes.tables)?;
         txn.overlay = overlay;
         txn.writes.ddl.extend(writes.ddl);

@@ -173,7 +173,7 @@ impl Session {
 }
 
 /// `WATERMARK FOR column AS expression`, checked against the columns.
-fn watermark_of(
+pub(super) fn watermark_of(
     columns: &[ColumnDef],
     watermark: Option<(String, String)>,
 ) -> Result<Option<WatermarkDef>, ServerError> {

@@ -35,6 +35,9 @@
 //!   into a projection.
 //! - `event_time`: watermarks from `WATERMARK FOR`, windows closing on
 //!   them, `EMIT ON WINDOW CLOSE` exact across `kill -9`.
+//! - `append_only`: APPEND ONLY tables with `WATERMARK FOR`: windows
+//!   closing as rows are inserted, across `kill -9`; writes that change
+//!   rows refused.
 //! - `sessions`: SESSION windows ad hoc and in projections equal to them
 //!   as rows merge and split sessions; closing on a watermark with rows
 //!   out of order, late rows counted, once each across `kill -9`.
@@ -65,6 +68,7 @@ mod pgcodec;
 mod postgres;
 
 mod alter_options;
+mod append_only;
 mod auth;
 mod crash;
 mod crash_projections;

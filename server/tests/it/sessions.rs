@@ -218,7 +218,7 @@ async fn sessions_close_on_the_watermark_once_each_across_kill_9_with_late_rows_
     // A seal after that: an epoch closed by a write, then sealed.
     let sealed = value(
         &client,
-        "SELECT coalesce(max(epoch), 0) FROM weir_catalog.epochs",
+        "SELECT coalesce(max(epoch), 0) FROM weir_catalog.epochs WHERE kind = 'epoch'",
     )
     .await;
     client
@@ -228,7 +228,7 @@ async fn sessions_close_on_the_watermark_once_each_across_kill_9_with_late_rows_
     eventually(Duration::from_secs(60), "a seal", || async {
         let now = value(
             &client,
-            "SELECT coalesce(max(epoch), 0) FROM weir_catalog.epochs",
+            "SELECT coalesce(max(epoch), 0) FROM weir_catalog.epochs WHERE kind = 'epoch'",
         )
         .await;
         (now.parse::<i64>().unwrap_or(0) > sealed.parse::<i64>().unwrap_or(0)).then_some(())
