@@ -158,6 +158,41 @@ impl Tansu {
         }
     }
 
+    /// Produces each `(value, headers)` to partition 0 of `topic` (a
+    /// header `(name, None)` has no value; no headers: none sent).
+    pub async fn produce_with_headers(
+        &self,
+        topic: &str,
+        messages: &[(&str, &[(&str, Option<&str>)])],
+    ) {
+        use rdkafka::message::{Header, OwnedHeaders};
+        use rdkafka::producer::{FutureProducer, FutureRecord};
+        let producer: FutureProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", self.brokers())
+            .create()
+            .unwrap();
+        for (value, headers) in messages {
+            let mut record = FutureRecord::<(), str>::to(topic)
+                .payload(value)
+                .partition(0);
+            if !headers.is_empty() {
+                let owned = headers
+                    .iter()
+                    .fold(OwnedHeaders::new(), |all, (key, value)| {
+                        all.insert(Header {
+                            key,
+                            value: value.map(str::as_bytes),
+                        })
+                    });
+                record = record.headers(owned);
+            }
+            producer
+                .send(record, std::time::Duration::from_secs(10))
+                .await
+                .unwrap();
+        }
+    }
+
     /// Every message (key, value) of `topic`'s `partitions` partitions,
     /// read from the start until at least `at_least` arrived and nothing
     /// more came for two seconds (at most a minute).

@@ -1,6 +1,7 @@
 //! Columns of a kafka source filled from the message rather than its
 //! value: `key_column` (the message key), `timestamp_column` (its
-//! timestamp), `partition_column` and `offset_column`. Each names a
+//! timestamp), `partition_column`, `offset_column` and `headers_column`
+//! (its headers as one JSON object, NULL for a message without any). Each names a
 //! declared column, checked at CREATE for a type that holds it; the value
 //! is decoded into the other columns.
 
@@ -18,7 +19,7 @@ use crate::ConnectorError;
 use crate::spec::{OptionSpec, OptionType};
 
 /// The options that name metadata columns.
-pub(super) const OPTIONS: [OptionSpec; 4] = [
+pub(super) const OPTIONS: [OptionSpec; 5] = [
     OptionSpec::optional(
         "key_column",
         OptionType::Text,
@@ -39,6 +40,12 @@ pub(super) const OPTIONS: [OptionSpec; 4] = [
         OptionType::Text,
         "a declared column (bigint) that holds each message's offset",
     ),
+    OptionSpec::optional(
+        "headers_column",
+        OptionType::Text,
+        "a declared column (text or jsonb) that holds each message's headers as a JSON object \
+         {\"name\": \"value\"} (values as UTF-8 text, a repeated name's last value; NULL without headers)",
+    ),
 ];
 
 /// What a metadata column holds.
@@ -48,6 +55,7 @@ pub(super) enum Field {
     Timestamp,
     Partition,
     Offset,
+    Headers,
 }
 
 impl Field {
@@ -57,6 +65,7 @@ impl Field {
             Self::Timestamp => "timestamp_column",
             Self::Partition => "partition_column",
             Self::Offset => "offset_column",
+            Self::Headers => "headers_column",
         }
     }
 
@@ -70,6 +79,7 @@ impl Field {
             Self::Timestamp => matches!(ty, DataType::Timestamp(_, _)),
             Self::Partition => matches!(ty, DataType::Int32 | DataType::Int64),
             Self::Offset => matches!(ty, DataType::Int64),
+            Self::Headers => matches!(ty, DataType::Utf8 | DataType::LargeUtf8),
         }
     }
 
@@ -79,6 +89,7 @@ impl Field {
             Self::Timestamp => "timestamptz or timestamp",
             Self::Partition => "integer or bigint",
             Self::Offset => "bigint",
+            Self::Headers => "text or jsonb",
         }
     }
 }
@@ -90,6 +101,8 @@ pub(super) struct Meta {
     /// Milliseconds since the epoch.
     pub timestamp: Option<i64>,
     pub offset: i64,
+    /// The headers as a JSON object, when wanted and present.
+    pub headers: Option<String>,
 }
 
 /// The declared columns split into metadata and value columns.
@@ -114,6 +127,7 @@ impl Columns {
             Field::Timestamp,
             Field::Partition,
             Field::Offset,
+            Field::Headers,
         ] {
             let Some(name) = options.get(field.option()) else {
                 continue;
@@ -166,6 +180,11 @@ impl Columns {
     /// Whether the key of each message is needed.
     pub(super) fn wants_key(&self) -> bool {
         self.fields.contains(&Some(Field::Key))
+    }
+
+    /// Whether the headers of each message are needed.
+    pub(super) fn wants_headers(&self) -> bool {
+        self.fields.contains(&Some(Field::Headers))
     }
 
     /// The declared columns of `values` (rows of the value columns), each
@@ -223,6 +242,13 @@ impl Columns {
                     Field::Offset => {
                         Arc::new(owners.iter().map(|i| of(i).offset).collect::<Int64Array>())
                     }
+                    Field::Headers => arrow::compute::cast(
+                        &owners
+                            .iter()
+                            .map(|i| of(i).headers.as_deref())
+                            .collect::<StringArray>(),
+                        declared.data_type(),
+                    )?,
                 };
                 Ok(array)
             })

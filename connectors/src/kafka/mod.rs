@@ -101,6 +101,7 @@ static SOURCE_SPEC: ConnectorSpec = ConnectorSpec {
         metadata::OPTIONS[1],
         metadata::OPTIONS[2],
         metadata::OPTIONS[3],
+        metadata::OPTIONS[4],
     ],
     capabilities: Capabilities {
         read_modes: &[],

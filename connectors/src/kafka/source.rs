@@ -495,6 +495,11 @@ impl Source for KafkaSource {
                             .flatten(),
                         timestamp: message.timestamp().to_millis(),
                         offset,
+                        headers: self
+                            .columns
+                            .wants_headers()
+                            .then(|| message.headers().map(headers_json))
+                            .flatten(),
                     });
                 }
             }
@@ -588,4 +593,21 @@ fn parse_offsets(
         );
     }
     Ok((next, first, gaps))
+}
+
+/// A message's headers as one JSON object (`{"name": "value"}`, values
+/// as UTF-8 text with invalid bytes replaced, a header without a value as
+/// null, a repeated name's last value).
+fn headers_json(headers: &rdkafka::message::BorrowedHeaders) -> String {
+    use rdkafka::message::Headers;
+    let object: serde_json::Map<String, serde_json::Value> = headers
+        .iter()
+        .map(|h| {
+            let value = h.value.map_or(serde_json::Value::Null, |v| {
+                serde_json::Value::String(String::from_utf8_lossy(v).into_owned())
+            });
+            (h.key.to_string(), value)
+        })
+        .collect();
+    serde_json::Value::Object(object).to_string()
 }

@@ -146,6 +146,69 @@ async fn the_source_reads_every_partition_and_resumes_at_sealed_offsets() {
     );
 }
 
+/// `headers_column`: each message's headers as a JSON object, NULL for a
+/// message without any; a header without a value is a JSON null.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_fill_a_column_as_a_json_object() {
+    let tansu = start_tansu();
+    tansu.create_topic("traced", 1);
+    tansu
+        .produce_with_headers(
+            "traced",
+            &[
+                (
+                    r#"{"id": 1}"#,
+                    &[("trace", Some("abc")), ("hop", Some("1"))],
+                ),
+                (r#"{"id": 2}"#, &[("flag", None), ("hop", Some("2"))]),
+                (r#"{"id": 3}"#, &[]),
+            ],
+        )
+        .await;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("h", DataType::Utf8, true),
+    ]));
+    let options = options(&tansu, "traced", &[("headers_column", "h")]);
+    let offsets = Offsets::new();
+    let mut source = KafkaSource::new(&SourceOpen {
+        name: "k",
+        schema,
+        options: &options,
+        offsets: &offsets,
+        until: None,
+        tables: &[],
+    })
+    .unwrap();
+    let mut rows = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while rows.len() < 3 && std::time::Instant::now() < deadline {
+        if let SourceEvent::Transaction { batches, .. } = source.next().await.unwrap() {
+            for batch in batches {
+                let b = batch.changes.rows();
+                let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                let headers = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+                for i in 0..b.num_rows() {
+                    let h = if headers.is_null(i) {
+                        "NULL"
+                    } else {
+                        headers.value(i)
+                    };
+                    rows.push(format!("{}|{h}", ids.value(i)));
+                }
+            }
+        }
+    }
+    assert_eq!(
+        rows,
+        vec![
+            r#"1|{"hop":"1","trace":"abc"}"#,
+            r#"2|{"flag":null,"hop":"2"}"#,
+            "3|NULL",
+        ]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_source_stops_at_a_retention_gap_and_fails_on_a_bad_message_and_a_missing_topic() {
     let tansu = start_tansu();
