@@ -220,6 +220,12 @@ pub const SOURCE_OPTIONS: &[OptionSpec] = &[
         "with a WATERMARK: a split (partition, file stream) that delivered nothing for this long stops holding the watermark back until it delivers again (default 30s)",
     )
     .tunable(),
+    OptionSpec::optional(
+        MAX_DRIFT,
+        OptionType::Text,
+        "with a WATERMARK: how far in event time this source's rows may run ahead of another watermarked source a projection reads with it before it waits for that one (default 60s; 'off': never waits)",
+    )
+    .tunable(),
     RESTART_MIN_BACKOFF,
     RESTART_MAX_BACKOFF,
     RESTART_RANDOM_FACTOR,
@@ -230,6 +236,10 @@ pub const SOURCE_OPTIONS: &[OptionSpec] = &[
 /// The source option that says when an idle split stops holding its
 /// source's watermark back.
 pub const IDLE_TIMEOUT: &str = "idle_timeout";
+
+/// The source option that bounds how far it runs ahead of the sources
+/// read with it (watermark alignment); `off` turns alignment off for it.
+pub const MAX_DRIFT: &str = "max_drift";
 
 /// [`IDLE_TIMEOUT`]'s default.
 pub const DEFAULT_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);

@@ -341,7 +341,16 @@ pub struct WatermarkSpec {
     /// A split that delivered nothing for this long stops holding the
     /// watermark back until it delivers again.
     pub idle_timeout: Duration,
+    /// How far (in event time) the source's rows may run ahead of another
+    /// source read along with it before it waits (watermark alignment);
+    /// `None`: never waits.
+    pub max_drift: Option<Duration>,
 }
+
+/// [`WatermarkSpec::max_drift`]'s default. A join of two sources holds
+/// rows until both watermarks pass them, so unbounded skew between them
+/// would be unbounded state; a minute of event time is a few windows.
+pub const DEFAULT_MAX_DRIFT: Duration = Duration::from_secs(60);
 
 /// One split's progress in event time.
 #[derive(Debug, Clone)]
@@ -381,6 +390,18 @@ impl SourceClock {
                     .values()
                     .any(|s| !s.ended && recent(s.last_read))
             }
+    }
+
+    /// See [`WatermarkSpec::max_drift`].
+    pub fn max_drift(&self) -> Option<Duration> {
+        self.spec.max_drift
+    }
+
+    /// Takes `spec`'s tunable options (`idle_timeout`, `max_drift`: an
+    /// ALTER SOURCE ... SET), keeping what was read.
+    pub fn retune(&mut self, spec: &WatermarkSpec) {
+        self.spec.idle_timeout = spec.idle_timeout;
+        self.spec.max_drift = spec.max_drift;
     }
 
     /// How far the rows read so far reach: the largest value of the
@@ -548,6 +569,7 @@ mod tests {
             column: 1,
             expr: minus_4s(&schema),
             idle_timeout: Duration::from_secs(3600),
+            max_drift: Some(DEFAULT_MAX_DRIFT),
         };
         let rows = |times: &[i64]| {
             RecordBatch::try_new(
@@ -579,6 +601,7 @@ mod tests {
             column: 1,
             expr: minus_4s(&schema),
             idle_timeout: Duration::ZERO,
+            max_drift: Some(DEFAULT_MAX_DRIFT),
         };
         let mut clock = SourceClock::new(spec, schema.clone(), 26_000_000);
         clock.read("a", &rows(&[1_000_000])).unwrap();

@@ -290,14 +290,27 @@ impl PlanContext {
                 .map_or(&def.options, |s| &s.options),
             _ => &def.options,
         };
-        let idle_timeout = match options.get(weir_connectors::spec::IDLE_TIMEOUT) {
+        let duration = |option: &str, default| match options.get(option) {
             Some(text) => weir_connectors::recovery::parse_duration(text).map_err(|e| {
-                ServerError::InvalidParameterValue(format!("idle_timeout = '{text}': {e}"))
-            })?,
-            None => weir_connectors::spec::DEFAULT_IDLE_TIMEOUT,
+                ServerError::InvalidParameterValue(format!("{option} = '{text}': {e}"))
+            }),
+            None => Ok(default),
         };
-        self.watermark_over(&def.arrow_schema(), w, &def.qualified_name(), idle_timeout)
-            .map(Some)
+        let idle_timeout = duration(
+            weir_connectors::spec::IDLE_TIMEOUT,
+            weir_connectors::spec::DEFAULT_IDLE_TIMEOUT,
+        )?;
+        let max_drift = match options.get(weir_connectors::spec::MAX_DRIFT) {
+            Some(off) if off.eq_ignore_ascii_case("off") => None,
+            _ => Some(duration(
+                weir_connectors::spec::MAX_DRIFT,
+                weir_engine::watermark::DEFAULT_MAX_DRIFT,
+            )?),
+        };
+        let mut spec =
+            self.watermark_over(&def.arrow_schema(), w, &def.qualified_name(), idle_timeout)?;
+        spec.max_drift = max_drift;
+        Ok(Some(spec))
     }
 
     /// How an append-only table's watermark is generated (its rows are
@@ -346,6 +359,7 @@ impl PlanContext {
             column,
             expr,
             idle_timeout,
+            max_drift: Some(weir_engine::watermark::DEFAULT_MAX_DRIFT),
         })
     }
 

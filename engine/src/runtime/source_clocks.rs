@@ -51,12 +51,6 @@ pub(super) struct RelationClock {
     data_type: DataType,
 }
 
-/// How far, in event time, a source may run ahead of the slowest live
-/// source read along with it (by one deployment) before its batches wait:
-/// a join of two sources holds rows until both watermarks pass them, so
-/// unbounded skew would be unbounded state. One minute: a few windows.
-pub(super) const MAX_DRIFT_MICROS: i64 = 60_000_000;
-
 /// The split, among a source's offsets, that holds the watermark of
 /// `relation` (the source itself, or one of its tables).
 pub fn watermark_split(relation: ObjectId) -> String {
@@ -65,7 +59,8 @@ pub fn watermark_split(relation: ObjectId) -> String {
 
 impl Streams {
     /// Starts a clock for each relation of `source` that declares a
-    /// watermark and has none yet, at the watermark its offsets hold.
+    /// watermark and has none yet, at the watermark its offsets hold; one
+    /// that has a clock takes its tunable options as they are now.
     pub(super) fn start_clocks(&mut self, source: &SourceToRead) {
         let relations: Vec<_> = if source.tables.is_empty() {
             vec![(source.id, source.schema.clone(), source.watermark.clone())]
@@ -78,7 +73,8 @@ impl Streams {
         };
         for (relation, schema, spec) in relations {
             let Some(spec) = spec else { continue };
-            if self.clocks.contains_key(&relation) {
+            if let Some(clock) = self.clocks.get_mut(&relation) {
+                clock.clock.retune(&spec);
                 continue;
             }
             let sealed = self
@@ -182,7 +178,7 @@ impl Streams {
     }
 
     /// Whether `source` runs ahead (watermark alignment): the rows of a
-    /// relation it feeds reach more than [`MAX_DRIFT_MICROS`] past those
+    /// relation it feeds reach more than its `max_drift` past those
     /// of a live relation of another source that some deployment reads
     /// along with it (or that one has read nothing yet). Its batches then
     /// wait until the other catches up, ends or idles out
@@ -195,8 +191,11 @@ impl Streams {
         self.clocks
             .iter()
             .filter(|(_, c)| c.source == source)
-            .filter_map(|(relation, clock)| Some((relation, micros(clock)?)))
-            .any(|(relation, mine)| {
+            .filter_map(|(relation, clock)| {
+                let drift = i64::try_from(clock.clock.max_drift()?.as_micros()).ok()?;
+                Some((relation, micros(clock)?, drift))
+            })
+            .any(|(relation, mine, drift)| {
                 self.relations_read
                     .values()
                     .filter(|read| read.contains(relation))
@@ -204,7 +203,7 @@ impl Streams {
                     .filter_map(|peer| self.clocks.get(peer))
                     .filter(|peer| peer.source != source && peer.clock.live(now))
                     .any(|peer| match micros(peer) {
-                        Some(theirs) => mine > theirs.saturating_add(MAX_DRIFT_MICROS),
+                        Some(theirs) => mine > theirs.saturating_add(drift),
                         None => true,
                     })
             })

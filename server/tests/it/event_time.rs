@@ -463,15 +463,25 @@ async fn a_source_that_runs_ahead_waits_for_the_one_read_with_it() {
                WITH (connector = 'datagen', max_rows = '2000', rows_per_second = '200',
                      base_time = '1700000000000', fields.id.kind = 'sequence',
                      fields.ts.step_ms = '1000');
+             CREATE SOURCE unaligned (id BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+               WITH (connector = 'datagen', max_rows = '20000', base_time = '1700000000000',
+                     fields.id.kind = 'sequence', fields.ts.step_ms = '100', max_drift = 'off');
              CREATE PROJECTION both_windows AS
+               SELECT f.window_start, f.n AS fast_n, s.n AS slow_n
+               FROM ({}) AS f JOIN ({}) AS s ON f.window_start = s.window_start;
+             CREATE PROJECTION unaligned_windows AS
                SELECT f.window_start, f.n AS fast_n, s.n AS slow_n
                FROM ({}) AS f JOIN ({}) AS s ON f.window_start = s.window_start;",
             per_window("fast"),
+            per_window("slow"),
+            per_window("unaligned"),
             per_window("slow")
         ))
         .await
         .expect("two sources and their join");
     let mut checked = 0;
+    // `max_drift = 'off'`: read to its end while the slow one is far behind.
+    let mut unaligned_ran_ahead = false;
     loop {
         let read = rows(
             &client,
@@ -485,6 +495,7 @@ async fn a_source_that_runs_ahead_waits_for_the_one_read_with_it() {
                 .map_or(0, |n| n.parse().unwrap())
         };
         let (fast, slow) = (rows_in("fast"), rows_in("slow"));
+        unaligned_ran_ahead |= slow < 1_000 && rows_in("unaligned") == 20_000;
         if (20..=1_000).contains(&slow) {
             // Ten fast rows per slow one, plus the minute it may run ahead
             // and one of its batches (4 096 rows).
@@ -500,6 +511,7 @@ async fn a_source_that_runs_ahead_waits_for_the_one_read_with_it() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     assert!(checked >= 3, "{checked} samples while the slow source ran");
+    assert!(unaligned_ran_ahead, "max_drift = 'off' waited");
     until_returns(
         &client,
         "SELECT count(*), sum(fast_n), sum(slow_n) FROM both_windows",
