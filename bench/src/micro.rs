@@ -36,8 +36,10 @@ use weir_engine::ops::aggregate::{Aggregate, AggregateCall};
 use weir_engine::ops::join::{Join, JoinKind, JoinSpec};
 use weir_engine::ops::map::Map;
 use weir_engine::ops::parallel::{Keyed, Parallel};
+use weir_engine::ops::session_window::{Bound, SessionSpec, SessionWindow};
 use weir_engine::ops::top_n::{Numbering, TopN, TopNSpec};
 use weir_engine::rows::consolidate;
+use weir_engine::watermark::Watermarks;
 use weir_engine::{Coordinator, Graph, Input, Operator, SourceBinding, VnodeState};
 use weir_storage::TableLog;
 
@@ -76,6 +78,8 @@ const BENCHES: &[(&str, Bench)] = &[
     ("join_inner_2_workers", || join_inner(2)),
     ("top_n", || top_n(1)),
     ("top_n_2_workers", || top_n(2)),
+    ("session_window", || session_window(10_000, 1_000)),
+    ("session_window_endless", || session_window(100, 10_000)),
     ("consolidate", consolidate_duplicates),
     ("table_log_append_serial", || table_log_append(1)),
     ("table_log_append_32_writers", || table_log_append(32)),
@@ -447,6 +451,57 @@ fn top_n(workers: usize) -> Result<Report, BoxError> {
     Ok(clock.report(format!(
         "{ROWS} rows per step, 10 of each of 10000 partitions; at the end {next} rows held, \
          {:.0} rows/s; {out} rows out",
+        clock.last_rate
+    )))
+}
+
+/// `SESSION(bid, ts, gap, bidder)` over rows in time order, 1 ms apart,
+/// each from one of `bidders` at random, the watermark 1 s behind each
+/// step's first row, so sessions close. Many bidders and a short gap: most
+/// rows start or end a session. Few bidders and a long gap (`_endless`):
+/// each bidder's one session never ends and is re-emitted whole at every
+/// step it grows in, the operator's known worst case.
+fn session_window(bidders: u64, gap_ms: i64) -> Result<Report, BoxError> {
+    let input = schema(&[("bidder", DataType::Int64), ("ts", DataType::Int64)]);
+    let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new("window_start", DataType::Int64, true));
+    fields.push(Field::new("window_end", DataType::Int64, true));
+    let mut op = SessionWindow::new(SessionSpec {
+        partition_by: vec![col("bidder", &input)?],
+        input_schema: input.clone(),
+        time: 1,
+        gap: gap_ms * 1000,
+        bounds: vec![Bound::Start, Bound::End],
+        output_schema: Arc::new(Schema::new(fields)),
+    })?
+    .closing();
+    const ROWS: usize = 4096;
+    let mut rng = Rng(17);
+    let mut next = 0i64;
+    let mut out = 0;
+    let mut clock = Clock::new(2_000_000);
+    while clock.more() {
+        let keys: Vec<i64> = (0..ROWS).map(|_| rng.below(bidders) as i64).collect();
+        let rows = batch(
+            &input,
+            vec![
+                int64s(keys),
+                int64s((next..next + ROWS as i64).map(|i| i * 1000)),
+            ],
+        );
+        let watermark = Watermarks::of([(1, next * 1000 - 1_000_000)]);
+        next += ROWS as i64;
+        out += clock.time(ROWS as u64, || -> Result<usize, BoxError> {
+            op.watermarks(&[watermark])?;
+            let out = op.step(&[ChangeBatch::inserts(rows)])?.num_rows();
+            op.take_state_changes()?;
+            Ok(out)
+        })?;
+    }
+    let held = op.state_entries()?.len();
+    Ok(clock.report(format!(
+        "{ROWS} rows per step, {bidders} bidders, gap {gap_ms} ms; {held} entries held at the \
+         end, {:.0} rows/s last; {out} rows out",
         clock.last_rate
     )))
 }
