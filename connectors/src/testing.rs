@@ -126,6 +126,11 @@ impl Tansu {
     }
 }
 
+/// A message's value and its headers (`(name, None)`: a header without
+/// a value), for [`Tansu::produce_with_headers`].
+#[cfg(feature = "kafka")]
+pub type HeaderedMessage<'a> = (&'a str, &'a [(&'a str, Option<&'a str>)]);
+
 #[cfg(feature = "kafka")]
 impl Tansu {
     /// Produces `values` to `topic`, the i-th to partition i % `partitions`,
@@ -160,11 +165,7 @@ impl Tansu {
 
     /// Produces each `(value, headers)` to partition 0 of `topic` (a
     /// header `(name, None)` has no value; no headers: none sent).
-    pub async fn produce_with_headers(
-        &self,
-        topic: &str,
-        messages: &[(&str, &[(&str, Option<&str>)])],
-    ) {
+    pub async fn produce_with_headers(&self, topic: &str, messages: &[HeaderedMessage<'_>]) {
         use rdkafka::message::{Header, OwnedHeaders};
         use rdkafka::producer::{FutureProducer, FutureRecord};
         let producer: FutureProducer = rdkafka::ClientConfig::new()
