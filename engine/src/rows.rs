@@ -177,6 +177,21 @@ impl RowCodec {
         )))?))
     }
 
+    /// The keys `exprs` (this codec's columns, from [`Self::of_key`])
+    /// give the rows of `rows`, in one buffer, compared as SQL compares
+    /// keys ([`Self::encode_keys`]).
+    pub fn keys_of(
+        &self,
+        exprs: &[Arc<dyn datafusion::physical_expr::PhysicalExpr>],
+        rows: &RecordBatch,
+    ) -> Result<arrow::row::Rows, EngineError> {
+        let columns = exprs
+            .iter()
+            .map(|e| Ok(e.evaluate(rows)?.into_array(rows.num_rows())?))
+            .collect::<Result<Vec<ArrayRef>, EngineError>>()?;
+        self.encode_buffer(&columns, true)
+    }
+
     /// The consolidated change of `(row, weight)` pairs (empty when there are none).
     pub fn consolidated_change(
         &self,

@@ -170,16 +170,10 @@ impl SessionWindow {
     }
 
     fn partition_keys(&self, rows: &RecordBatch) -> Result<Option<arrow::row::Rows>, EngineError> {
-        let Some(codec) = &self.partition else {
-            return Ok(None);
-        };
-        let columns = self
-            .spec
-            .partition_by
-            .iter()
-            .map(|e| Ok(e.evaluate(rows)?.into_array(rows.num_rows())?))
-            .collect::<Result<Vec<ArrayRef>, EngineError>>()?;
-        Ok(Some(codec.encode_buffer(&columns, true)?))
+        self.partition
+            .as_ref()
+            .map(|codec| codec.keys_of(&self.spec.partition_by, rows))
+            .transpose()
     }
 
     /// Records the `ROW` state key of (`time`, `row`) in `partition`.
@@ -202,8 +196,12 @@ impl SessionWindow {
         out: &mut Vec<Bounded>,
     ) -> Result<(), EngineError> {
         let gap = self.spec.gap;
-        let lo = changes.iter().map(|c| c.0).min().expect("a change");
-        let hi = changes.iter().map(|c| c.0).max().expect("a change");
+        let (Some(lo), Some(hi)) = (
+            changes.iter().map(|c| c.0).min(),
+            changes.iter().map(|c| c.0).max(),
+        ) else {
+            return Ok(());
+        };
         let mut rows = self.partitions.remove(key).unwrap_or_default();
         let (old_lo, old_hi) = widen(&rows, lo, hi, gap);
         bounded(&rows, old_lo, old_hi, gap, -1, out);

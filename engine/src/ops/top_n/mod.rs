@@ -228,11 +228,10 @@ impl TopN {
 
     /// The partition key of every input row (all empty without PARTITION BY).
     fn partition_keys(&self, rows: &RecordBatch) -> Result<Option<arrow::row::Rows>, EngineError> {
-        let Some(codec) = &self.partition else {
-            return Ok(None);
-        };
-        let columns = Self::evaluate(&mut self.spec.partition_by.iter(), rows)?;
-        Ok(Some(codec.encode_buffer(&columns, true)?))
+        self.partition
+            .as_ref()
+            .map(|codec| codec.keys_of(&self.spec.partition_by, rows))
+            .transpose()
     }
 
     /// The output change of `(row, number, weight)` triples.
