@@ -161,6 +161,15 @@ impl RowCodec {
         if exprs.is_empty() {
             return Ok(None);
         }
+        Self::of_exprs(exprs, schema).map(Some)
+    }
+
+    /// The codec of the values `exprs` compute over rows of `schema` (an
+    /// aggregate call's arguments, a key), one nullable column each.
+    pub fn of_exprs(
+        exprs: &[Arc<dyn datafusion::physical_expr::PhysicalExpr>],
+        schema: &arrow::datatypes::Schema,
+    ) -> Result<Self, EngineError> {
         let fields = exprs
             .iter()
             .enumerate()
@@ -172,9 +181,7 @@ impl RowCodec {
                 ))
             })
             .collect::<Result<Vec<_>, EngineError>>()?;
-        Ok(Some(Self::new(Arc::new(arrow::datatypes::Schema::new(
-            fields,
-        )))?))
+        Self::new(Arc::new(arrow::datatypes::Schema::new(fields)))
     }
 
     /// The keys `exprs` (this codec's columns, from [`Self::of_key`])

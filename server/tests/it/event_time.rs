@@ -6,7 +6,7 @@
 use tokio_postgres::Client;
 
 use crate::harness::{WeirServer, try_rows as rows};
-use crate::sources::{error_of, kill_and_restart, until_returns, value};
+use crate::sources::{error_of, kill_and_restart, projection_late_rows, until_returns, value};
 
 /// 2 000 rows one second apart from a fixed instant: 200 ten-second
 /// windows of 10 rows each, ids 1..=2000. `rows_per_second` spreads them
@@ -249,13 +249,7 @@ async fn late_rows_are_counted_and_never_folded_into_a_closed_window() {
             "{projection}"
         );
         assert_eq!(
-            value(
-                &client,
-                &format!(
-                    "SELECT late_rows FROM weir_catalog.projections WHERE name = '{projection}'"
-                )
-            )
-            .await,
+            projection_late_rows(&client, projection).await,
             "5",
             "{projection}"
         );

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::harness::{WeirServer, eventually, try_rows as rows};
-use crate::sources::{error_of, kill_and_restart, until_returns, value};
+use crate::sources::{error_of, kill_and_restart, projection_late_rows, until_returns, value};
 
 const PER_SESSION: &str = "SELECT uid, window_start, window_end, count(*) AS n, sum(v) AS s
     FROM SESSION({rel}, ts, INTERVAL '10' SECOND, uid) GROUP BY uid, window_start, window_end";
@@ -303,13 +303,7 @@ async fn sessions_close_on_the_watermark_once_each_across_kill_9_with_late_rows_
     );
     for projection in ["closed", "updating"] {
         assert_eq!(
-            value(
-                &client,
-                &format!(
-                    "SELECT late_rows FROM weir_catalog.projections WHERE name = '{projection}'"
-                )
-            )
-            .await,
+            projection_late_rows(&client, projection).await,
             "3",
             "{projection}"
         );

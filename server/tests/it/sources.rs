@@ -26,6 +26,15 @@ pub(crate) async fn error_of(client: &Client, sql: &str) -> (String, String) {
     (sqlstate(&e), message)
 }
 
+/// `late_rows` of projection `name` in `weir_catalog.projections`.
+pub(crate) async fn projection_late_rows(client: &Client, name: &str) -> String {
+    value(
+        client,
+        &format!("SELECT late_rows FROM weir_catalog.projections WHERE name = '{name}'"),
+    )
+    .await
+}
+
 pub(crate) async fn value(client: &Client, sql: &str) -> String {
     rows(client, sql)
         .await

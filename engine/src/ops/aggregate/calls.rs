@@ -233,20 +233,7 @@ impl Call {
     pub fn new(call: AggregateCall, input: &Schema) -> Result<Self, EngineError> {
         let strategy = Strategy::of(&call, input);
         let values = if strategy.keeps_values() {
-            let fields = call
-                .function
-                .expressions()
-                .iter()
-                .enumerate()
-                .map(|(i, e)| {
-                    Ok(arrow::datatypes::Field::new(
-                        format!("a{i}"),
-                        e.data_type(input)?,
-                        true,
-                    ))
-                })
-                .collect::<Result<Vec<_>, EngineError>>()?;
-            Some(RowCodec::new(Arc::new(Schema::new(fields)))?)
+            Some(RowCodec::of_exprs(&call.function.expressions(), input)?)
         } else {
             None
         };
