@@ -109,9 +109,13 @@ fn add_entries(
     node: u32,
     entries: Vec<StateEntry>,
 ) {
+    // The (object, node) prefix of the hash once, not per entry.
+    let of = Vnodes::new(object, node);
     for entry in entries {
+        let key: &[u8] = &entry.key;
+        let vnode = of.of(split_state_key(key).map_or(key, |k| k.distribution));
         vnodes
-            .entry(vnode_of(object, node, &entry.key))
+            .entry(vnode)
             .or_default()
             .entries
             .push((object, node, entry));

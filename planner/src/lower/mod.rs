@@ -30,9 +30,11 @@ mod checks;
 mod interval;
 mod join;
 mod session;
+mod shift;
 mod temporal;
 mod window;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
@@ -151,6 +153,7 @@ pub fn lower(
         workers: options.workers.max(1),
         emit_on_window_close: options.emit_on_window_close,
         emitted_on_close: false,
+        lowered: HashMap::new(),
     };
     lowering.collect_sources(&optimized, relations)?;
     lowering.graph = Graph::new(lowering.sources.len());
@@ -259,6 +262,8 @@ struct Lowering {
     emit_on_window_close: bool,
     /// Some aggregate emits on window close.
     emitted_on_close: bool,
+    /// Every subplan lowered so far and where its rows come from.
+    lowered: HashMap<LogicalPlan, Input>,
 }
 
 impl Lowering {
@@ -387,7 +392,7 @@ impl Lowering {
             )));
         }
         Ok(create_physical_expr(
-            expr,
+            &shift::as_durations(expr, schema),
             schema,
             &self.props,
             &self.planning,
@@ -396,7 +401,22 @@ impl Lowering {
 
     /// Adds the operators computing `plan`; returns where its rows come from.
     /// The rows have `plan.schema()`'s columns in order.
+    ///
+    /// A subplan that occurs more than once (q5 counts bids per auction and
+    /// window in two subqueries; HOP reads its relation once per window it
+    /// puts a row in) is lowered once and its node read by every consumer:
+    /// equal plans compute equal rows, and each copy would keep the same
+    /// state and do the same work again.
     fn node(&mut self, plan: &LogicalPlan) -> Result<Input, PlanError> {
+        if let Some(&input) = self.lowered.get(plan) {
+            return Ok(input);
+        }
+        let input = self.lower_node(plan)?;
+        self.lowered.insert(plan.clone(), input);
+        Ok(input)
+    }
+
+    fn lower_node(&mut self, plan: &LogicalPlan) -> Result<Input, PlanError> {
         match plan {
             LogicalPlan::TableScan(scan) => self.scan(scan),
             LogicalPlan::Projection(p) => {

@@ -152,8 +152,17 @@ pub(crate) fn decode_blob(
 
 /// Object names relative to the root. `instance` must already be sanitized
 /// (see [`path_safe`]).
+///
+/// One directory per epoch, not per (epoch, vnode): on a local disk every
+/// directory is an inode to allocate and later free, and an epoch writes
+/// a partial for each vnode it changed (up to 256), so a directory per vnode
+/// doubled the inodes a seal costs (and the filesystem's search for a free
+/// one, slow while many were freed recently, was a tenth of a stateful
+/// Nexmark query's time). Data written under the older
+/// `e{epoch}/v{vnode}/g...` layout stays readable: seals name each blob by
+/// its path, and pruning reads only the epoch.
 pub(crate) fn partial_name(epoch: u64, vnode: u32, generation: u64, instance: &str) -> String {
-    format!("partials/e{epoch:020}/v{vnode:05}/g{generation:020}-{instance}.bin")
+    format!("partials/e{epoch:020}/v{vnode:05}-g{generation:020}-{instance}.bin")
 }
 
 /// The blob merging a vnode's chain from the blob of epoch `first` up to
@@ -167,7 +176,7 @@ pub(crate) fn compaction_name(
     generation: u64,
     instance: &str,
 ) -> String {
-    format!("partials/e{through:020}/v{vnode:05}/g{generation:020}-{instance}-from{first:020}.bin")
+    format!("partials/e{through:020}/v{vnode:05}-g{generation:020}-{instance}-from{first:020}.bin")
 }
 
 pub(crate) fn seal_name(epoch: u64) -> String {
@@ -241,9 +250,12 @@ mod tests {
         let name = partial_name(42, 7, 3, &path_safe("host:1:abc"));
         assert_eq!(
             name,
-            "partials/e00000000000000000042/v00007/g00000000000000000003-host_1_abc.bin"
+            "partials/e00000000000000000042/v00007-g00000000000000000003-host_1_abc.bin"
         );
         assert_eq!(parse_partial_epoch(&name), Some(42));
+        // The layout before one directory per epoch still prunes by epoch.
+        let older = "partials/e00000000000000000042/v00007/g00000000000000000003-host_1_abc.bin";
+        assert_eq!(parse_partial_epoch(older), Some(42));
         assert_eq!(parse_seal_epoch(&seal_name(9)), Some(9));
         assert_eq!(parse_fence_generation(&fence_name(5)), Some(5));
         assert_eq!(parse_seal_epoch("seals/e1.json.tmp"), None);

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! fence/g{generation:020}                                   who claimed which generation
-//! partials/e{epoch:020}/v{vnode:05}/g{gen:020}-{inst}.bin   one vnode's change (or snapshot) in one epoch
+//! partials/e{epoch:020}/v{vnode:05}-g{gen:020}-{inst}.bin   one vnode's change (or snapshot) in one epoch
 //! seals/e{epoch:020}.json                                   the commit marker + manifest of epoch E
 //! ```
 //!
@@ -49,7 +49,7 @@
 //! about K blobs per vnode.
 //!
 //! ```text
-//! partials/e{through:020}/v{vnode:05}/g{gen:020}-{inst}-from{first:020}.bin   a compacted chain
+//! partials/e{through:020}/v{vnode:05}-g{gen:020}-{inst}-from{first:020}.bin   a compacted chain
 //! ```
 //!
 //! Epoch numbers start at 1: epoch 0 is the slot the first takeover seal of an

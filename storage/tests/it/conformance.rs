@@ -501,7 +501,7 @@ async fn compactions_replace_what_they_merged(f: Fixture) {
     assert!(
         !names
             .iter()
-            .any(|n| n.contains("/e00000000000000000001/v00000/")),
+            .any(|n| n.contains("/e00000000000000000001/v00000-")),
         "s1 is no longer named by any seal: {names:?}"
     );
 }

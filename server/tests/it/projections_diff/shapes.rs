@@ -43,6 +43,12 @@ pub const SHAPES: &[Shape] = &[
         "SELECT id, CASE WHEN v > 10 THEN 'hi' WHEN v IS NULL THEN 'none' ELSE 'lo' END AS c, coalesce(g, '?') || '-' || CAST(k AS text) AS s, v % 3 AS m FROM a WHERE k IN (0, 1, 2)",
     ),
     // Constants and empty relations.
+    // Interval arithmetic: whole days and seconds are durations, a month is
+    // calendar arithmetic.
+    shape(
+        "interval_arithmetic",
+        "SELECT id, t - INTERVAL '1 day 2 hours' AS back, t + INTERVAL '1.5' SECOND AS on, t + INTERVAL '1' MONTH AS later FROM a",
+    ),
     shape("constant_column", "SELECT 1 AS one, k FROM a WHERE v > 3"),
     shape("distinct_constant", "SELECT DISTINCT 1 AS one FROM a"),
     shape("where_false", "SELECT k FROM a WHERE false"),
@@ -369,6 +375,12 @@ pub const SHAPES: &[Shape] = &[
     shape(
         "cte_twice",
         "WITH s AS (SELECT k, sum(v) AS total FROM a GROUP BY k) SELECT x.k, x.total, y.k AS k2 FROM s x JOIN s y ON x.total < y.total",
+    ),
+    // The same subquery twice (Nexmark q5's shape): lowered once, its
+    // aggregate read by both the join and the max over it.
+    shape(
+        "same_subquery_twice",
+        "SELECT c.k, c.window_start, c.n FROM (SELECT k, window_start, count(*) AS n FROM HOP(a, t, INTERVAL '5' SECOND, INTERVAL '10' SECOND) GROUP BY k, window_start) c JOIN (SELECT window_start, max(n) AS top FROM (SELECT k, window_start, count(*) AS n FROM HOP(a, t, INTERVAL '5' SECOND, INTERVAL '10' SECOND) GROUP BY k, window_start) m GROUP BY window_start) x ON c.window_start = x.window_start AND c.n >= x.top",
     ),
     shape(
         "subquery_in_from",
