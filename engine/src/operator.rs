@@ -332,22 +332,47 @@ pub(crate) fn mark_changed(
     }
 }
 
+/// A state key changed since the last checkpoint ([`mark_changed_to`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pending<V> {
+    /// The last checkpoint holds the key.
+    pub(crate) checkpointed: bool,
+    /// Its value now (`None`: removed).
+    pub(crate) now: Option<V>,
+}
+
 /// [`mark_changed`] for operators that record each changed key with its
-/// new value as they change it (`None`: removed), so taking the changes
-/// costs no second lookup of every key in the operator's own maps.
+/// new value as they change it (`now`, `None`: removed), so taking the
+/// changes costs no second lookup of every key in the operator's own maps.
+///
+/// `existed`: the key held a value just before this change. For the first
+/// change since the last checkpoint that is whether the checkpoint holds
+/// it; a key that was not checkpointed and is removed again is forgotten,
+/// since writing its removal would change nothing (a window join's rows
+/// that come and go between two checkpoints were about half of what it
+/// wrote).
 pub(crate) fn mark_changed_to<V>(
-    changed: &mut hashbrown::HashMap<Vec<u8>, V>,
+    changed: &mut hashbrown::HashMap<Vec<u8>, Pending<V>>,
     scratch: &mut Vec<u8>,
     tag: u8,
     distribution: &[u8],
     rest: &[&[u8]],
-    value: V,
+    existed: bool,
+    now: Option<V>,
 ) {
+    use hashbrown::hash_map::EntryRef;
     state_key_into(scratch, tag, distribution, rest);
-    match changed.get_mut(scratch.as_slice()) {
-        Some(slot) => *slot = value,
-        None => {
-            changed.insert(scratch.clone(), value);
+    match changed.entry_ref(scratch.as_slice()) {
+        EntryRef::Occupied(pending) if !pending.get().checkpointed && now.is_none() => {
+            pending.remove();
+        }
+        EntryRef::Occupied(mut pending) => pending.get_mut().now = now,
+        EntryRef::Vacant(_) if !existed && now.is_none() => {}
+        EntryRef::Vacant(slot) => {
+            slot.insert(Pending {
+                checkpointed: existed,
+                now,
+            });
         }
     }
 }

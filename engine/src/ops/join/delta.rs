@@ -31,8 +31,8 @@ use super::side_rows::SideRows;
 use super::{JoinKind, JoinSpec, Sides, rebind, take_rows};
 use crate::EngineError;
 use crate::operator::{
-    Operator, StateEntry, expect_inputs, expect_watermarks, mark_changed_to, parse_state_key,
-    state_key, unreadable,
+    Operator, Pending, StateEntry, expect_inputs, expect_watermarks, mark_changed_to,
+    parse_state_key, state_key, unreadable,
 };
 use crate::ops::parallel::Keyed;
 use crate::rows::{RowBytes, RowCodec, concat_changes, empty_change, settle, where_true};
@@ -81,7 +81,7 @@ pub(super) struct DeltaJoin {
     pub(super) buckets: HashMap<RowBytes, Bucket>,
     /// State keys changed since the last `take_state_changes`, each with
     /// its counts now (`None`: the row is gone).
-    pub(super) changed: hashbrown::HashMap<Vec<u8>, Option<Counts>>,
+    pub(super) changed: hashbrown::HashMap<Vec<u8>, Pending<Counts>>,
     /// Set for a window join ([`super::expiry`]).
     pub(super) expiry: Option<Expiry>,
 }
@@ -225,6 +225,7 @@ impl DeltaJoin {
                     tag,
                     &key,
                     &[other_row],
+                    true,
                     now,
                 );
             }
@@ -304,7 +305,16 @@ impl DeltaJoin {
                     });
                 }
             };
-            mark_changed_to(&mut self.changed, &mut scratch, tag, key, &[row], now);
+            let existed = old.count > 0;
+            mark_changed_to(
+                &mut self.changed,
+                &mut scratch,
+                tag,
+                key,
+                &[row],
+                existed,
+                now,
+            );
         }
         Ok(())
     }
@@ -461,11 +471,12 @@ impl Operator for DeltaJoin {
         let changed = std::mem::take(&mut self.changed);
         let mut entries: Vec<StateEntry> = changed
             .into_iter()
-            .map(|(key, counts)| {
+            .filter(|(_, pending)| pending.checkpointed || pending.now.is_some())
+            .map(|(key, pending)| {
                 let left = key.first() == Some(&LEFT);
                 StateEntry {
                     key: key.into(),
-                    value: counts.map(|c| Bytes::from(self.encode(left, c))),
+                    value: pending.now.map(|c| Bytes::from(self.encode(left, c))),
                 }
             })
             .collect();

@@ -361,6 +361,7 @@ impl DeltaJoin {
                         tag,
                         &key,
                         &[row.as_ref()],
+                        true,
                         None,
                     );
                 }
