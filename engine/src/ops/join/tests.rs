@@ -273,3 +273,63 @@ pub(crate) mod differential {
         }
     }
 }
+
+/// The same rows in one large step or in many small steps leave the same
+/// result, for every kind, with rows retracted later in the same step.
+#[test]
+fn a_large_change_is_joined_like_the_same_rows_in_small_steps() {
+    use std::collections::BTreeMap;
+
+    use crate::testing::accumulate;
+
+    const ROWS: usize = 3_100;
+    let side = |seed: usize| -> Vec<String> {
+        let mut lines = Vec::with_capacity(ROWS);
+        for i in 0..ROWS {
+            let k = (i * 7 + seed) % 53;
+            let key = if k == 0 {
+                "null".to_string()
+            } else {
+                k.to_string()
+            };
+            let text = ["x", "y", "z"][(i + seed) % 3];
+            lines.push(format!("{key} {text}{} +1", i % 5));
+            // Every 9th row goes again, a chunk or two later.
+            if i >= 1500 && i % 9 == 0 {
+                let j = i - 1500;
+                let k = (j * 7 + seed) % 53;
+                let key = if k == 0 {
+                    "null".to_string()
+                } else {
+                    k.to_string()
+                };
+                lines.push(format!(
+                    "{key} {}{} -1",
+                    ["x", "y", "z"][(j + seed) % 3],
+                    j % 5
+                ));
+            }
+        }
+        lines
+    };
+    let (left, right) = (side(1), side(4));
+    assert_eq!(left.len(), right.len());
+    for kind in JoinKind::KEYED {
+        let mut whole = BTreeMap::new();
+        let mut one = join(kind, true);
+        let out = one
+            .step(&[change(L, &left.join("; ")), change(R, &right.join("; "))])
+            .unwrap();
+        accumulate(&mut whole, &out);
+        let mut pieces = BTreeMap::new();
+        let mut many = join(kind, true);
+        for (l, r) in left.chunks(97).zip(right.chunks(97)) {
+            let out = many
+                .step(&[change(L, &l.join("; ")), change(R, &r.join("; "))])
+                .unwrap();
+            accumulate(&mut pieces, &out);
+        }
+        assert!(!whole.is_empty(), "{kind:?}");
+        assert_eq!(whole, pieces, "{kind:?}");
+    }
+}
