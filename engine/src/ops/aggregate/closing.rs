@@ -145,11 +145,20 @@ impl Aggregate {
         Ok(out)
     }
 
-    /// Removes a closed group and records every state key it had as gone.
+    /// Removes a closed group and records every state key it had as gone;
+    /// a group no checkpoint has seen leaves nothing to write (its keys
+    /// come out of the changes: windows that open and close between two
+    /// checkpoints were most of what a window aggregate wrote).
     fn drop_state(&mut self, slot: u32) {
         let group = self.group(slot);
+        let unseen = group.fresh_in == Some(self.period);
         let key = group.key.clone();
-        let mut gone = vec![state_key(GROUP, &key, &[]), state_key(OUTPUT, &key, &[])];
+        let mut gone = vec![state_key(GROUP, &key, &[])];
+        // No output (`EMIT ON WINDOW CLOSE` keeps none): none to remove; an
+        // earlier output's removal is among the changes already.
+        if group.output.is_some() {
+            gone.push(state_key(OUTPUT, &key, &[]));
+        }
         for (c, state) in group.calls.iter().enumerate() {
             for (value, _) in state.values.iter() {
                 gone.push(state_key(VALUE, &key, &value_rest(c, value)));
@@ -158,7 +167,13 @@ impl Aggregate {
         for (row, _) in group.input.iter() {
             gone.push(state_key(ROW, &key, row));
         }
-        self.changed.extend(gone);
+        if unseen {
+            for key in &gone {
+                self.changed.remove(key);
+            }
+        } else {
+            self.changed.extend(gone);
+        }
         self.remove(slot);
     }
 

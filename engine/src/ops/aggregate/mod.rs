@@ -99,6 +99,10 @@ struct Group {
     /// Its value in the column windows close by, once known (`None`
     /// before; `Some(None)` for a NULL, which never closes).
     window: Option<Option<i64>>,
+    /// The checkpoint period ([`Aggregate::period`]) it started in, if no
+    /// state of its key was checkpointed or pending removal then: while
+    /// that period lasts, no checkpoint holds any of its keys.
+    fresh_in: Option<u64>,
 }
 
 impl Group {
@@ -127,6 +131,8 @@ pub struct Aggregate {
     started: bool,
     /// State keys changed since the last `take_state_changes`.
     changed: hashbrown::HashSet<Vec<u8>>,
+    /// How many times `take_state_changes` drained `changed`.
+    period: u64,
     /// Set when groups close by a watermark.
     closing: Option<Closing>,
 }
@@ -189,6 +195,7 @@ impl Aggregate {
             free: Vec::new(),
             started: false,
             changed: hashbrown::HashSet::new(),
+            period: 0,
             closing: None,
         })
     }
@@ -256,6 +263,9 @@ impl Aggregate {
             return slot;
         }
         let key = RowBytes::from(key);
+        // A group of this key that went since the last checkpoint left its
+        // GROUP key among the changes (every group's state has one).
+        let fresh = !self.changed.contains(&state_key(GROUP, &key, &[]));
         let group = Group {
             key: key.clone(),
             rows: 0,
@@ -264,6 +274,7 @@ impl Aggregate {
             output: None,
             touched: false,
             window: None,
+            fresh_in: fresh.then_some(self.period),
         };
         let slot = match self.free.pop() {
             Some(slot) => {
@@ -576,6 +587,9 @@ impl Operator for Aggregate {
         let mut changed = std::mem::take(&mut self.changed);
         let taken = take_changed(&mut changed, |key| self.value_of(key));
         self.changed = changed;
+        if taken.is_ok() {
+            self.period += 1;
+        }
         taken
     }
 
@@ -637,6 +651,8 @@ impl Operator for Aggregate {
                 continue;
             }
             let slot = self.slot_of(key.distribution);
+            // Restored state is checkpointed state.
+            self.group_mut(slot).fresh_in = None;
             touched.push(slot);
             match key.tag {
                 GROUP => self.decode_group(slot, value)?,
