@@ -305,7 +305,7 @@ pub(crate) fn changed_entries(
 
 /// Builds in `scratch` the [`state_key`] of (`tag`, `distribution`, `rest`
 /// parts in order).
-fn state_key_into(scratch: &mut Vec<u8>, tag: u8, distribution: &[u8], rest: &[&[u8]]) {
+pub(crate) fn state_key_into(scratch: &mut Vec<u8>, tag: u8, distribution: &[u8], rest: &[&[u8]]) {
     scratch.clear();
     scratch.push(tag);
     scratch.extend_from_slice(&(distribution.len() as u32).to_le_bytes());

@@ -60,7 +60,7 @@ use crate::EngineError;
 use crate::multiset::Multiset;
 use crate::operator::{
     Operator, StateEntry, count_value, expect_inputs, expect_watermarks, mark_changed,
-    parse_state_key, read_count, state_key, take_changed, unreadable,
+    parse_state_key, read_count, state_key, state_key_into, take_changed, unreadable,
 };
 use crate::ops::parallel::{Keyed, not_shardable};
 use crate::rows::{RowBytes, RowCodec, batch_of, empty_change};
@@ -133,6 +133,8 @@ pub struct Aggregate {
     changed: hashbrown::HashSet<Vec<u8>>,
     /// How many times `take_state_changes` drained `changed`.
     period: u64,
+    /// Where a state key is built to be looked up.
+    scratch: Vec<u8>,
     /// Set when groups close by a watermark.
     closing: Option<Closing>,
 }
@@ -196,6 +198,7 @@ impl Aggregate {
             started: false,
             changed: hashbrown::HashSet::new(),
             period: 0,
+            scratch: Vec::new(),
             closing: None,
         })
     }
@@ -264,8 +267,12 @@ impl Aggregate {
         }
         let key = RowBytes::from(key);
         // A group of this key that went since the last checkpoint left its
-        // GROUP key among the changes (every group's state has one).
-        let fresh = !self.changed.contains(&state_key(GROUP, &key, &[]));
+        // GROUP key among the changes (every group's state has one). Only
+        // closing reads it (`drop_state`).
+        let fresh = self.closing.is_some() && {
+            state_key_into(&mut self.scratch, GROUP, &key, &[]);
+            !self.changed.contains(self.scratch.as_slice())
+        };
         let group = Group {
             key: key.clone(),
             rows: 0,
