@@ -4,9 +4,9 @@
 
 use weir_common::ChangeBatch;
 
-use super::{Aggregate, GROUP, OUTPUT, ROW, VALUE, WATERMARK, value_rest};
+use super::{Aggregate, GROUP, OUTPUT, ROW, VALUE, WATERMARK};
 use crate::EngineError;
-use crate::operator::state_key;
+use crate::operator::{mark_changed, state_key, state_key_into};
 use crate::rows::{RowBytes, empty_change};
 use crate::watermark::{NONE_YET, as_i64, drop_late};
 
@@ -150,30 +150,38 @@ impl Aggregate {
     /// come out of the changes: windows that open and close between two
     /// checkpoints were most of what a window aggregate wrote).
     fn drop_state(&mut self, slot: u32) {
-        let group = self.group(slot);
+        let Some(group) = self.groups[slot as usize].as_ref() else {
+            return;
+        };
         let unseen = group.fresh_in == Some(self.period);
-        let key = group.key.clone();
-        let mut gone = vec![state_key(GROUP, &key, &[])];
+        let changed = &mut self.changed;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        // Each key built in `scratch`: most closing groups are unseen, and
+        // taking their keys out allocates nothing.
+        let mut gone = |tag: u8, rest: &[&[u8]]| {
+            if unseen {
+                state_key_into(&mut scratch, tag, &group.key, rest);
+                changed.remove(scratch.as_slice());
+            } else {
+                mark_changed(changed, &mut scratch, tag, &group.key, rest);
+            }
+        };
+        gone(GROUP, &[]);
         // No output (`EMIT ON WINDOW CLOSE` keeps none): none to remove; an
         // earlier output's removal is among the changes already.
         if group.output.is_some() {
-            gone.push(state_key(OUTPUT, &key, &[]));
+            gone(OUTPUT, &[]);
         }
         for (c, state) in group.calls.iter().enumerate() {
+            let call = (c as u16).to_be_bytes();
             for (value, _) in state.values.iter() {
-                gone.push(state_key(VALUE, &key, &value_rest(c, value)));
+                gone(VALUE, &[&call, value]);
             }
         }
         for (row, _) in group.input.iter() {
-            gone.push(state_key(ROW, &key, row));
+            gone(ROW, &[row]);
         }
-        if unseen {
-            for key in &gone {
-                self.changed.remove(key);
-            }
-        } else {
-            self.changed.extend(gone);
-        }
+        self.scratch = scratch;
         self.remove(slot);
     }
 
