@@ -54,17 +54,7 @@ async fn read(source: &mut KafkaSource, want: usize) -> (Vec<String>, Offsets) {
             SourceEvent::Transaction { batches, .. } => {
                 for batch in batches {
                     offsets.insert(batch.split.clone(), batch.offset.clone());
-                    let b = batch.changes.rows();
-                    let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-                    let names = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
-                    for i in 0..b.num_rows() {
-                        let name = if names.is_null(i) {
-                            "NULL"
-                        } else {
-                            names.value(i)
-                        };
-                        rows.push(format!("{}|{name}", ids.value(i)));
-                    }
+                    rows.extend(id_text_rows(batch.changes.rows()));
                 }
             }
             SourceEvent::Idle => {}
@@ -73,6 +63,30 @@ async fn read(source: &mut KafkaSource, want: usize) -> (Vec<String>, Offsets) {
     }
     rows.sort();
     (rows, offsets)
+}
+
+/// Rows of an (id bigint, text) batch as `id|text` (`NULL` for a null).
+fn id_text_rows(batch: &RecordBatch) -> Vec<String> {
+    let ids = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap();
+    let texts = batch
+        .column(1)
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .unwrap();
+    (0..batch.num_rows())
+        .map(|i| {
+            let text = if texts.is_null(i) {
+                "NULL"
+            } else {
+                texts.value(i)
+            };
+            format!("{}|{text}", ids.value(i))
+        })
+        .collect()
 }
 
 fn json(ids: std::ops::Range<i64>) -> Vec<String> {
@@ -185,17 +199,7 @@ async fn headers_fill_a_column_as_a_json_object() {
     while rows.len() < 3 && std::time::Instant::now() < deadline {
         if let SourceEvent::Transaction { batches, .. } = source.next().await.unwrap() {
             for batch in batches {
-                let b = batch.changes.rows();
-                let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-                let headers = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
-                for i in 0..b.num_rows() {
-                    let h = if headers.is_null(i) {
-                        "NULL"
-                    } else {
-                        headers.value(i)
-                    };
-                    rows.push(format!("{}|{h}", ids.value(i)));
-                }
+                rows.extend(id_text_rows(batch.changes.rows()));
             }
         }
     }
