@@ -239,3 +239,29 @@ impl Tansu {
         out
     }
 }
+
+/// A batch of `(id bigint, name text)` rows as `id|name` lines (NULL
+/// spelled out): what the connectors' tests compare.
+pub fn id_name_lines(batch: &arrow::array::RecordBatch) -> Vec<String> {
+    use arrow::array::{Array, Int64Array, StringArray};
+    let ids = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap();
+    let names = batch
+        .column(1)
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .unwrap();
+    (0..batch.num_rows())
+        .map(|i| {
+            let name = if names.is_null(i) {
+                "NULL"
+            } else {
+                names.value(i)
+            };
+            format!("{}|{name}", ids.value(i))
+        })
+        .collect()
+}

@@ -4,14 +4,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use weir_common::ChangeBatch;
 
 use super::Partition;
 use super::sink::KafkaSink;
 use super::source::KafkaSource;
-use crate::testing::{Tansu, start_tansu};
+use crate::testing::{Tansu, id_name_lines, start_tansu};
 use crate::{ConnectorError, Offsets, Sink, SinkOpen, Source, SourceEvent, SourceOpen};
 
 fn schema() -> SchemaRef {
@@ -54,7 +54,7 @@ async fn read(source: &mut KafkaSource, want: usize) -> (Vec<String>, Offsets) {
             SourceEvent::Transaction { batches, .. } => {
                 for batch in batches {
                     offsets.insert(batch.split.clone(), batch.offset.clone());
-                    rows.extend(id_text_rows(batch.changes.rows()));
+                    rows.extend(id_name_lines(batch.changes.rows()));
                 }
             }
             SourceEvent::Idle => {}
@@ -63,30 +63,6 @@ async fn read(source: &mut KafkaSource, want: usize) -> (Vec<String>, Offsets) {
     }
     rows.sort();
     (rows, offsets)
-}
-
-/// Rows of an (id bigint, text) batch as `id|text` (`NULL` for a null).
-fn id_text_rows(batch: &RecordBatch) -> Vec<String> {
-    let ids = batch
-        .column(0)
-        .as_any()
-        .downcast_ref::<Int64Array>()
-        .unwrap();
-    let texts = batch
-        .column(1)
-        .as_any()
-        .downcast_ref::<StringArray>()
-        .unwrap();
-    (0..batch.num_rows())
-        .map(|i| {
-            let text = if texts.is_null(i) {
-                "NULL"
-            } else {
-                texts.value(i)
-            };
-            format!("{}|{text}", ids.value(i))
-        })
-        .collect()
 }
 
 fn json(ids: std::ops::Range<i64>) -> Vec<String> {
@@ -199,7 +175,7 @@ async fn headers_fill_a_column_as_a_json_object() {
     while rows.len() < 3 && std::time::Instant::now() < deadline {
         if let SourceEvent::Transaction { batches, .. } = source.next().await.unwrap() {
             for batch in batches {
-                rows.extend(id_text_rows(batch.changes.rows()));
+                rows.extend(id_name_lines(batch.changes.rows()));
             }
         }
     }

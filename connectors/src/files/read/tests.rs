@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use arrow::array::{Array, Int64Array, StringArray};
+use arrow::array::{Int64Array, StringArray};
 
 use super::*;
 
@@ -52,29 +52,7 @@ async fn drain(rows: &mut TextRows) -> Result<Vec<String>, (u64, String)> {
     }
 }
 
-/// A batch of `(id, name)` rows as `id|name` lines (NULL spelled out).
-pub(in crate::files) fn show(batch: &RecordBatch) -> Vec<String> {
-    let ids = batch
-        .column(0)
-        .as_any()
-        .downcast_ref::<Int64Array>()
-        .unwrap();
-    let names = batch
-        .column(1)
-        .as_any()
-        .downcast_ref::<StringArray>()
-        .unwrap();
-    (0..batch.num_rows())
-        .map(|i| {
-            let name = if names.is_null(i) {
-                "NULL"
-            } else {
-                names.value(i)
-            };
-            format!("{}|{name}", ids.value(i))
-        })
-        .collect()
-}
+pub(in crate::files) use crate::testing::id_name_lines as show;
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
