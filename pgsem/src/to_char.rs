@@ -2,17 +2,28 @@
 //!
 //! DataFusion's `to_char` reads chrono's `%Y-%m-%d` patterns, so
 //! PostgreSQL's `'YYYY-MM-DD'` came back as the pattern itself. This one
-//! reads PostgreSQL's: `YYYY YY MM DD DDD D HH24 HH12 HH MI SS MS US AM PM
-//! am pm Month MONTH month Mon MON mon Day DAY day Dy DY dy Q`, the `FM`
-//! prefix (no padding), `"quoted text"` and `\` escapes; anything else is
-//! copied. A timestamptz is formatted in the session's TimeZone.
+//! reads PostgreSQL's: `YYYY YYY YY Y MM DD DDD D HH24 HH12 HH MI SS MS US
+//! AM PM Month MONTH Mon MON Day DAY Dy DY Q`, each also in lower case
+//! (`yyyy-mm-dd` is `YYYY-MM-DD`, and `month` is the lower-case name), the
+//! `FM`/`fm` prefix (no padding), `"quoted text"` and `\` escapes; anything
+//! else is copied. As in PostgreSQL a keyword matches only spelled in one
+//! case (or capitalised, for names): `Mm` is copied, and `HH:mm` is the
+//! hour and the month. A timestamptz is formatted in the session's
+//! TimeZone.
+//!
+//! A template is read once per call ([`Template`]), and a row whose value
+//! falls in the same day (hour, minute, ...) as the row before it, at the
+//! finest unit the template shows, reuses that row's text: a stream's
+//! timestamps arrive close together, and `to_char(t, 'YYYY-MM-DD')` over
+//! a batch is then one rendering per day.
 
+use std::fmt::Write;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, StringArray};
+use arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
 use arrow::datatypes::{DataType, TimeUnit};
 use chrono::{Datelike, NaiveDateTime, Timelike};
-use datafusion::common::{Result, exec_err};
+use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
@@ -60,93 +71,251 @@ const DAYS: [&str; 7] = [
     "Saturday",
 ];
 
-/// A name in the case its pattern is spelled in (`Month`, `MONTH`, `month`).
-fn cased(name: &str, pattern: &str) -> String {
-    if pattern.chars().all(|c| c.is_ascii_uppercase()) {
-        name.to_ascii_uppercase()
-    } else if pattern.chars().all(|c| c.is_ascii_lowercase()) {
-        name.to_ascii_lowercase()
-    } else {
-        name.to_string()
+/// What a keyword shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Hour24,
+    Hour12,
+    Minute,
+    Second,
+    Milli,
+    Micro,
+    Meridiem,
+    Year4,
+    Year3,
+    Year2,
+    Year1,
+    MonthName,
+    MonthAbbrev,
+    Month,
+    DayName,
+    DayAbbrev,
+    DayOfYear,
+    DayOfMonth,
+    DayOfWeek,
+    Quarter,
+}
+
+/// How a keyword was spelled, which is how its names are shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Case {
+    Upper,
+    Lower,
+    Title,
+}
+
+/// The keywords in the order they are tried: each before any shorter one
+/// it starts with (`DDD` before `DD` before `D`).
+const KEYWORDS: &[(&str, Field, Case)] = {
+    use Case::*;
+    use Field::*;
+    &[
+        ("HH24", Hour24, Upper),
+        ("hh24", Hour24, Lower),
+        ("HH12", Hour12, Upper),
+        ("hh12", Hour12, Lower),
+        ("HH", Hour12, Upper),
+        ("hh", Hour12, Lower),
+        ("MI", Minute, Upper),
+        ("mi", Minute, Lower),
+        ("SS", Second, Upper),
+        ("ss", Second, Lower),
+        ("MS", Milli, Upper),
+        ("ms", Milli, Lower),
+        ("US", Micro, Upper),
+        ("us", Micro, Lower),
+        ("AM", Meridiem, Upper),
+        ("PM", Meridiem, Upper),
+        ("am", Meridiem, Lower),
+        ("pm", Meridiem, Lower),
+        ("YYYY", Year4, Upper),
+        ("yyyy", Year4, Lower),
+        ("YYY", Year3, Upper),
+        ("yyy", Year3, Lower),
+        ("YY", Year2, Upper),
+        ("yy", Year2, Lower),
+        ("Y", Year1, Upper),
+        ("y", Year1, Lower),
+        ("MONTH", MonthName, Upper),
+        ("Month", MonthName, Title),
+        ("month", MonthName, Lower),
+        ("MON", MonthAbbrev, Upper),
+        ("Mon", MonthAbbrev, Title),
+        ("mon", MonthAbbrev, Lower),
+        ("MM", Month, Upper),
+        ("mm", Month, Lower),
+        ("DAY", DayName, Upper),
+        ("Day", DayName, Title),
+        ("day", DayName, Lower),
+        ("DDD", DayOfYear, Upper),
+        ("ddd", DayOfYear, Lower),
+        ("DD", DayOfMonth, Upper),
+        ("dd", DayOfMonth, Lower),
+        ("DY", DayAbbrev, Upper),
+        ("Dy", DayAbbrev, Title),
+        ("dy", DayAbbrev, Lower),
+        ("D", DayOfWeek, Upper),
+        ("d", DayOfWeek, Lower),
+        ("Q", Quarter, Upper),
+        ("q", Quarter, Lower),
+    ]
+};
+
+const MICROS_PER_DAY: i64 = 86_400_000_000;
+
+impl Field {
+    /// The span of time within which the field's text does not change, in
+    /// microseconds (each divides a day, so spans start at midnight).
+    fn unit_micros(self) -> i64 {
+        match self {
+            Self::Micro => 1,
+            Self::Milli => 1_000,
+            Self::Second => 1_000_000,
+            Self::Minute => 60_000_000,
+            Self::Hour24 | Self::Hour12 | Self::Meridiem => 3_600_000_000,
+            _ => MICROS_PER_DAY,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Field {
+        field: Field,
+        case: Case,
+        fill: bool,
+    },
+}
+
+/// A PostgreSQL template read once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Template {
+    pieces: Vec<Piece>,
+    /// Two date-times in the same span of this many microseconds (from
+    /// midnight) show the same text: the finest field's unit.
+    unit_micros: i64,
+}
+
+impl Template {
+    fn parse(format: &str) -> Self {
+        let mut pieces = Vec::new();
+        let mut text = String::new();
+        let mut rest = format;
+        while !rest.is_empty() {
+            let fill = !(rest.starts_with("FM") || rest.starts_with("fm"));
+            let body = if fill { rest } else { &rest[2..] };
+            if let Some(&(keyword, field, case)) = KEYWORDS.iter().find(|k| body.starts_with(k.0)) {
+                if !text.is_empty() {
+                    pieces.push(Piece::Text(std::mem::take(&mut text)));
+                }
+                pieces.push(Piece::Field { field, case, fill });
+                rest = &body[keyword.len()..];
+                continue;
+            }
+            // A backslash escapes only a double quote, in quoted text or
+            // out of it; otherwise it is copied.
+            let mut chars = rest.chars();
+            match chars.next() {
+                Some('"') => loop {
+                    match chars.next() {
+                        None | Some('"') => break,
+                        Some('\\') if chars.as_str().starts_with('"') => {
+                            chars.next();
+                            text.push('"');
+                        }
+                        Some(c) => text.push(c),
+                    }
+                },
+                Some('\\') if chars.as_str().starts_with('"') => {
+                    chars.next();
+                    text.push('"');
+                }
+                Some(c) => text.push(c),
+                None => break,
+            }
+            rest = chars.as_str();
+        }
+        if !text.is_empty() {
+            pieces.push(Piece::Text(text));
+        }
+        let unit_micros = pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Field { field, .. } => Some(field.unit_micros()),
+                Piece::Text(_) => None,
+            })
+            .min()
+            .unwrap_or(MICROS_PER_DAY);
+        Self {
+            pieces,
+            unit_micros,
+        }
+    }
+
+    /// Appends `t` shown with this template to `out`.
+    fn render_into(&self, t: &NaiveDateTime, out: &mut String) {
+        for piece in &self.pieces {
+            let (field, case, fill) = match piece {
+                Piece::Text(text) => {
+                    out.push_str(text);
+                    continue;
+                }
+                Piece::Field { field, case, fill } => (*field, *case, *fill),
+            };
+            let year = t.year().unsigned_abs();
+            let number = match field {
+                Field::Hour24 => Some((t.hour(), 2)),
+                Field::Hour12 => Some(((t.hour() + 11) % 12 + 1, 2)),
+                Field::Minute => Some((t.minute(), 2)),
+                Field::Second => Some((t.second(), 2)),
+                Field::Milli => Some((t.nanosecond() / 1_000_000 % 1000, 3)),
+                Field::Micro => Some((t.nanosecond() / 1000 % 1_000_000, 6)),
+                Field::Year4 => Some((year, 4)),
+                Field::Year3 => Some((year % 1000, 3)),
+                Field::Year2 => Some((year % 100, 2)),
+                Field::Year1 => Some((year % 10, 1)),
+                Field::Month => Some((t.month(), 2)),
+                Field::DayOfYear => Some((t.ordinal(), 3)),
+                Field::DayOfMonth => Some((t.day(), 2)),
+                Field::DayOfWeek => Some((t.weekday().number_from_sunday(), 1)),
+                Field::Quarter => Some((t.month0() / 3 + 1, 1)),
+                _ => None,
+            };
+            if let Some((n, width)) = number {
+                // Writing to a String cannot fail.
+                let _ = if fill {
+                    write!(out, "{n:0width$}")
+                } else {
+                    write!(out, "{n}")
+                };
+                continue;
+            }
+            let (name, width): (&str, usize) = match field {
+                Field::Meridiem => (if t.hour() < 12 { "AM" } else { "PM" }, 2),
+                Field::MonthName => (MONTHS[t.month0() as usize], 9),
+                Field::MonthAbbrev => (&MONTHS[t.month0() as usize][..3], 3),
+                Field::DayName => (DAYS[t.weekday().num_days_from_sunday() as usize], 9),
+                _ => (&DAYS[t.weekday().num_days_from_sunday() as usize][..3], 3),
+            };
+            let start = out.len();
+            match case {
+                Case::Upper => out.extend(name.chars().map(|c| c.to_ascii_uppercase())),
+                Case::Lower => out.extend(name.chars().map(|c| c.to_ascii_lowercase())),
+                Case::Title => out.push_str(name),
+            }
+            if fill {
+                let shown = out.len() - start;
+                out.extend(std::iter::repeat_n(' ', width.saturating_sub(shown)));
+            }
+        }
     }
 }
 
 /// Renders `t` with the PostgreSQL template `format`.
 pub fn render(t: &NaiveDateTime, format: &str) -> String {
-    const PATTERNS: [&str; 30] = [
-        "HH24", "HH12", "YYYY", "MONTH", "Month", "month", "HH", "MI", "SS", "MS", "US", "AM",
-        "PM", "am", "pm", "YY", "MON", "Mon", "mon", "MM", "DAY", "Day", "day", "DDD", "DY", "Dy",
-        "dy", "DD", "D", "Q",
-    ];
-    let mut out = String::with_capacity(format.len() + 8);
-    let mut rest = format;
-    while !rest.is_empty() {
-        let fill = !rest.starts_with("FM");
-        let body = if fill { rest } else { &rest[2..] };
-        let Some(pattern) = PATTERNS.iter().find(|p| body.starts_with(**p)) else {
-            let mut chars = rest.chars();
-            match chars.next() {
-                Some('"') => {
-                    let quoted = chars.as_str();
-                    let end = quoted.find('"').unwrap_or(quoted.len());
-                    out.push_str(&quoted[..end]);
-                    rest = quoted.get(end + 1..).unwrap_or("");
-                }
-                Some('\\') => {
-                    if let Some(c) = chars.next() {
-                        out.push(c);
-                    }
-                    rest = chars.as_str();
-                }
-                Some(c) => {
-                    out.push(c);
-                    rest = chars.as_str();
-                }
-                None => break,
-            }
-            continue;
-        };
-        let number = |n: u32, width: usize| {
-            if fill {
-                format!("{n:0width$}")
-            } else {
-                n.to_string()
-            }
-        };
-        let name = |n: &str, width: usize| {
-            let n = cased(n, pattern);
-            if fill { format!("{n:width$}") } else { n }
-        };
-        let hour12 = match t.hour() % 12 {
-            0 => 12,
-            h => h,
-        };
-        let month = MONTHS[t.month0() as usize];
-        let day = DAYS[t.weekday().num_days_from_sunday() as usize];
-        let text = match *pattern {
-            "HH24" => number(t.hour(), 2),
-            "HH12" | "HH" => number(hour12, 2),
-            "MI" => number(t.minute(), 2),
-            "SS" => number(t.second(), 2),
-            "MS" => number(t.nanosecond() / 1_000_000 % 1000, 3),
-            "US" => number(t.nanosecond() / 1000 % 1_000_000, 6),
-            "AM" | "PM" => (if t.hour() < 12 { "AM" } else { "PM" }).to_string(),
-            "am" | "pm" => (if t.hour() < 12 { "am" } else { "pm" }).to_string(),
-            "YYYY" => number(t.year().unsigned_abs(), 4),
-            "YY" => number(t.year().unsigned_abs() % 100, 2),
-            "MONTH" | "Month" | "month" => name(month, 9),
-            "MON" | "Mon" | "mon" => name(&month[..3], 3),
-            "MM" => number(t.month(), 2),
-            "DAY" | "Day" | "day" => name(day, 9),
-            "DY" | "Dy" | "dy" => name(&day[..3], 3),
-            "DDD" => number(t.ordinal(), 3),
-            "DD" => number(t.day(), 2),
-            "D" => number(t.weekday().number_from_sunday(), 1),
-            _ => number(t.month0() / 3 + 1, 1), // Q
-        };
-        out.push_str(&text);
-        rest = &body[pattern.len()..];
-    }
+    let mut out = String::new();
+    Template::parse(format).render_into(t, &mut out);
     out
 }
 
@@ -183,6 +352,13 @@ fn date_times(values: &ArrayRef, session_zone: &str) -> Result<Vec<Option<NaiveD
         .collect())
 }
 
+/// The template argument: one for every row (a constant, the usual case),
+/// or one per row.
+enum Templates {
+    One(Option<Template>),
+    PerRow(arrow::array::StringArray),
+}
+
 impl ScalarUDFImpl for ToChar {
     fn name(&self) -> &str {
         "to_char"
@@ -197,33 +373,79 @@ impl ScalarUDFImpl for ToChar {
         Ok(DataType::Utf8)
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let zone = args.config_options.execution.time_zone.as_deref();
-        let values = date_times(&arrays[0], zone.unwrap_or("+00:00"))?;
-        let formats = arrow::compute::cast(&arrays[1], &DataType::Utf8)?;
-        let formats = formats.as_string::<i32>();
-        let out: StringArray = values
+        let rows = args
+            .args
             .iter()
-            .enumerate()
-            .map(|(i, t)| match t {
-                Some(t) if formats.is_valid(i) => Some(render(t, formats.value(i))),
-                _ => None,
+            .find_map(|a| match a {
+                ColumnarValue::Array(a) => Some(a.len()),
+                ColumnarValue::Scalar(_) => None,
             })
-            .collect();
-        crate::udfs::shaped_like(&args.args, Arc::new(out))
+            .unwrap_or(1);
+        let zone = args.config_options.execution.time_zone.as_deref();
+        let values = date_times(&args.args[0].to_array(rows)?, zone.unwrap_or("+00:00"))?;
+        let templates = match &args.args[1] {
+            ColumnarValue::Scalar(format) => {
+                let format = format.cast_to(&DataType::Utf8)?;
+                Templates::One(match format {
+                    ScalarValue::Utf8(Some(f)) => Some(Template::parse(&f)),
+                    _ => None,
+                })
+            }
+            ColumnarValue::Array(formats) => Templates::PerRow(
+                arrow::compute::cast(formats, &DataType::Utf8)?
+                    .as_string::<i32>()
+                    .clone(),
+            ),
+        };
+        let mut out = StringBuilder::with_capacity(values.len(), values.len() * 10);
+        let mut text = String::new();
+        // The span (in the template's unit) `text` shows, when it came from
+        // the one template.
+        let mut shown: Option<i64> = None;
+        for (i, t) in values.iter().enumerate() {
+            let Some(t) = t else {
+                out.append_null();
+                continue;
+            };
+            match &templates {
+                Templates::One(None) => out.append_null(),
+                Templates::One(Some(template)) => {
+                    let span = t
+                        .and_utc()
+                        .timestamp_micros()
+                        .div_euclid(template.unit_micros);
+                    if shown != Some(span) {
+                        text.clear();
+                        template.render_into(t, &mut text);
+                        shown = Some(span);
+                    }
+                    out.append_value(&text);
+                }
+                Templates::PerRow(formats) if formats.is_valid(i) => {
+                    text.clear();
+                    Template::parse(formats.value(i)).render_into(t, &mut text);
+                    out.append_value(&text);
+                }
+                Templates::PerRow(..) => out.append_null(),
+            }
+        }
+        crate::udfs::shaped_like(&args.args, Arc::new(out.finish()))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::{StringArray, TimestampMicrosecondArray};
+    use datafusion::config::ConfigOptions;
+
+    fn at(text: &str) -> NaiveDateTime {
+        NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f").unwrap()
+    }
 
     #[test]
     fn postgresql_patterns() {
-        let t = chrono::NaiveDate::from_ymd_opt(2024, 3, 5)
-            .unwrap()
-            .and_hms_micro_opt(15, 4, 9, 123_456)
-            .unwrap();
+        let t = at("2024-03-05 15:04:09.123456");
         assert_eq!(render(&t, "YYYY-MM-DD HH24:MI:SS"), "2024-03-05 15:04:09");
         assert_eq!(render(&t, "HH12:MI AM, MS US"), "03:04 PM, 123 123456");
         assert_eq!(
@@ -232,5 +454,126 @@ mod tests {
         );
         assert_eq!(render(&t, "FMDay, FMDD FMMonth"), "Tuesday, 5 March");
         assert_eq!(render(&t, "DY mon \"Q\"Q DDD"), "TUE mar Q1 065");
+    }
+
+    /// Each expected text is what PostgreSQL 15 printed for the same
+    /// timestamp and template.
+    #[test]
+    fn lower_case_keywords_and_escapes_read_as_postgresql_reads_them() {
+        let cases = [
+            ("2024-03-05 15:04:09.123456", "HH:mm", "03:03"),
+            ("1969-12-31 23:59:59.5", "HH:mm", "11:12"),
+            ("2024-12-29 00:00:00", "HH:mm", "12:12"),
+            (
+                "1969-12-31 23:59:59.5",
+                "yyyy-mm-dd hh24:mi:ss.us",
+                "1969-12-31 23:59:59.500000",
+            ),
+            ("2024-03-05 15:04:09", "Yyyy-Mm-Dd", "4024-Mm-33"),
+            ("1969-12-31 23:59:59.5", "Yyyy-Mm-Dd", "9969-Mm-44"),
+            ("2024-03-05 15:04:09", "FMyyyy fmmm fmdd", "2024 3 5"),
+            (
+                "1969-12-31 23:59:59",
+                "mon Mon MON month Dy dy Day",
+                "dec Dec DEC december  Wed wed Wednesday",
+            ),
+            (
+                "2024-12-29 00:00:00",
+                "am pm AM q ddd d Ss",
+                "am am AM 4 364 1 Ss",
+            ),
+            (
+                "1969-12-31 23:59:59",
+                "HH12 hh y yy yyy \"mm\" \\\\HH",
+                "11 11 9 69 969 mm \\\\11",
+            ),
+            ("2024-03-05 15:04:09", "FMMonth-FMDay|", "March-Tuesday|"),
+            ("2024-03-05 15:04:09", "a\\\"b", "a\"b"),
+            ("2024-03-05 15:04:09", "\\HH", "\\03"),
+            ("2024-03-05 15:04:09", "\"a\\\"b\"YY", "a\"b24"),
+            ("2024-03-05 15:04:09", "\"abc", "abc"),
+        ];
+        for (t, format, expected) in cases {
+            assert_eq!(render(&at(t), format), expected, "{t} with {format:?}");
+        }
+    }
+
+    fn call(times: Vec<Option<i64>>, format: ColumnarValue) -> Vec<Option<String>> {
+        let times = TimestampMicrosecondArray::from(times);
+        let rows = times.len();
+        let args = ScalarFunctionArgs {
+            args: vec![ColumnarValue::Array(Arc::new(times)), format],
+            arg_fields: vec![],
+            number_rows: rows,
+            return_field: Arc::new(arrow::datatypes::Field::new("t", DataType::Utf8, true)),
+            config_options: Arc::new(ConfigOptions::default()),
+        };
+        let out = ToChar::udf().invoke_with_args(args).unwrap();
+        let ColumnarValue::Array(out) = out else {
+            panic!("an array")
+        };
+        out.as_string::<i32>()
+            .iter()
+            .map(|s| s.map(str::to_string))
+            .collect()
+    }
+
+    /// Rows in one span of the template's finest unit share a rendering:
+    /// every row of a batch crossing days, hours, seconds and 1970 (where
+    /// spans of negative times must still start at midnight) equals its
+    /// own rendering.
+    #[test]
+    fn a_batch_equals_each_row_rendered_alone() {
+        let start = at("1969-12-30 22:58:58.999").and_utc().timestamp_micros();
+        let times: Vec<Option<i64>> = (0..4000)
+            .map(|i: i64| (i % 97 != 0).then_some(start + i * i * 7_919_113))
+            .collect();
+        for format in [
+            "YYYY-MM-DD",
+            "HH:mm",
+            "HH24:MI",
+            "DD HH24:MI:SS",
+            "SS.MS",
+            "US",
+            "Q",
+        ] {
+            let out = call(
+                times.clone(),
+                ColumnarValue::Scalar(ScalarValue::from(format)),
+            );
+            for (t, text) in times.iter().zip(&out) {
+                let alone = t.map(|t| {
+                    render(
+                        &chrono::DateTime::from_timestamp_micros(t)
+                            .unwrap()
+                            .naive_utc(),
+                        format,
+                    )
+                });
+                assert_eq!(text, &alone, "{format}");
+            }
+        }
+        let formats = StringArray::from_iter((0..4000).map(|i| match i % 3 {
+            0 => Some("YYYY"),
+            1 => Some("MI"),
+            _ => None,
+        }));
+        let out = call(
+            times.clone(),
+            ColumnarValue::Array(Arc::new(formats.clone())),
+        );
+        for ((t, format), text) in times.iter().zip(&formats).zip(&out) {
+            let alone = t.zip(format).map(|(t, format)| {
+                render(
+                    &chrono::DateTime::from_timestamp_micros(t)
+                        .unwrap()
+                        .naive_utc(),
+                    format,
+                )
+            });
+            assert_eq!(text, &alone);
+        }
+        let null_format = call(times, ColumnarValue::Scalar(ScalarValue::Utf8(None)));
+        assert!(null_format.iter().all(Option::is_none));
     }
 }
