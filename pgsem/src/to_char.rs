@@ -313,7 +313,8 @@ impl Template {
 }
 
 /// Renders `t` with the PostgreSQL template `format`.
-pub fn render(t: &NaiveDateTime, format: &str) -> String {
+#[cfg(test)]
+fn render(t: &NaiveDateTime, format: &str) -> String {
     let mut out = String::new();
     Template::parse(format).render_into(t, &mut out);
     out

@@ -200,6 +200,13 @@ pub(super) struct Prepared {
     pub keys: Option<Rows>,
 }
 
+impl Prepared {
+    /// Whether row `i` counts for the call.
+    pub fn counts(&self, i: usize) -> bool {
+        self.counts[i]
+    }
+}
+
 enum Numbers {
     None,
     Signed(Int64Array),
@@ -218,6 +225,21 @@ pub(super) struct Call {
     /// The input never retracts: min/max keep only the extreme value,
     /// DISTINCT only whether a value was seen.
     pub append_only: bool,
+    /// Set when its values live in another call's set ([`Shared`]).
+    pub shared: Option<Shared>,
+}
+
+/// DISTINCT calls over an input that never retracts, with equal arguments
+/// (`count(DISTINCT bidder)`, the same `FILTER (WHERE price < 10000)`, ...)
+/// keep one set per group, in the first of them (the leader): each value
+/// maps to a mask of the calls that have seen it, one bit per call. A row
+/// is one lookup for all of them, and a value is kept once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Shared {
+    /// The call whose state keeps the set.
+    pub leader: usize,
+    /// This call's bit in each value's mask; the leader's is 0.
+    pub bit: u32,
 }
 
 /// What applying a row did to a call's kept values.
@@ -242,6 +264,7 @@ impl Call {
             strategy,
             values,
             append_only: false,
+            shared: None,
         })
     }
 
@@ -249,6 +272,7 @@ impl Call {
     pub fn describe(&self) -> &'static str {
         match self.strategy {
             Strategy::Min | Strategy::Max if self.append_only => "extreme value",
+            Strategy::Distinct(_) if self.shared.is_some() => "shared distinct set",
             Strategy::Distinct(_) if self.append_only => "distinct set",
             strategy => strategy.describe(),
         }
@@ -334,9 +358,12 @@ impl Call {
             }
             _ => Numbers::None,
         };
+        // A call that shares its leader's set reads the leader's keys.
         let keys = match &self.values {
-            Some(codec) => Some(codec.encode_buffer(&args, false)?),
-            None => None,
+            Some(codec) if self.shared.is_none_or(|s| s.bit == 0) => {
+                Some(codec.encode_buffer(&args, false)?)
+            }
+            _ => None,
         };
         Ok(Prepared {
             counts,
@@ -372,10 +399,9 @@ impl Call {
                     if weight < 0 {
                         return Err(retraction_over_append_only("count/sum/avg DISTINCT"));
                     }
-                    if weight == 0 || state.values.get(key).is_some() {
+                    if weight == 0 || state.values.add_seen(key, 1) == 0 {
                         return Ok(ValuesChanged::No);
                     }
-                    state.values.set(key, 1);
                     changed = ValuesChanged::Row;
                     weight = 1;
                 }
@@ -398,8 +424,21 @@ impl Call {
                 }
             }
         }
+        self.accumulate(state, prepared, i, weight)?;
+        Ok(changed)
+    }
+
+    /// Adds row `i` with `weight` to the running accumulators of `state`
+    /// (none for min/max), its values already kept.
+    pub fn accumulate(
+        &self,
+        state: &mut CallState,
+        prepared: &Prepared,
+        i: usize,
+        weight: i64,
+    ) -> Result<(), EngineError> {
         let Some(running) = self.strategy.running() else {
-            return Ok(changed);
+            return Ok(());
         };
         state.count += weight;
         match (&prepared.numbers, running) {
@@ -432,7 +471,7 @@ impl Call {
         {
             return Err(retracted_too_often());
         }
-        Ok(changed)
+        Ok(())
     }
 
     /// Min/max over an input that never retracts: only the extreme value
@@ -638,7 +677,7 @@ fn retracted_too_often() -> EngineError {
     }
 }
 
-fn retraction_over_append_only(function: &str) -> EngineError {
+pub(super) fn retraction_over_append_only(function: &str) -> EngineError {
     EngineError::Invariant {
         operator: NAME,
         message: format!("a retraction reached a {function} over an append-only input"),

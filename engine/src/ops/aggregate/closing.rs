@@ -4,9 +4,10 @@
 
 use weir_common::ChangeBatch;
 
+use super::calls::Strategy;
 use super::{Aggregate, GROUP, OUTPUT, ROW, VALUE, WATERMARK};
 use crate::EngineError;
-use crate::operator::{mark_changed, state_key, state_key_into};
+use crate::operator::{state_key, state_key_into};
 use crate::rows::{RowBytes, empty_change};
 use crate::watermark::{NONE_YET, as_i64, drop_late};
 
@@ -158,28 +159,30 @@ impl Aggregate {
         let mut scratch = std::mem::take(&mut self.scratch);
         // Each key built in `scratch`: most closing groups are unseen, and
         // taking their keys out allocates nothing.
-        let mut gone = |tag: u8, rest: &[&[u8]]| {
-            if unseen {
-                state_key_into(&mut scratch, tag, &group.key, rest);
+        // `added`: the key changes only when it is added (a DISTINCT set
+        // over an input that never retracts), so one among the changes was
+        // added since the last checkpoint, which does not hold it.
+        let mut gone = |tag: u8, rest: &[&[u8]], added: bool| {
+            state_key_into(&mut scratch, tag, &group.key, rest);
+            if unseen || added && changed.contains(scratch.as_slice()) {
                 changed.remove(scratch.as_slice());
-            } else {
-                mark_changed(changed, &mut scratch, tag, &group.key, rest);
+            } else if !changed.contains(scratch.as_slice()) {
+                changed.insert(scratch.clone());
             }
         };
-        gone(GROUP, &[]);
+        gone(GROUP, &[], false);
         // No output (`EMIT ON WINDOW CLOSE` keeps none): none to remove; an
         // earlier output's removal is among the changes already.
         if group.output.is_some() {
-            gone(OUTPUT, &[]);
+            gone(OUTPUT, &[], false);
         }
-        for (c, state) in group.calls.iter().enumerate() {
-            let call = (c as u16).to_be_bytes();
-            for (value, _) in state.values.iter() {
-                gone(VALUE, &[&call, value]);
-            }
+        for (c, value, _) in super::shared::kept_values(&self.calls, &self.families, group) {
+            let call = &self.calls[c];
+            let added = call.append_only && matches!(call.strategy, Strategy::Distinct(_));
+            gone(VALUE, &[&(c as u16).to_be_bytes(), value], added);
         }
         for (row, _) in group.input.iter() {
-            gone(ROW, &[row]);
+            gone(ROW, &[row], false);
         }
         self.scratch = scratch;
         self.remove(slot);

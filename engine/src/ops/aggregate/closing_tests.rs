@@ -1,9 +1,11 @@
 //! Groups closing by a watermark: late rows, expiry, `EMIT ON WINDOW
 //! CLOSE`, and the watermark in effect surviving a restore.
 
+use datafusion::functions_aggregate::count::count_udaf;
 use datafusion::functions_aggregate::sum::sum_udaf;
+use datafusion::logical_expr::Operator as BinaryOp;
 use datafusion::physical_expr::aggregate::AggregateExprBuilder;
-use datafusion::physical_expr::expressions::col;
+use datafusion::physical_expr::expressions::{BinaryExpr, col, lit};
 
 use super::super::*;
 use crate::testing::{change, render, schema};
@@ -31,6 +33,46 @@ fn windows(emit_on_close: bool) -> Aggregate {
     .unwrap();
     assert_eq!(agg.window_key(&[0]), Some(0));
     assert_eq!(agg.window_key(&[1]), None);
+    agg.closing_by(0, emit_on_close)
+}
+
+/// `SELECT w, sum(x), count(DISTINCT x) FILTER (WHERE x > 1),
+/// count(DISTINCT x) FROM t GROUP BY w` over an input that only inserts,
+/// groups closing by `w`: the two DISTINCT calls share one set per group,
+/// kept by the first, which does not see every value.
+fn distinct_windows(emit_on_close: bool) -> Aggregate {
+    let input = schema(INPUT);
+    let x = col("x", &input).unwrap();
+    let call = |udaf, distinct: bool, filter: Option<Arc<dyn PhysicalExpr>>| {
+        let mut builder = AggregateExprBuilder::new(udaf, vec![x.clone()])
+            .schema(input.clone())
+            .alias("c");
+        if distinct {
+            builder = builder.distinct();
+        }
+        AggregateCall {
+            function: Arc::new(builder.build().unwrap()),
+            filter,
+        }
+    };
+    let above_one: Arc<dyn PhysicalExpr> =
+        Arc::new(BinaryExpr::new(x.clone(), BinaryOp::Gt, lit(1i64)));
+    let agg = Aggregate::new(
+        input.clone(),
+        vec![col("w", &input).unwrap()],
+        vec![
+            call(sum_udaf(), false, None),
+            call(count_udaf(), true, Some(above_one)),
+            call(count_udaf(), true, None),
+        ],
+        schema("w int, s int, d int, e int"),
+    )
+    .unwrap()
+    .over_append_only();
+    assert_eq!(
+        agg.strategies(),
+        ["running", "shared distinct set", "shared distinct set"]
+    );
     agg.closing_by(0, emit_on_close)
 }
 
@@ -151,10 +193,16 @@ fn changes_follow_the_state_and_windows_no_checkpoint_saw_write_nothing() {
             .map(|e| (e.key, e.value.expect("a value")))
             .collect()
     }
+    // Without retractions the input may be declared append-only, and
+    // the groups keep shared DISTINCT sets.
+    let make = |emit_on_close, retract| match retract {
+        true => windows(emit_on_close),
+        false => distinct_windows(emit_on_close),
+    };
     for (emit_on_close, retract) in [(false, false), (true, false), (false, true), (true, true)] {
         for seed in 0..20 {
             let mut rng = Rng::new(seed);
-            let mut agg = windows(emit_on_close);
+            let mut agg = make(emit_on_close, retract);
             agg.take_state_changes().unwrap();
             let snapshot = agg.state_entries().unwrap();
             let mut mirror = as_map(snapshot.clone());
@@ -220,7 +268,7 @@ fn changes_follow_the_state_and_windows_no_checkpoint_saw_write_nothing() {
                 }
             }
             assert!(unseen_windows > 0);
-            let mut restored = windows(emit_on_close);
+            let mut restored = make(emit_on_close, retract);
             restored.apply_state_entries(&snapshot).unwrap();
             for delta in &deltas {
                 restored.apply_state_entries(delta).unwrap();

@@ -41,6 +41,7 @@ mod calls;
 mod closing;
 mod exact_sum;
 mod recompute;
+mod shared;
 #[cfg(test)]
 pub(crate) mod tests;
 mod values;
@@ -137,6 +138,8 @@ pub struct Aggregate {
     scratch: Vec<u8>,
     /// Set when groups close by a watermark.
     closing: Option<Closing>,
+    /// DISTINCT calls sharing a set ([`calls::Shared`]), leader first.
+    families: Vec<Vec<usize>>,
 }
 
 /// How groups close by event time ([`Aggregate::closing_by`]).
@@ -200,6 +203,7 @@ impl Aggregate {
             period: 0,
             scratch: Vec::new(),
             closing: None,
+            families: Vec::new(),
         })
     }
 
@@ -238,6 +242,7 @@ impl Aggregate {
         for call in &mut self.calls {
             call.append_only = true;
         }
+        self.share_distinct_sets();
         self
     }
 
@@ -353,7 +358,7 @@ impl Aggregate {
             }
         }
         for (c, call) in self.calls.iter().enumerate() {
-            if call.strategy == Strategy::Recompute {
+            if call.strategy == Strategy::Recompute || call.shared.is_some() {
                 continue;
             }
             let prepared = call.prepare(input)?;
@@ -378,6 +383,9 @@ impl Aggregate {
                     }
                 }
             }
+        }
+        for f in 0..self.families.len() {
+            self.fold_family(f, input, &slots, weights, &mut scratch)?;
         }
         if self.recomputes {
             let rows = self.input.encode_rows(input.rows())?;
@@ -620,13 +628,11 @@ impl Operator for Aggregate {
                     output.to_vec(),
                 ));
             }
-            for (c, state) in group.calls.iter().enumerate() {
-                for (value, count) in state.values.iter() {
-                    entries.push(StateEntry::set(
-                        state_key(VALUE, key, &value_rest(c, value)),
-                        count_value(count),
-                    ));
-                }
+            for (c, value, count) in shared::kept_values(&self.calls, &self.families, group) {
+                entries.push(StateEntry::set(
+                    state_key(VALUE, key, &value_rest(c, value)),
+                    count_value(count),
+                ));
             }
             for (row, count) in group.input.iter() {
                 entries.push(StateEntry::set(
@@ -672,7 +678,7 @@ impl Operator for Aggregate {
                         .map(|(c, v)| (u16::from_be_bytes(*c) as usize, v))
                         .filter(|(c, _)| *c < self.calls.len())
                         .ok_or_else(|| unreadable(NAME, "a malformed value key"))?;
-                    self.group_mut(slot).calls[call].values.set(value, count);
+                    self.restore_value(slot, call, value, count)?;
                 }
                 ROW => {
                     let count = read_count(NAME, value)?;
@@ -765,9 +771,9 @@ impl Aggregate {
                     .rest
                     .split_first_chunk::<2>()
                     .ok_or_else(|| unreadable(NAME, "a malformed value key"))?;
+                let call = u16::from_be_bytes(*call) as usize;
                 group
-                    .and_then(|g| g.calls.get(u16::from_be_bytes(*call) as usize))
-                    .and_then(|c| c.values.get(value))
+                    .and_then(|g| shared::value_count(&self.calls, g, call, value))
                     .map(count_value)
             }
             ROW => group

@@ -235,6 +235,9 @@ pub(crate) mod differential {
             (count_udaf(), lit(1i64), false, Some(x_above(2))),
             (max_udaf(), expr("x"), false, Some(x_above(2))),
             (count_udaf(), expr("g"), true, Some(x_above(2))),
+            // With count(DISTINCT x) and sum(DISTINCT x), over an
+            // append-only input: one set for the three.
+            (count_udaf(), expr("x"), true, Some(x_above(2))),
         ];
         spec.into_iter()
             .enumerate()
@@ -305,6 +308,9 @@ pub(crate) mod differential {
         let (mut input, mut incremental, mut replica) = if append_only {
             let strategies = aggregate(grouped).over_append_only();
             assert!(strategies.strategies().contains(&"distinct set"));
+            let shared = strategies.strategies();
+            let shared = shared.iter().filter(|s| **s == "shared distinct set");
+            assert_eq!(shared.count(), 3);
             (
                 input.inserts_only(),
                 strategies,

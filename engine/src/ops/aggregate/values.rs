@@ -70,6 +70,31 @@ impl Values {
         }
     }
 
+    /// For a set over an input that never retracts, whose counts are
+    /// masks of the calls that saw each value ([`super::calls::Shared`];
+    /// a call alone is bit 0): marks `value` seen by the calls in `mask`,
+    /// with one lookup, and returns those that had not seen it.
+    pub fn add_seen(&mut self, value: &[u8], mask: u64) -> u64 {
+        let seen = match self {
+            Self::Ordered(map) => map.get_mut(value),
+            Self::Hashed(map) => map.get_mut(value),
+        };
+        if let Some(seen) = seen {
+            let new = mask & !(*seen as u64);
+            *seen |= new as i64;
+            return new;
+        }
+        match self {
+            Self::Ordered(map) => {
+                map.insert(value.into(), mask as i64);
+            }
+            Self::Hashed(map) => {
+                map.insert(InlineKey::from_slice(value), mask as i64);
+            }
+        }
+        mask
+    }
+
     /// Every kept value with its count, in no particular order.
     pub fn iter(&self) -> Box<dyn Iterator<Item = (&[u8], i64)> + '_> {
         match self {
