@@ -20,14 +20,11 @@
 //!   through expressions, and how a source's are generated.
 //! - [`rows`]: Arrow rows as comparable bytes, and consolidation.
 //! - [`multiset::Multiset`]: bags of rows, the state most operators keep.
-//! - `changed::ChangedKeys`: the state keys an operator changed since its
-//!   last checkpoint, in one buffer.
 //! - [`runtime`]: the epoch runtime around the coordinator: inputs from
 //!   the table log and source connectors, barriers, checkpoints and seals
 //!   (with source offsets and sink descriptors), restore, sinks' two-phase
 //!   commit.
 
-pub(crate) mod changed;
 pub mod checkpoint;
 pub mod coordinator;
 pub mod error;

@@ -8,7 +8,6 @@ use bytes::Bytes;
 use weir_common::{ChangeBatch, ObjectId};
 
 use crate::EngineError;
-pub(crate) use crate::changed::{ChangedKeys, Upsert};
 use crate::multiset::{Reader, Writer};
 use crate::watermark::Watermarks;
 
@@ -321,14 +320,16 @@ pub(crate) fn state_key_into(scratch: &mut Vec<u8>, tag: u8, distribution: &[u8]
 /// recorded (a hot group, a repeated value) costs a lookup, not an
 /// allocation.
 pub(crate) fn mark_changed(
-    changed: &mut ChangedKeys,
+    changed: &mut hashbrown::HashSet<Vec<u8>>,
     scratch: &mut Vec<u8>,
     tag: u8,
     distribution: &[u8],
     rest: &[&[u8]],
 ) {
     state_key_into(scratch, tag, distribution, rest);
-    changed.mark(scratch);
+    if !changed.contains(scratch.as_slice()) {
+        changed.insert(scratch.clone());
+    }
 }
 
 /// A state key changed since the last checkpoint ([`mark_changed_to`]).
@@ -351,7 +352,7 @@ pub(crate) struct Pending<V> {
 /// that come and go between two checkpoints were about half of what it
 /// wrote).
 pub(crate) fn mark_changed_to<V>(
-    changed: &mut ChangedKeys<Pending<V>>,
+    changed: &mut hashbrown::HashMap<Vec<u8>, Pending<V>>,
     scratch: &mut Vec<u8>,
     tag: u8,
     distribution: &[u8],
@@ -359,19 +360,21 @@ pub(crate) fn mark_changed_to<V>(
     existed: bool,
     now: Option<V>,
 ) {
+    use hashbrown::hash_map::EntryRef;
     state_key_into(scratch, tag, distribution, rest);
-    changed.upsert(scratch, |pending| match pending {
-        Some(pending) if !pending.checkpointed && now.is_none() => Upsert::Forget,
-        Some(pending) => {
-            pending.now = now;
-            Upsert::Keep
+    match changed.entry_ref(scratch.as_slice()) {
+        EntryRef::Occupied(pending) if !pending.get().checkpointed && now.is_none() => {
+            pending.remove();
         }
-        None if !existed && now.is_none() => Upsert::Keep,
-        None => Upsert::Record(Pending {
-            checkpointed: existed,
-            now,
-        }),
-    });
+        EntryRef::Occupied(mut pending) => pending.get_mut().now = now,
+        EntryRef::Vacant(_) if !existed && now.is_none() => {}
+        EntryRef::Vacant(slot) => {
+            slot.insert(Pending {
+                checkpointed: existed,
+                now,
+            });
+        }
+    }
 }
 
 /// [`Operator::take_state_changes`] for operators that record changed
@@ -379,16 +382,17 @@ pub(crate) fn mark_changed_to<V>(
 /// current values from `value_of`; the record is cleared only when that
 /// succeeded.
 ///
-/// The keys move out of the set into the entries, as slices of its one
-/// buffer ([`ChangedKeys::drain`]); on an error they go back. They are not sorted:
+/// The keys move out of the set into the entries (a checkpoint drains every
+/// changed key each epoch, so a copy of each would be a copy of the
+/// epoch's changed state); on an error they go back. They are not sorted:
 /// nothing reads a delta in order (each key occurs once, and a vnode's
 /// chain is merged by key), and sorting every changed key of every epoch
 /// was a tenth of a join's time.
 pub(crate) fn take_changed(
-    changed: &mut ChangedKeys,
+    changed: &mut hashbrown::HashSet<Vec<u8>>,
     value_of: impl Fn(&[u8]) -> Result<Option<Vec<u8>>, EngineError>,
 ) -> Result<Vec<StateEntry>, EngineError> {
-    let keys: Vec<Bytes> = changed.drain().map(|(key, ())| key).collect();
+    let keys: Vec<Vec<u8>> = changed.drain().collect();
     let values = match keys
         .iter()
         .map(|key| value_of(key))
@@ -396,9 +400,7 @@ pub(crate) fn take_changed(
     {
         Ok(values) => values,
         Err(e) => {
-            for key in &keys {
-                changed.mark(key);
-            }
+            changed.extend(keys);
             return Err(e);
         }
     };
@@ -406,7 +408,7 @@ pub(crate) fn take_changed(
         .into_iter()
         .zip(values)
         .map(|(key, value)| StateEntry {
-            key,
+            key: key.into(),
             value: value.map(Bytes::from),
         })
         .collect())
@@ -474,10 +476,8 @@ mod tests {
 
     #[test]
     fn changed_keys_come_out_once_each_and_stay_on_an_error() {
-        let mut changed = ChangedKeys::default();
-        for key in [[3], [1], [2]] {
-            changed.mark(&key);
-        }
+        let mut changed: hashbrown::HashSet<Vec<u8>> =
+            [vec![3], vec![1], vec![2]].into_iter().collect();
         let failed = take_changed(&mut changed, |key| {
             if key == [2] {
                 Err(unreadable("test", "a bad value"))

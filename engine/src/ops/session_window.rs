@@ -40,8 +40,8 @@ use weir_common::ChangeBatch;
 
 use crate::EngineError;
 use crate::operator::{
-    ChangedKeys, Operator, StateEntry, count_value, expect_inputs, expect_watermarks, mark_changed,
-    pair_bytes, parse_state_key, read_count, split_pair, state_key, take_changed, unreadable,
+    Operator, StateEntry, count_value, expect_inputs, expect_watermarks, mark_changed, pair_bytes,
+    parse_state_key, read_count, split_pair, state_key, take_changed, unreadable,
 };
 use crate::ops::parallel::{Keyed, not_shardable};
 use crate::rows::{RowBytes, RowCodec, batch_of, consolidate, empty_change};
@@ -131,7 +131,7 @@ pub struct SessionWindow {
     input: RowCodec,
     partition: Option<RowCodec>,
     partitions: hashbrown::HashMap<RowBytes, Rows>,
-    changed: ChangedKeys,
+    changed: hashbrown::HashSet<Vec<u8>>,
     scratch: Vec<u8>,
     closing: Option<Closing>,
 }
@@ -149,7 +149,7 @@ impl SessionWindow {
             input: RowCodec::new(spec.input_schema.clone())?,
             partition,
             partitions: hashbrown::HashMap::new(),
-            changed: ChangedKeys::default(),
+            changed: hashbrown::HashSet::new(),
             scratch: Vec::new(),
             closing: None,
             spec,

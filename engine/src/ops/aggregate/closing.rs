@@ -7,7 +7,7 @@ use weir_common::ChangeBatch;
 use super::calls::Strategy;
 use super::{Aggregate, GROUP, OUTPUT, ROW, VALUE, WATERMARK};
 use crate::EngineError;
-use crate::operator::{mark_changed, state_key_into};
+use crate::operator::{state_key, state_key_into};
 use crate::rows::{RowBytes, empty_change};
 use crate::watermark::{NONE_YET, as_i64, drop_late};
 
@@ -94,7 +94,7 @@ impl Aggregate {
             let group = self.group_mut(slot);
             group.touched = false;
             let key = group.key.clone();
-            mark_changed(&mut self.changed, &mut self.scratch, GROUP, &key, &[]);
+            self.changed.insert(state_key(GROUP, &key, &[]));
             // Its entry among the open groups stays until its window
             // closes, and then finds no group (or the same key's new one).
             if self.group(slot).is_empty() {
@@ -120,7 +120,7 @@ impl Aggregate {
             .into_values()
             .flatten()
             .collect();
-        mark_changed(&mut self.changed, &mut self.scratch, WATERMARK, &[], &[]);
+        self.changed.insert(state_key(WATERMARK, &[], &[]));
         // A key filed twice (a group that emptied and started again).
         let mut slots: Vec<u32> = closed
             .iter()
@@ -166,8 +166,8 @@ impl Aggregate {
             state_key_into(&mut scratch, tag, &group.key, rest);
             if unseen || added && changed.contains(scratch.as_slice()) {
                 changed.remove(scratch.as_slice());
-            } else {
-                changed.mark(&scratch);
+            } else if !changed.contains(scratch.as_slice()) {
+                changed.insert(scratch.clone());
             }
         };
         gone(GROUP, &[], false);

@@ -6,8 +6,7 @@
 //! ordered with counts, so retracting the current extreme finds the next
 //! (over an input that only inserts, just the extreme value);
 //! count/sum/avg over DISTINCT keep the distinct values with counts
-//! (over an input that only inserts, just the set of values, one set for
-//! all the calls with equal arguments, [`shared`]); any
+//! (over an input that only inserts, just the set of values); any
 //! other function is recomputed from its group's rows by DataFusion's own
 //! accumulator ([`recompute`]), and only then are the rows kept. An epoch
 //! costs O(input rows) plus O(changed groups) to emit, except for the
@@ -61,7 +60,7 @@ use self::calls::{Call, CallState, Strategy, ValuesChanged};
 use crate::EngineError;
 use crate::multiset::Multiset;
 use crate::operator::{
-    ChangedKeys, Operator, StateEntry, count_value, expect_inputs, expect_watermarks, mark_changed,
+    Operator, StateEntry, count_value, expect_inputs, expect_watermarks, mark_changed,
     parse_state_key, read_count, state_key, state_key_into, take_changed, unreadable,
 };
 use crate::ops::parallel::{Keyed, not_shardable};
@@ -132,7 +131,7 @@ pub struct Aggregate {
     /// Whether the global group's first row has been emitted.
     started: bool,
     /// State keys changed since the last `take_state_changes`.
-    changed: ChangedKeys,
+    changed: hashbrown::HashSet<Vec<u8>>,
     /// How many times `take_state_changes` drained `changed`.
     period: u64,
     /// Where a state key is built to be looked up.
@@ -200,7 +199,7 @@ impl Aggregate {
             groups: Vec::new(),
             free: Vec::new(),
             started: false,
-            changed: ChangedKeys::default(),
+            changed: hashbrown::HashSet::new(),
             period: 0,
             scratch: Vec::new(),
             closing: None,
@@ -466,9 +465,9 @@ impl Aggregate {
                     change.push((new.clone(), 1));
                 }
                 group.output = new;
-                mark_changed(&mut self.changed, &mut self.scratch, OUTPUT, &key, &[]);
+                self.changed.insert(state_key(OUTPUT, &key, &[]));
             }
-            mark_changed(&mut self.changed, &mut self.scratch, GROUP, &key, &[]);
+            self.changed.insert(state_key(GROUP, &key, &[]));
             if self.group(slot).is_empty() {
                 self.remove(slot);
             }
@@ -534,7 +533,7 @@ impl Operator for Aggregate {
         expect_inputs(NAME, inputs, 1)?;
         let mut touched = Vec::new();
         if !self.started {
-            mark_changed(&mut self.changed, &mut self.scratch, STARTED, &[], &[]);
+            self.changed.insert(state_key(STARTED, &[], &[]));
             if self.is_global() {
                 let slot = self.slot_of(&[]);
                 self.group_mut(slot).touched = true;

@@ -31,7 +31,7 @@ use super::side_rows::SideRows;
 use super::{JoinKind, JoinSpec, Sides, rebind, take_rows};
 use crate::EngineError;
 use crate::operator::{
-    ChangedKeys, Operator, Pending, StateEntry, expect_inputs, expect_watermarks, mark_changed_to,
+    Operator, Pending, StateEntry, expect_inputs, expect_watermarks, mark_changed_to,
     parse_state_key, state_key, unreadable,
 };
 use crate::ops::parallel::Keyed;
@@ -81,7 +81,7 @@ pub(super) struct DeltaJoin {
     pub(super) buckets: HashMap<RowBytes, Bucket>,
     /// State keys changed since the last `take_state_changes`, each with
     /// its counts now (`None`: the row is gone).
-    pub(super) changed: ChangedKeys<Pending<Counts>>,
+    pub(super) changed: hashbrown::HashMap<Vec<u8>, Pending<Counts>>,
     /// Set for a window join ([`super::expiry`]).
     pub(super) expiry: Option<Expiry>,
 }
@@ -100,7 +100,7 @@ impl DeltaJoin {
         Ok(Self {
             sides: Sides::new(&spec)?,
             buckets: HashMap::new(),
-            changed: ChangedKeys::default(),
+            changed: hashbrown::HashMap::new(),
             expiry: None,
             spec,
         })
@@ -468,19 +468,18 @@ impl Operator for DeltaJoin {
     }
 
     fn take_state_changes(&mut self) -> Result<Vec<StateEntry>, EngineError> {
-        let mut changed = std::mem::take(&mut self.changed);
+        let changed = std::mem::take(&mut self.changed);
         let mut entries: Vec<StateEntry> = changed
-            .drain()
+            .into_iter()
             .filter(|(_, pending)| pending.checkpointed || pending.now.is_some())
             .map(|(key, pending)| {
                 let left = key.first() == Some(&LEFT);
                 StateEntry {
+                    key: key.into(),
                     value: pending.now.map(|c| Bytes::from(self.encode(left, c))),
-                    key,
                 }
             })
             .collect();
-        self.changed = changed;
         if self.take_watermarks_moved() {
             entries.extend(self.watermark_entries());
         }

@@ -52,8 +52,8 @@ use weir_common::ChangeBatch;
 use self::partition::{Cut, Element, Numbered, Partition};
 use crate::EngineError;
 use crate::operator::{
-    ChangedKeys, Operator, StateEntry, count_value, expect_inputs, expect_watermarks, mark_changed,
-    pair_bytes, parse_state_key, read_count, split_pair, state_key, take_changed, unreadable,
+    Operator, StateEntry, count_value, expect_inputs, expect_watermarks, mark_changed, pair_bytes,
+    parse_state_key, read_count, split_pair, state_key, take_changed, unreadable,
 };
 use crate::ops::parallel::{Keyed, not_shardable};
 use crate::rows::{RowBytes, RowCodec, batch_of, consolidate, empty_change};
@@ -121,7 +121,7 @@ pub struct TopN {
     partitions: Vec<Option<Partition>>,
     free: Vec<u32>,
     /// State keys changed since the last `take_state_changes`.
-    changed: ChangedKeys,
+    changed: hashbrown::HashSet<Vec<u8>>,
     scratch: Vec<u8>,
     /// Set when partitions close by a watermark ([`closing`]).
     closing: Option<closing::Closing>,
@@ -149,7 +149,7 @@ impl TopN {
             index: hashbrown::HashMap::new(),
             partitions: Vec::new(),
             free: Vec::new(),
-            changed: ChangedKeys::default(),
+            changed: hashbrown::HashSet::new(),
             scratch: Vec::new(),
             closing: None,
             spec,
@@ -254,7 +254,7 @@ impl TopN {
 
 /// Records the `ROW` state key of `element` in `partition` as changed.
 fn mark_row(
-    changed: &mut ChangedKeys,
+    changed: &mut hashbrown::HashSet<Vec<u8>>,
     scratch: &mut Vec<u8>,
     partition: &[u8],
     (sort_key, row): &Element,
