@@ -33,7 +33,7 @@ use datafusion_functions_aggregate_common::utils::DecimalAverager;
 use weir_common::ChangeBatch;
 
 use super::exact_sum::{ExactSum, take};
-use super::values::Values;
+use super::values::{InlineKey, Values};
 use super::{AggregateCall, NAME};
 use crate::EngineError;
 use crate::rows::{RowCodec, where_true};
@@ -248,7 +248,7 @@ pub(super) enum ValuesChanged {
     /// The row's value changed (its key is `keys.row(i)`).
     Row,
     /// The row's value replaced this one (min/max over append-only input).
-    Replaced(Box<[u8]>),
+    Replaced(InlineKey),
 }
 
 impl Call {
@@ -285,10 +285,10 @@ impl Call {
                 Some(Running::SumFloat | Running::AvgFloat)
             )
             .then(Box::default),
-            values: if matches!(self.strategy, Strategy::Distinct(_)) {
-                Values::hashed()
-            } else {
-                Values::default()
+            values: match self.strategy {
+                Strategy::Distinct(_) => Values::hashed(),
+                Strategy::Min | Strategy::Max if self.append_only => Values::Extreme(None),
+                _ => Values::default(),
             },
             ..CallState::default()
         }
@@ -486,22 +486,18 @@ impl Call {
             return Err(retraction_over_append_only("min/max"));
         }
         let max = self.strategy == Strategy::Max;
-        let values = state.values.ordered_mut().ok_or_else(min_max_unordered)?;
-        let current = if max {
-            values.last_key_value()
-        } else {
-            values.first_key_value()
+        let Values::Extreme(extreme) = &mut state.values else {
+            return Err(min_max_unordered());
         };
-        match current {
-            Some((k, _)) if k.as_ref() == key => {
-                *values.get_mut(key).expect("present") += weight;
+        match extreme {
+            Some((kept, count)) if kept.as_slice() == key => {
+                *count += weight;
                 Ok(ValuesChanged::Row)
             }
-            Some((k, _)) if (key > k.as_ref()) != max => Ok(ValuesChanged::No),
+            Some((kept, _)) if (key > kept.as_slice()) != max => Ok(ValuesChanged::No),
             _ => {
-                let replaced = std::mem::take(values).into_keys().next();
-                values.insert(key.into(), weight);
-                Ok(replaced.map_or(ValuesChanged::Row, ValuesChanged::Replaced))
+                let replaced = extreme.replace((InlineKey::from_slice(key), weight));
+                Ok(replaced.map_or(ValuesChanged::Row, |(old, _)| ValuesChanged::Replaced(old)))
             }
         }
     }
@@ -520,13 +516,8 @@ impl Call {
                 let extremes = states
                     .iter()
                     .map(|s| {
-                        let values = s.values.ordered().ok_or_else(min_max_unordered)?;
-                        let entry = if self.strategy == Strategy::Min {
-                            values.first_key_value()
-                        } else {
-                            values.last_key_value()
-                        };
-                        Ok(entry.map(|(k, _)| k.as_ref()))
+                        (s.values.extreme(self.strategy == Strategy::Max))
+                            .map_err(|()| min_max_unordered())
                     })
                     .collect::<Result<Vec<Option<&[u8]>>, EngineError>>()?;
                 let present: Vec<&[u8]> = extremes.iter().flatten().copied().collect();
