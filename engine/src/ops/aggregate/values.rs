@@ -3,10 +3,10 @@
 //! min and max need their values in order (the extreme is the first or
 //! the last, and retracting it finds the next), so they keep an ordered
 //! map; over an input that never retracts only the extreme is kept,
-//! inline, so a new extreme allocates nothing. DISTINCT never reads an order, only whether a value is there, so
-//! it keeps a hash map whose short keys (an integer's row bytes are 9)
-//! live inline, without an allocation or a chain of byte comparisons per
-//! lookup.
+//! inline, so a new extreme allocates nothing. DISTINCT never reads an
+//! order, only whether a value is there, so it keeps a hash map whose
+//! short keys (an integer's row bytes are 9) live inline, without an
+//! allocation or a chain of byte comparisons per lookup.
 
 use std::collections::BTreeMap;
 
