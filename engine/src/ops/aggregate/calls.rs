@@ -8,11 +8,13 @@
 //!   float sums are exact ([`ExactSum`]).
 //! - `ordered values`: min and max keep each group's values with their
 //!   counts, ordered, so retracting the current extreme finds the next one
-//!   in O(log n).
+//!   in O(log n); over an input that never retracts, only the extreme,
+//!   inline (`extreme value`).
 //! - `distinct`: count, sum and avg over DISTINCT keep each group's values
 //!   with their counts, hashed, and feed the running accumulator a value
 //!   when its count leaves or returns to zero; over an input that never
-//!   retracts, only the values (a set: a value seen again costs a lookup).
+//!   retracts, only the values (a set: a value seen again costs a lookup),
+//!   one set for all the calls with equal arguments ([`Shared`]).
 //! - `recompute`: every other call (string_agg, array_agg, stddev, ordered
 //!   aggregates, ...) is recomputed from the group's rows with DataFusion's
 //!   own accumulator whenever the group changes.

@@ -247,8 +247,8 @@ impl Aggregate {
     }
 
     /// How each call is maintained, in call order, for EXPLAIN: `running`,
-    /// `ordered values`, `extreme value`, `distinct values`, `distinct set`
-    /// or `recompute`.
+    /// `ordered values`, `extreme value`, `distinct values`, `distinct set`,
+    /// `shared distinct set` or `recompute`.
     pub fn strategies(&self) -> Vec<&'static str> {
         self.calls.iter().map(Call::describe).collect()
     }
