@@ -7,7 +7,7 @@ use weir_common::ChangeBatch;
 use super::calls::Strategy;
 use super::{Aggregate, GROUP, OUTPUT, ROW, VALUE, WATERMARK};
 use crate::EngineError;
-use crate::operator::{state_key, state_key_into};
+use crate::operator::{StateEntry, mark_changed, state_key, state_key_into};
 use crate::rows::{RowBytes, empty_change};
 use crate::watermark::{NONE_YET, as_i64, drop_late};
 
@@ -91,10 +91,12 @@ impl Aggregate {
     /// left without rows go.
     pub(super) fn settle_quietly(&mut self, touched: Vec<u32>) {
         for slot in touched {
-            let group = self.group_mut(slot);
+            let unseen = self.unseen(slot);
+            let group = self.groups[slot as usize].as_mut().expect("a live slot");
             group.touched = false;
-            let key = group.key.clone();
-            self.changed.insert(state_key(GROUP, &key, &[]));
+            if !unseen {
+                mark_changed(&mut self.changed, &mut self.scratch, GROUP, &group.key, &[]);
+            }
             // Its entry among the open groups stays until its window
             // closes, and then finds no group (or the same key's new one).
             if self.group(slot).is_empty() {
@@ -146,25 +148,52 @@ impl Aggregate {
         Ok(out)
     }
 
-    /// Removes a closed group and records every state key it had as gone;
-    /// a group no checkpoint has seen leaves nothing to write (its keys
-    /// come out of the changes: windows that open and close between two
-    /// checkpoints were most of what a window aggregate wrote).
+    /// Whether the group in `slot` started this checkpoint period with no
+    /// state of its key checkpointed: none of its keys is recorded as
+    /// changed, and the take writes the whole group if it is still there.
+    pub(super) fn unseen(&self, slot: u32) -> bool {
+        self.group(slot).fresh_in == Some(self.period)
+    }
+
+    /// Appends to a take's entries every entry of the groups still there
+    /// that no checkpoint has seen; their keys were never recorded.
+    pub(super) fn take_unseen_groups(&mut self, entries: &mut Vec<StateEntry>) {
+        let mut fresh = std::mem::take(&mut self.fresh);
+        // A slot freed and reused within the period is listed twice.
+        fresh.sort_unstable();
+        fresh.dedup();
+        for &slot in &fresh {
+            if let Some(group) = &self.groups[slot as usize]
+                && group.fresh_in == Some(self.period)
+            {
+                self.group_entries(group, entries);
+            }
+        }
+        fresh.clear();
+        self.fresh = fresh;
+    }
+
+    /// Removes a closed group and records every state key it had as gone.
+    /// A group no checkpoint has seen recorded none and leaves nothing to
+    /// write: windows that open and close between two checkpoints were
+    /// most of what a window aggregate wrote.
     fn drop_state(&mut self, slot: u32) {
-        let Some(group) = self.groups[slot as usize].as_ref() else {
+        if self.groups[slot as usize].is_none() {
             return;
-        };
-        let unseen = group.fresh_in == Some(self.period);
+        }
+        if self.unseen(slot) {
+            self.remove(slot);
+            return;
+        }
+        let group = self.groups[slot as usize].as_ref().expect("a live slot");
         let changed = &mut self.changed;
         let mut scratch = std::mem::take(&mut self.scratch);
-        // Each key built in `scratch`: most closing groups are unseen, and
-        // taking their keys out allocates nothing.
         // `added`: the key changes only when it is added (a DISTINCT set
         // over an input that never retracts), so one among the changes was
         // added since the last checkpoint, which does not hold it.
         let mut gone = |tag: u8, rest: &[&[u8]], added: bool| {
             state_key_into(&mut scratch, tag, &group.key, rest);
-            if unseen || added && changed.contains(scratch.as_slice()) {
+            if added && changed.contains(scratch.as_slice()) {
                 changed.remove(scratch.as_slice());
             } else if !changed.contains(scratch.as_slice()) {
                 changed.insert(scratch.clone());

@@ -102,7 +102,9 @@ struct Group {
     window: Option<Option<i64>>,
     /// The checkpoint period ([`Aggregate::period`]) it started in, if no
     /// state of its key was checkpointed or pending removal then: while
-    /// that period lasts, no checkpoint holds any of its keys.
+    /// that period lasts, no checkpoint holds any of its keys, so none is
+    /// recorded as changed; the take writes the whole group if it is still
+    /// there ([`Aggregate::unseen`]).
     fresh_in: Option<u64>,
 }
 
@@ -136,6 +138,8 @@ pub struct Aggregate {
     period: u64,
     /// Where a state key is built to be looked up.
     scratch: Vec<u8>,
+    /// Slots of the groups started fresh this period (a slot may repeat).
+    fresh: Vec<u32>,
     /// Set when groups close by a watermark.
     closing: Option<Closing>,
     /// DISTINCT calls sharing a set ([`calls::Shared`]), leader first.
@@ -202,6 +206,7 @@ impl Aggregate {
             changed: hashbrown::HashSet::new(),
             period: 0,
             scratch: Vec::new(),
+            fresh: Vec::new(),
             closing: None,
             families: Vec::new(),
         })
@@ -298,6 +303,9 @@ impl Aggregate {
                 (self.groups.len() - 1) as u32
             }
         };
+        if fresh {
+            self.fresh.push(slot);
+        }
         self.index.insert(key, slot);
         slot
     }
@@ -357,6 +365,7 @@ impl Aggregate {
                 touched.push(slot);
             }
         }
+        let period = self.period;
         for (c, call) in self.calls.iter().enumerate() {
             if call.strategy == Strategy::Recompute || call.shared.is_some() {
                 continue;
@@ -366,6 +375,7 @@ impl Aggregate {
                 let group = self.groups[slot as usize].as_mut().expect("a live slot");
                 match call.apply(&mut group.calls[c], &prepared, i, weight)? {
                     ValuesChanged::No => {}
+                    _ if group.fresh_in == Some(period) => {}
                     changed => {
                         let value = prepared.keys.as_ref().expect("kept values").row(i);
                         let parts: [&[u8]; 2] = [&(c as u16).to_be_bytes(), value.as_ref()];
@@ -392,7 +402,9 @@ impl Aggregate {
             for ((&slot, &weight), row) in slots.iter().zip(weights).zip(&rows) {
                 let group = self.groups[slot as usize].as_mut().expect("a live slot");
                 group.input.add(row, weight, NAME)?;
-                mark_changed(&mut self.changed, &mut scratch, ROW, &group.key, &[row]);
+                if group.fresh_in != Some(period) {
+                    mark_changed(&mut self.changed, &mut scratch, ROW, &group.key, &[row]);
+                }
             }
         }
         Ok((touched, slots))
@@ -454,9 +466,10 @@ impl Aggregate {
         let mut change: Vec<(RowBytes, i64)> = Vec::new();
         for slot in touched {
             let new = new_rows.next_if(|(s, _)| *s == slot).map(|(_, row)| row);
-            let group = self.group_mut(slot);
+            let unseen = self.unseen(slot);
+            let group = self.groups[slot as usize].as_mut().expect("a live slot");
             group.touched = false;
-            let key = group.key.clone();
+            let key = &group.key;
             if group.output != new {
                 if let Some(old) = group.output.take() {
                     change.push((old, -1));
@@ -465,9 +478,13 @@ impl Aggregate {
                     change.push((new.clone(), 1));
                 }
                 group.output = new;
-                self.changed.insert(state_key(OUTPUT, &key, &[]));
+                if !unseen {
+                    mark_changed(&mut self.changed, &mut self.scratch, OUTPUT, key, &[]);
+                }
             }
-            self.changed.insert(state_key(GROUP, &key, &[]));
+            if !unseen {
+                mark_changed(&mut self.changed, &mut self.scratch, GROUP, key, &[]);
+            }
             if self.group(slot).is_empty() {
                 self.remove(slot);
             }
@@ -602,10 +619,10 @@ impl Operator for Aggregate {
         let mut changed = std::mem::take(&mut self.changed);
         let taken = take_changed(&mut changed, |key| self.value_of(key));
         self.changed = changed;
-        if taken.is_ok() {
-            self.period += 1;
-        }
-        taken
+        let mut taken = taken?;
+        self.take_unseen_groups(&mut taken);
+        self.period += 1;
+        Ok(taken)
     }
 
     fn state_entries(&self) -> Result<Vec<StateEntry>, EngineError> {
@@ -617,29 +634,7 @@ impl Operator for Aggregate {
             entries.push(StateEntry::set(state_key(WATERMARK, &[], &[]), value));
         }
         for group in self.groups.iter().flatten() {
-            let key = &group.key;
-            entries.push(StateEntry::set(
-                state_key(GROUP, key, &[]),
-                self.encode_group(group),
-            ));
-            if let Some(output) = &group.output {
-                entries.push(StateEntry::set(
-                    state_key(OUTPUT, key, &[]),
-                    output.to_vec(),
-                ));
-            }
-            for (c, value, count) in shared::kept_values(&self.calls, &self.families, group) {
-                entries.push(StateEntry::set(
-                    state_key(VALUE, key, &value_rest(c, value)),
-                    count_value(count),
-                ));
-            }
-            for (row, count) in group.input.iter() {
-                entries.push(StateEntry::set(
-                    state_key(ROW, key, row),
-                    count_value(count),
-                ));
-            }
+            self.group_entries(group, &mut entries);
         }
         // In key order, so equal states snapshot to equal bytes.
         entries.sort_unstable();
@@ -698,6 +693,7 @@ impl Operator for Aggregate {
         }
         self.index_restored(touched)?;
         self.changed.clear();
+        self.fresh.clear();
         Ok(())
     }
 }
@@ -755,6 +751,33 @@ impl Aggregate {
         })();
         self.calls = calls;
         decoded.ok_or_else(|| unreadable(NAME, "a malformed group"))
+    }
+
+    /// Appends every state entry of `group`.
+    fn group_entries(&self, group: &Group, entries: &mut Vec<StateEntry>) {
+        let key = &group.key;
+        entries.push(StateEntry::set(
+            state_key(GROUP, key, &[]),
+            self.encode_group(group),
+        ));
+        if let Some(output) = &group.output {
+            entries.push(StateEntry::set(
+                state_key(OUTPUT, key, &[]),
+                output.to_vec(),
+            ));
+        }
+        for (c, value, count) in shared::kept_values(&self.calls, &self.families, group) {
+            entries.push(StateEntry::set(
+                state_key(VALUE, key, &value_rest(c, value)),
+                count_value(count),
+            ));
+        }
+        for (row, count) in group.input.iter() {
+            entries.push(StateEntry::set(
+                state_key(ROW, key, row),
+                count_value(count),
+            ));
+        }
     }
 
     /// The current value of a state key (`None` when it has none).

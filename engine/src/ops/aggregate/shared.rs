@@ -79,13 +79,16 @@ impl Aggregate {
             let value = keys.row(i);
             let group = self.groups[slot as usize].as_mut().expect("a live slot");
             let new = group.calls[leader].values.add_seen(value.as_ref(), mask);
+            let unseen = group.fresh_in == Some(self.period);
             for (bit, &c) in members.iter().enumerate() {
                 if new & (1 << bit) == 0 {
                     continue;
                 }
                 self.calls[c].accumulate(&mut group.calls[c], &prepared[bit], i, 1)?;
-                let parts: [&[u8]; 2] = [&(c as u16).to_be_bytes(), value.as_ref()];
-                mark_changed(&mut self.changed, scratch, VALUE, &group.key, &parts);
+                if !unseen {
+                    let parts: [&[u8]; 2] = [&(c as u16).to_be_bytes(), value.as_ref()];
+                    mark_changed(&mut self.changed, scratch, VALUE, &group.key, &parts);
+                }
             }
         }
         Ok(())
