@@ -41,7 +41,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
 use weir_storage::{ObjectStateBackend, PartialKind, SealExtras, StateBackend};
 
 use super::RuntimeObserver;
@@ -51,8 +50,6 @@ use crate::{Coordinator, EngineError, VNODES, VnodeState};
 
 /// A vnode's chain is compacted once it holds this many deltas.
 pub(super) const MAX_DELTAS: usize = 16;
-/// Partials written at once.
-const WRITE_CONCURRENCY: usize = 16;
 /// Attempts of one partial write or seal on transient store errors (both
 /// are idempotent), before the checkpoint fails as a whole.
 const ATTEMPTS: u32 = 4;
@@ -559,21 +556,12 @@ impl PendingSeal {
     ) -> Result<Written, EngineError> {
         let epoch = self.epoch;
         let version = self.state.authoritative_version();
-        let written: Vec<(u32, PartialKind, u64)> = futures::stream::iter(partials)
-            .map(|(vnode, kind, bytes)| {
-                let state = self.state.clone();
-                async move {
-                    let len = bytes.len() as u64;
-                    retrying(|| {
-                        state.write_partial_kind(vnode, epoch, version, kind, bytes.clone())
-                    })
-                    .await
-                    .map(|()| (vnode, kind, len))
-                }
-            })
-            .buffer_unordered(WRITE_CONCURRENCY)
-            .try_collect()
-            .await?;
+        // One object per few vnodes, not per vnode: see `write_partials`.
+        retrying(|| self.state.write_partials(epoch, version, &partials)).await?;
+        let written: Vec<(u32, PartialKind, u64)> = partials
+            .iter()
+            .map(|(vnode, kind, bytes)| (*vnode, *kind, bytes.len() as u64))
+            .collect();
         let vnodes: Vec<u32> = written.iter().map(|(v, _, _)| *v).collect();
         let mut extras = self.extras.clone();
         extras.compactions = self

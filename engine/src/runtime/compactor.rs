@@ -9,7 +9,8 @@
 //! handed the due vnodes after a seal), a task reads the chain of that
 //! seal from the store, merges it into one snapshot
 //! ([`crate::vnode_state::merge_chain`], on a blocking thread) and writes
-//! it ([`ObjectStateBackend::write_compaction`]); the next checkpoint hands
+//! the merged chains a group at a time, each group in a few objects
+//! ([`ObjectStateBackend::write_compactions`]); the next checkpoint hands
 //! the result to its seal, which puts it in place of the blobs it merged
 //! (deltas written meanwhile stay after it). The loop pays nothing but the
 //! bookkeeping. This is how LSM stores keep reads bounded: compaction
@@ -26,8 +27,11 @@ use weir_storage::{ChainEntry, Compaction, ObjectStateBackend};
 use crate::EngineError;
 use crate::vnode_state::merge_chain;
 
-/// Vnodes compacted at once within a job (reads, merges, writes).
+/// Vnodes compacted at once within a job (reads, merges).
 const CONCURRENCY: usize = 2;
+/// Merged chains are written once this many bytes of them are waiting,
+/// which bounds the memory a job holds.
+const GROUP_BYTES: usize = 64 << 20;
 
 /// A vnode's chain merged and written, waiting for a seal to name it.
 #[derive(Debug, Clone)]
@@ -79,13 +83,13 @@ impl Compactor {
         self.job_vnodes = vnodes.clone();
         let backend = self.backend.clone();
         self.job = Some(tokio::spawn(async move {
-            futures::stream::iter(vnodes)
+            let mut merged = futures::stream::iter(vnodes)
                 .map(|vnode| {
                     let backend = backend.clone();
                     let keep = keep.clone();
                     async move {
-                        match compact_vnode(&backend, vnode, epoch, keep).await {
-                            Ok(done) => done,
+                        match merge_vnode(&backend, vnode, epoch, keep).await {
+                            Ok(merged) => merged,
                             Err(e) => {
                                 // The vnode stays due: a later seal tries again.
                                 tracing::warn!(vnode, epoch, error = %e, "compacting a vnode's checkpoint chain failed");
@@ -96,8 +100,31 @@ impl Compactor {
                 })
                 .buffer_unordered(CONCURRENCY)
                 .filter_map(futures::future::ready)
-                .collect()
-                .await
+                .boxed();
+            let mut done = Vec::new();
+            let mut group = Vec::new();
+            let mut group_bytes = 0;
+            loop {
+                let next = merged.next().await;
+                let last = next.is_none();
+                if let Some(m) = next {
+                    group_bytes += m.bytes.len();
+                    group.push(m);
+                }
+                if group_bytes >= GROUP_BYTES || (last && !group.is_empty()) {
+                    group_bytes = 0;
+                    match write_merged(&backend, epoch, std::mem::take(&mut group)).await {
+                        Ok(written) => done.extend(written),
+                        // Those vnodes stay due: a later seal tries again.
+                        Err(e) => {
+                            tracing::warn!(epoch, error = %e, "writing a checkpoint compaction failed")
+                        }
+                    }
+                }
+                if last {
+                    break done;
+                }
+            }
         }));
         true
     }
@@ -163,12 +190,20 @@ impl Compactor {
     }
 }
 
-async fn compact_vnode(
+/// One vnode's chain merged, not yet written.
+struct Merged {
+    vnode: u32,
+    entries: Vec<ChainEntry>,
+    bytes: Bytes,
+    object_bytes: BTreeMap<ObjectId, u64>,
+}
+
+async fn merge_vnode(
     backend: &ObjectStateBackend,
     vnode: u32,
     epoch: u64,
     keep: Arc<HashSet<ObjectId>>,
-) -> Result<Option<Compacted>, EngineError> {
+) -> Result<Option<Merged>, EngineError> {
     let chain = backend.chain_blobs(vnode, epoch).await?;
     if chain.len() < 2 {
         return Ok(None);
@@ -180,13 +215,44 @@ async fn compact_vnode(
             operator: "checkpoint compaction",
             message: format!("merging vnode {vnode}: {e}"),
         })??;
-    let compaction = backend
-        .write_compaction(vnode, epoch, &entries, merged.bytes)
-        .await?;
-    Ok(Some(Compacted {
-        compaction,
+    Ok(Some(Merged {
+        vnode,
+        entries,
+        bytes: merged.bytes,
         object_bytes: merged.object_bytes,
     }))
+}
+
+/// Writes a job's merged chains together (a few objects, not one per
+/// vnode: see `ObjectStateBackend::write_compactions`).
+async fn write_merged(
+    backend: &ObjectStateBackend,
+    epoch: u64,
+    mut merged: Vec<Merged>,
+) -> Result<Vec<Compacted>, EngineError> {
+    if merged.is_empty() {
+        return Ok(Vec::new());
+    }
+    merged.sort_unstable_by_key(|m| m.vnode);
+    let items = merged
+        .iter_mut()
+        .map(|m| {
+            (
+                m.vnode,
+                std::mem::take(&mut m.entries),
+                std::mem::take(&mut m.bytes),
+            )
+        })
+        .collect();
+    let compactions = backend.write_compactions(epoch, items).await?;
+    Ok(compactions
+        .into_iter()
+        .zip(merged)
+        .map(|(compaction, m)| Compacted {
+            compaction,
+            object_bytes: m.object_bytes,
+        })
+        .collect())
 }
 
 #[cfg(test)]

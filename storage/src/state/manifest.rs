@@ -50,6 +50,22 @@ pub struct ChainEntry {
     pub len: u64,
     /// CRC-32 of the payload.
     pub crc32: u32,
+    /// Where the blob's frame starts in the object: 0 for an object of its
+    /// own, the frame's position for one of an epoch's batch objects
+    /// ([`batch_name`]). Absent from manifests written before batches.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub offset: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl ChainEntry {
+    /// The byte range of the entry's frame (header and payload) in its object.
+    pub fn frame_range(&self) -> std::ops::Range<u64> {
+        self.offset..self.offset + HEADER_LEN as u64 + self.len
+    }
 }
 
 /// Why a seal exists. Only `Epoch` seals carry an epoch's data; `Takeover`
@@ -116,13 +132,20 @@ pub(crate) const HEADER_LEN: usize = 20;
 /// reader detect a torn or corrupted object (length, CRC).
 pub(crate) fn encode_blob(kind: PartialKind, payload: &[u8]) -> Bytes {
     let mut out = BytesMut::with_capacity(HEADER_LEN + payload.len());
-    out.put_slice(MAGIC);
-    out.put_u8(kind.code());
-    out.put_slice(&[0; 3]);
-    out.put_u32_le(crc32fast::hash(payload));
-    out.put_u64_le(payload.len() as u64);
+    out.put_slice(&blob_header(kind, payload));
     out.put_slice(payload);
     out.freeze()
+}
+
+/// The frame header of `payload` alone, for writers that send the payload
+/// as a chunk of its own instead of copying it behind the header.
+pub(crate) fn blob_header(kind: PartialKind, payload: &[u8]) -> [u8; HEADER_LEN] {
+    let mut out = [0; HEADER_LEN];
+    out[..4].copy_from_slice(MAGIC);
+    out[4] = kind.code();
+    out[8..12].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    out[12..20].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    out
 }
 
 /// Check and strip the frame. Every failure is `Serialization`.
@@ -163,6 +186,31 @@ pub(crate) fn decode_blob(
 /// its path, and pruning reads only the epoch.
 pub(crate) fn partial_name(epoch: u64, vnode: u32, generation: u64, instance: &str) -> String {
     format!("partials/e{epoch:020}/v{vnode:05}-g{generation:020}-{instance}.bin")
+}
+
+/// The `index`th object holding the partials of many vnodes written at
+/// `epoch`, one frame after another ([`ChainEntry::offset`] says where each
+/// starts). An epoch's partials go to a few such objects rather than one
+/// object per vnode: every object is a file to create on a local disk and a
+/// request to an object store, and creating up to 256 files per epoch was
+/// the largest single cost of a stateful query (the filesystem searching
+/// for a free inode among recently freed ones).
+pub(crate) fn batch_name(epoch: u64, index: u32, generation: u64, instance: &str) -> String {
+    format!("partials/e{epoch:020}/b{index:05}-g{generation:020}-{instance}.bin")
+}
+
+/// The `index`th object of merged chains written together, all through
+/// the seal of `through`, `vnode` the lowest of them (a compaction job runs
+/// once per seal and compacts a vnode once, so the name is unique for its
+/// generation).
+pub(crate) fn compaction_batch_name(
+    through: u64,
+    vnode: u32,
+    index: u32,
+    generation: u64,
+    instance: &str,
+) -> String {
+    format!("partials/e{through:020}/c{vnode:05}-{index:03}-g{generation:020}-{instance}.bin")
 }
 
 /// The blob merging a vnode's chain from the blob of epoch `first` up to
@@ -256,6 +304,12 @@ mod tests {
         // The layout before one directory per epoch still prunes by epoch.
         let older = "partials/e00000000000000000042/v00007/g00000000000000000003-host_1_abc.bin";
         assert_eq!(parse_partial_epoch(older), Some(42));
+        let batch = batch_name(42, 1, 3, "i");
+        assert_eq!(
+            batch,
+            "partials/e00000000000000000042/b00001-g00000000000000000003-i.bin"
+        );
+        assert_eq!(parse_partial_epoch(&batch), Some(42));
         assert_eq!(parse_seal_epoch(&seal_name(9)), Some(9));
         assert_eq!(parse_fence_generation(&fence_name(5)), Some(5));
         assert_eq!(parse_seal_epoch("seals/e1.json.tmp"), None);

@@ -5,9 +5,17 @@
 //!
 //! ```text
 //! fence/g{generation:020}                                   who claimed which generation
+//! partials/e{epoch:020}/b{n:05}-g{gen:020}-{inst}.bin      the framed partials of many vnodes in one epoch
 //! partials/e{epoch:020}/v{vnode:05}-g{gen:020}-{inst}.bin   one vnode's change (or snapshot) in one epoch
 //! seals/e{epoch:020}.json                                   the commit marker + manifest of epoch E
 //! ```
+//!
+//! A checkpoint writes an epoch's partials into a few batch objects (the
+//! engine's path, `write_partials`); a single partial can still be written
+//! as an object of its own (`write_partial`). Either way every partial keeps
+//! its frame (kind, CRC, length), and the seal's chain entry names the
+//! object and the frame's offset in it, so a vnode is restored from a range
+//! read of just its bytes.
 //!
 //! Nothing live is ever overwritten: a blob name includes the writer's
 //! generation and instance, so a deposed writer can only leave garbage, and a
@@ -49,7 +57,8 @@
 //! about K blobs per vnode.
 //!
 //! ```text
-//! partials/e{through:020}/v{vnode:05}-g{gen:020}-{inst}-from{first:020}.bin   a compacted chain
+//! partials/e{through:020}/c{vnode:05}-{n:03}-g{gen:020}-{inst}.bin   merged chains, framed as above
+//! partials/e{through:020}/v{vnode:05}-g{gen:020}-{inst}-from{first:020}.bin   one merged chain
 //! ```
 //!
 //! Epoch numbers start at 1: epoch 0 is the slot the first takeover seal of an

@@ -791,5 +791,6 @@ fn model_entry(l: &ModelLeader, epoch: u64, vnode: u32, kind: PartialKind) -> Ch
         path: partial_name(epoch, vnode, l.generation, &l.instance),
         len: 1,
         crc32: 0,
+        offset: 0,
     }
 }

@@ -38,6 +38,8 @@ pub async fn run_suite(name: &str, epochs: u64, factory: &dyn Fn() -> Fixture) {
     case!(reopening_gives_the_same_answers);
     case!(corruption_is_detected);
     case!(compactions_replace_what_they_merged);
+    case!(batched_partials_seal_restore_and_prune);
+    case!(batched_compactions_stay_wanted_until_each_is_sealed_or_forgotten);
 }
 
 fn b(s: &str) -> Bytes {
@@ -59,6 +61,11 @@ async fn objects(f: &Fixture) -> Vec<String> {
     let prefix = Path::from(f.root.as_str());
     let metas: Vec<_> = f.store.list(Some(&prefix)).try_collect().await.unwrap();
     metas.into_iter().map(|m| m.location.to_string()).collect()
+}
+
+async fn object_bytes(f: &Fixture, path: &Path) -> Vec<u8> {
+    let object = f.store.get(path).await.unwrap();
+    object.bytes().await.unwrap().to_vec()
 }
 
 async fn idempotent_and_conflicting_writes(f: Fixture) {
@@ -546,6 +553,165 @@ async fn reopening_gives_the_same_answers(f: Fixture) {
     assert_eq!(again.restore_chain(1, 4).await.unwrap(), chains[1]);
 }
 
+/// The partials of an epoch written together share one object; each
+/// vnode's chain reads back only its own frame, a retry is idempotent, a
+/// damaged frame fails only its vnode, and pruning deletes a shared object
+/// once no retained seal names any frame of it.
+async fn batched_partials_seal_restore_and_prune(f: Fixture) {
+    let be = claim(&f, "node-a").await;
+    let v = be.generation();
+    let partials_in = |objects: Vec<String>| {
+        objects
+            .into_iter()
+            .filter(|o| o.contains("/partials/"))
+            .collect::<Vec<_>>()
+    };
+    let first = vec![
+        (0, PartialKind::Snapshot, b("s0")),
+        (1, PartialKind::Snapshot, b("s1-longer")),
+        (2, PartialKind::Delta, b("d2")),
+    ];
+    be.write_partials(1, v, &first).await.unwrap();
+    be.write_partials(1, v, &first).await.unwrap();
+    let mut other = first.clone();
+    other[2].2 = b("D2");
+    let err = be.write_partials(1, v, &other).await.unwrap_err();
+    assert!(
+        matches!(&err, StateBackendError::Serialization(m) if m.contains("conflicting rewrite")),
+        "{err}"
+    );
+    assert!(be.epoch_complete(1, &[0, 1, 2]).await.unwrap());
+    assert_eq!(partials_in(objects(&f).await).len(), 1);
+    let seal = be.read_seal(1).await.unwrap().unwrap();
+    let offsets: Vec<u64> = (0..3).map(|v| seal.vnodes[&v][0].offset).collect();
+    assert_eq!(
+        offsets,
+        vec![0, 22, 51],
+        "frames are 20 bytes of header + payload"
+    );
+
+    be.write_partials(2, v, &[(1, PartialKind::Delta, b("x"))])
+        .await
+        .unwrap();
+    assert!(be.epoch_complete(2, &[1]).await.unwrap());
+    let snap = |s| (PartialKind::Snapshot, b(s));
+    let delta = |s| (PartialKind::Delta, b(s));
+    let want = [
+        vec![snap("s0")],
+        vec![snap("s1-longer"), delta("x")],
+        vec![delta("d2")],
+    ];
+    // A reader of its own reads the offsets from the stored seal.
+    let reader = ObjectStateBackend::reader(f.store.clone(), &f.root);
+    for (vnode, chain) in want.iter().enumerate() {
+        assert_eq!(&be.restore_chain(vnode as u32, 2).await.unwrap(), chain);
+        assert_eq!(&reader.restore_chain(vnode as u32, 2).await.unwrap(), chain);
+    }
+
+    // Damage vnode 1's frame in the shared object: only vnode 1 fails.
+    let shared = key(&f, &seal.vnodes[&1][0].path);
+    let mut object = object_bytes(&f, &shared).await;
+    object[22 + 20] ^= 0x20;
+    f.store
+        .put(&shared, PutPayload::from(object.clone()))
+        .await
+        .unwrap();
+    let err = be.restore_chain(1, 2).await.unwrap_err();
+    assert!(
+        matches!(&err, StateBackendError::Serialization(m) if m.contains("CRC")),
+        "{err}"
+    );
+    assert_eq!(be.restore_chain(0, 2).await.unwrap(), want[0]);
+    assert_eq!(be.restore_chain(2, 2).await.unwrap(), want[2]);
+    object[22 + 20] ^= 0x20;
+    f.store
+        .put(&shared, PutPayload::from(object))
+        .await
+        .unwrap();
+
+    // A snapshot of every vnode: nothing names epochs 1 and 2 any more.
+    let third: Vec<_> = (0..3)
+        .map(|vnode| (vnode, PartialKind::Snapshot, b(&format!("t{vnode}"))))
+        .collect();
+    be.write_partials(3, v, &third).await.unwrap();
+    assert!(be.epoch_complete(3, &[0, 1, 2]).await.unwrap());
+    be.prune_before(3).await.unwrap();
+    let left = partials_in(objects(&f).await);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].contains("/e00000000000000000003/"), "{left:?}");
+    for vnode in 0..3u32 {
+        assert_eq!(
+            be.restore_chain(vnode, 3).await.unwrap(),
+            vec![(PartialKind::Snapshot, b(&format!("t{vnode}")))]
+        );
+    }
+}
+
+/// Merged chains written together share an object; forgetting one of them
+/// (it no longer applies) must not let a prune take the object while the
+/// others still wait for their seal.
+async fn batched_compactions_stay_wanted_until_each_is_sealed_or_forgotten(f: Fixture) {
+    let be = claim(&f, "node-a").await;
+    let g = be.generation();
+    let vnodes = [0u32, 1, 2];
+    let write = |epoch: u64, kind: PartialKind, vs: Vec<u32>| {
+        let parts: Vec<_> = vs
+            .iter()
+            .map(|v| (*v, kind, b(&format!("{v}@{epoch}"))))
+            .collect();
+        let be = &be;
+        async move {
+            be.write_partials(epoch, g, &parts).await.unwrap();
+            assert!(be.epoch_complete(epoch, &vs).await.unwrap());
+        }
+    };
+    write(1, PartialKind::Snapshot, vnodes.to_vec()).await;
+    write(2, PartialKind::Delta, vnodes.to_vec()).await;
+    let mut items = Vec::new();
+    for v in vnodes {
+        let chain: Vec<_> = be.chain_blobs(v, 2).await.unwrap();
+        assert_eq!(chain.len(), 2);
+        let entries = chain.into_iter().map(|(e, _)| e).collect();
+        items.push((v, entries, b(&format!("m{v}"))));
+    }
+    let compactions = be.write_compactions(2, items.clone()).await.unwrap();
+    assert_eq!(be.write_compactions(2, items).await.unwrap(), compactions);
+    let path = compactions[0].entry.path.clone();
+    assert!(compactions.iter().all(|c| c.entry.path == path));
+
+    // Vnode 1's chain is reset by a snapshot: its compaction will not
+    // apply and is forgotten; the other two still wait for a seal.
+    write(3, PartialKind::Snapshot, vec![1]).await;
+    be.forget_compaction(&compactions[1]);
+    be.prune_before(3).await.unwrap();
+    let names = objects(&f).await;
+    assert!(
+        names.iter().any(|n| n.ends_with(&path)),
+        "{path} was pruned while two of its compactions wait: {names:?}"
+    );
+    write(4, PartialKind::Delta, vec![0]).await;
+    let extras = SealExtras {
+        compactions: vec![compactions[0].clone(), compactions[2].clone()],
+        ..SealExtras::default()
+    };
+    be.write_partials(5, g, &[(2, PartialKind::Delta, b("2@5"))])
+        .await
+        .unwrap();
+    assert!(be.seal_epoch(5, &[2], extras).await.unwrap().is_sealed());
+    be.prune_before(5).await.unwrap();
+    let snap = |s: &str| (PartialKind::Snapshot, b(s));
+    let delta = |s: &str| (PartialKind::Delta, b(s));
+    assert_eq!(
+        be.restore_chain(0, 5).await.unwrap(),
+        vec![snap("m0"), delta("0@4")]
+    );
+    assert_eq!(be.restore_chain(1, 5).await.unwrap(), vec![snap("1@3")]);
+    assert_eq!(
+        be.restore_chain(2, 5).await.unwrap(),
+        vec![snap("m2"), delta("2@5")]
+    );
+}
+
 async fn corruption_is_detected(f: Fixture) {
     let be = claim(&f, "node-a").await;
     be.write_partial_kind(0, 1, be.generation(), PartialKind::Snapshot, b("hello"))
@@ -554,15 +720,7 @@ async fn corruption_is_detected(f: Fixture) {
     assert!(be.epoch_complete(1, &[0]).await.unwrap());
     let seal = be.read_seal(1).await.unwrap().unwrap();
     let path = key(&f, &seal.vnodes[&0][0].path);
-    let mut blob = f
-        .store
-        .get(&path)
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap()
-        .to_vec();
+    let mut blob = object_bytes(&f, &path).await;
     *blob.last_mut().unwrap() ^= 0x20; // "hellO"
     f.store.put(&path, PutPayload::from(blob)).await.unwrap();
     for err in [

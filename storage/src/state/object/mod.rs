@@ -1,8 +1,10 @@
 //! [`ObjectStateBackend`]: the state backend over any `object_store`
 //! (memory, local disk, S3-compatible). All decisions come from
 //! [`model`](super::model); this file observes the store and acts.
-//! Compacting chains in the background: [`compaction`].
+//! An epoch's partials packed into a few objects: [`batch`]. Compacting
+//! chains in the background: [`compaction`].
 
+mod batch;
 mod compaction;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -91,7 +93,9 @@ pub struct ObjectStateBackend {
     /// Paths of compacted blobs written and not yet seen named by a seal
     /// (nor forgotten): pruning must not take them, though their epoch is
     /// old and no seal it read names them yet.
-    unsealed_compactions: Mutex<HashSet<String>>,
+    /// Counted per path: a batch object holds the compactions of many
+    /// vnodes, and stays wanted until each is forgotten or a seal names it.
+    unsealed_compactions: Mutex<HashMap<String, usize>>,
 }
 
 fn now_ms() -> u64 {
@@ -120,7 +124,7 @@ impl ObjectStateBackend {
             latest_sealed: Mutex::new(None),
             manifests: Mutex::new(BTreeMap::new()),
             written: Mutex::new(HashMap::new()),
-            unsealed_compactions: Mutex::new(HashSet::new()),
+            unsealed_compactions: Mutex::new(HashMap::new()),
         }
     }
 
@@ -208,6 +212,18 @@ impl ObjectStateBackend {
         }
     }
 
+    /// A partial may be written: not read-only, not fenced, and
+    /// `assignment_version` current.
+    fn check_partial_write(&self, assignment_version: u64) -> Result<()> {
+        self.writable()?;
+        model::check_write(
+            assignment_version,
+            self.authoritative.load(Ordering::SeqCst),
+            self.generation,
+            self.newest_generation.load(Ordering::SeqCst),
+        )
+    }
+
     fn writable(&self) -> Result<()> {
         if self.generation == 0 {
             return Err(StateBackendError::ReadOnly);
@@ -247,22 +263,32 @@ impl ObjectStateBackend {
 
     /// `Ok(false)` when the object already exists.
     async fn put_create(&self, name: &str, bytes: Bytes) -> Result<bool> {
+        self.put_create_payload(name, PutPayload::from(bytes)).await
+    }
+
+    pub(super) async fn put_create_payload(&self, name: &str, payload: PutPayload) -> Result<bool> {
         let key = self.key(name);
-        match self
-            .store
-            .put_opts(&key, PutPayload::from(bytes), create_only())
-            .await
-        {
+        match self.store.put_opts(&key, payload, create_only()).await {
             Ok(_) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
             Err(e) => Err(StateBackendError::io(format!("creating {key}"), e)),
         }
     }
 
-    async fn get(&self, name: &str) -> Result<Option<Bytes>> {
+    pub(super) async fn get(&self, name: &str) -> Result<Option<Bytes>> {
         let key = self.key(name);
         let read = async { self.store.get(&key).await?.bytes().await };
         match read.await {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(StateBackendError::io(format!("reading {key}"), e)),
+        }
+    }
+
+    /// `range` of the object; `None` if the object does not exist.
+    async fn get_range(&self, name: &str, range: std::ops::Range<u64>) -> Result<Option<Bytes>> {
+        let key = self.key(name);
+        match self.store.get_range(&key, range).await {
             Ok(bytes) => Ok(Some(bytes)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(StateBackendError::io(format!("reading {key}"), e)),
@@ -419,13 +445,7 @@ impl ObjectStateBackend {
         kind: PartialKind,
         bytes: Bytes,
     ) -> Result<()> {
-        self.writable()?;
-        model::check_write(
-            assignment_version,
-            self.authoritative.load(Ordering::SeqCst),
-            self.generation,
-            self.newest_generation.load(Ordering::SeqCst),
-        )?;
+        self.check_partial_write(assignment_version)?;
         let name = partial_name(epoch, vnode, self.generation, &self.instance_path);
         let blob = encode_blob(kind, &bytes);
         if !self.put_create(&name, blob.clone()).await? {
@@ -443,6 +463,7 @@ impl ObjectStateBackend {
             path: name,
             len: bytes.len() as u64,
             crc32: crc32fast::hash(&bytes),
+            offset: 0,
         };
         self.written.lock().unwrap().insert((vnode, epoch), entry);
         Ok(())
@@ -464,13 +485,15 @@ impl ObjectStateBackend {
             path: name,
             len: payload.len() as u64,
             crc32: crc32fast::hash(&payload),
+            offset: 0,
         }))
     }
 
-    /// Read a chain blob and check it is the one the seal named.
+    /// Read a chain blob (its frame's range of the object) and check it is
+    /// the one the seal named.
     async fn read_entry(&self, vnode: u32, entry: &ChainEntry) -> Result<(PartialKind, Bytes)> {
         let blob = self
-            .get(&entry.path)
+            .get_range(&entry.path, entry.frame_range())
             .await?
             .ok_or(StateBackendError::NotFound {
                 vnode,
@@ -673,9 +696,9 @@ impl StateBackend for ObjectStateBackend {
             .collect();
         let doomed = {
             let mut unsealed = self.unsealed_compactions.lock().unwrap();
-            unsealed.retain(|path| !referenced.contains(path));
+            unsealed.retain(|path, _| !referenced.contains(path));
             let mut doomed = model::blobs_to_prune(&blobs, before, &referenced);
-            doomed.retain(|path| !unsealed.contains(path));
+            doomed.retain(|path| !unsealed.contains_key(path));
             doomed
         };
         for name in doomed {
