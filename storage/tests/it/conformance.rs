@@ -580,6 +580,9 @@ async fn batched_partials_seal_restore_and_prune(f: Fixture) {
         matches!(&err, StateBackendError::Serialization(m) if m.contains("conflicting rewrite")),
         "{err}"
     );
+    // Before the seal, the writer reads its own partials out of the batch.
+    assert_eq!(be.read_partial(1, 1).await.unwrap(), Some(b("s1-longer")));
+    assert_eq!(be.read_partial(3, 1).await.unwrap(), None);
     assert!(be.epoch_complete(1, &[0, 1, 2]).await.unwrap());
     assert_eq!(partials_in(objects(&f).await).len(), 1);
     let seal = be.read_seal(1).await.unwrap().unwrap();

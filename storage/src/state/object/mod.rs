@@ -645,10 +645,10 @@ impl StateBackend for ObjectStateBackend {
         if self.generation == 0 {
             return Ok(None);
         }
-        // Unsealed: only the writer's own blob, never another writer's.
-        let name = partial_name(epoch, vnode, self.generation, &self.instance_path);
-        match self.get(&name).await? {
-            Some(blob) => Ok(Some(decode_blob(&name, &blob)?.1)),
+        // Unsealed: only the writer's own blob (alone or in a batch),
+        // never another writer's.
+        match self.own_entry(vnode, epoch).await? {
+            Some(entry) => Ok(Some(self.read_entry(vnode, &entry).await?.1)),
             None => Ok(None),
         }
     }
