@@ -584,6 +584,9 @@ async fn batched_partials_seal_restore_and_prune(f: Fixture) {
     assert_eq!(be.read_partial(1, 1).await.unwrap(), Some(b("s1-longer")));
     assert_eq!(be.read_partial(3, 1).await.unwrap(), None);
     assert!(be.epoch_complete(1, &[0, 1, 2]).await.unwrap());
+    // Asked again after the seal: still complete, though the batch's
+    // entries are no longer held in memory.
+    assert!(be.epoch_complete(1, &[0, 1, 2]).await.unwrap());
     assert_eq!(partials_in(objects(&f).await).len(), 1);
     let seal = be.read_seal(1).await.unwrap().unwrap();
     let offsets: Vec<u64> = (0..3).map(|v| seal.vnodes[&v][0].offset).collect();

@@ -533,6 +533,14 @@ impl ObjectStateBackend {
             }
         }
         if !missing.is_empty() {
+            // Entries of batch objects are known only until their seal: a
+            // retry of a seal this backend made finds the seal instead.
+            if let Some(existing) = self.read_seal(epoch).await?
+                && let Ok(WalkDone::AlreadySealed(m)) =
+                    model::resolve_sealed(&self.sealer(), epoch, epoch, Some((*existing).clone()))
+            {
+                return Ok(SealOutcome::AlreadySealed(self.cache(m)));
+            }
             return Ok(SealOutcome::Incomplete { missing });
         }
         let latest = self.latest_seal().await?;
