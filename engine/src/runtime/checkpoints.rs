@@ -52,7 +52,7 @@ use crate::{Coordinator, EngineError, VNODES, VnodeState};
 pub(super) const MAX_DELTAS: usize = 16;
 /// Attempts of one partial write or seal on transient store errors (both
 /// are idempotent), before the checkpoint fails as a whole.
-const ATTEMPTS: u32 = 4;
+pub const ATTEMPTS: u32 = 4;
 /// Seals between two prunes of what no retained seal references.
 const PRUNE_EVERY: u32 = 16;
 /// The seal's source-offset key for the table log.

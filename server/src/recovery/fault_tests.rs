@@ -18,10 +18,10 @@ use weir_common::{ChangeBatch, Epoch, ObjectId};
 use weir_engine::{Coordinator, Graph, SourceBinding, VNODES, VnodeState};
 use weir_storage::ObjectStateBackend;
 use weir_storage::StateBackend as _;
-use weir_storage::state::{FaultConfig, FaultyStore};
+use weir_storage::state::{Fault, FaultConfig, FaultyStore, OpKind};
 
 use crate::metrics::Metrics;
-use weir_engine::runtime::checkpoints::{CheckpointLog, Checkpointer};
+use weir_engine::runtime::checkpoints::{ATTEMPTS, CheckpointLog, Checkpointer};
 
 const TABLE: ObjectId = ObjectId(1);
 const PROJECTION: ObjectId = ObjectId(2);
@@ -150,7 +150,7 @@ async fn every_seal_through_a_faulty_store_restores_exactly_the_sealed_state() {
         rng ^= rng << 17;
         rng
     };
-    let (mut sealed, mut failed) = (0, 0);
+    let (mut sealed, mut failed, mut forced) = (0, 0, 0u64);
     for step in 1..=120u64 {
         let mut inserts: (Vec<&str>, Vec<i64>) = (vec![], vec![]);
         let mut retractions: (Vec<&str>, Vec<i64>) = (vec![], vec![]);
@@ -172,6 +172,15 @@ async fn every_seal_through_a_faulty_store_restores_exactly_the_sealed_state() {
             ChangeBatch::retractions(rows(&retractions.0, &retractions.1)),
         );
         live.run_epoch().unwrap();
+        if step % 20 == 10 {
+            // Random faults are mostly absorbed by the checkpointer's
+            // retries, so some checkpoints are made to fail outright: every
+            // attempt at the epoch's first put fails.
+            for _ in 0..ATTEMPTS {
+                faulty.push(OpKind::Put, Fault::Fail);
+            }
+            forced += 1;
+        }
         // The loop's three steps, run back to back.
         let pending = checkpointer.prepare(
             &mut live,
@@ -205,7 +214,12 @@ async fn every_seal_through_a_faulty_store_restores_exactly_the_sealed_state() {
     assert!(sealed >= 40, "only {sealed} of 120 checkpoints sealed");
     eprintln!("{sealed} checkpoints sealed, {failed} failed");
     assert!(
-        failed >= 3,
-        "only {failed} checkpoints failed: the faults did not bite"
+        failed >= forced,
+        "only {failed} checkpoints failed, {forced} were made to fail"
+    );
+    let random = faulty.injected() - forced * u64::from(ATTEMPTS);
+    assert!(
+        random >= 20,
+        "only {random} random faults were injected: the rates did not bite"
     );
 }
