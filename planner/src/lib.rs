@@ -6,7 +6,9 @@
 //!   the PostgreSQL-compatibility rewrites psql and drivers need), with
 //!   syntax errors carrying the 1-based character position;
 //!   [`emit_clause`]: a projection's trailing `EMIT ON WINDOW CLOSE`;
-//!   [`table_clauses`]: a table's `WATERMARK FOR` and `APPEND ONLY`.
+//!   [`table_clauses`]: a table's `WATERMARK FOR` and `APPEND ONLY`;
+//!   `sequence_options`: sequence options put in the order sqlparser reads,
+//!   and `nextval('s'::regclass)` read as `nextval('s')`.
 //! - [`mod@bind`]: a statement to DataFusion's `LogicalPlan` after Weir's
 //!   rewrites, in the caller's DataFusion state; [`compat`] (and
 //!   `compat_array` for `ARRAY(subquery)`): the rewrites for catalog
@@ -28,6 +30,7 @@ pub mod emit_clause;
 pub mod error;
 pub mod lower;
 pub mod parse;
+mod sequence_options;
 pub mod session_window;
 pub mod streaming_ddl;
 pub mod table_clauses;

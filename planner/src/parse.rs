@@ -123,6 +123,16 @@ fn split_after_copy_from_stdin(sql: &str) -> Option<(String, String)> {
 }
 
 fn parse_statements(sql: &str) -> Result<Vec<Statement>, ParseError> {
+    use crate::sequence_options::{reorder_sequence_options, strip_regclass_casts};
+    let stripped = strip_regclass_casts(sql);
+    let sql = stripped.as_deref().unwrap_or(sql);
+    match reorder_sequence_options(sql) {
+        Some(reordered) => parse_reordered_statements(&reordered),
+        None => parse_reordered_statements(sql),
+    }
+}
+
+fn parse_reordered_statements(sql: &str) -> Result<Vec<Statement>, ParseError> {
     if let Some(statements) = parse_with_streaming(sql) {
         return statements;
     }
@@ -142,6 +152,7 @@ fn parse_with_streaming(sql: &str) -> Option<Result<Vec<Statement>, ParseError>>
         "connectors",
         "connection",
         "secret",
+        "sequence",
     ]
     .iter()
     .any(|w| lower.contains(w))

@@ -199,6 +199,8 @@ pub struct Database {
     recovery: Mutex<Option<crate::recovery::seal::Recovery>>,
     /// Seals and opens the values of secrets.
     secret_key: Arc<crate::secrets::SecretKey>,
+    /// What sequences hand out (`nextval`), outside transactions.
+    sequence_values: crate::sequences::SequenceValues,
     _lock: DataDirLock,
 }
 
@@ -255,6 +257,14 @@ impl Database {
             committed.insert(entry.txn);
         }
         Arc::make_mut(&mut snapshot.catalog).revision = entries.len() as u64;
+        let sequence_values = crate::sequences::SequenceValues::open(&config.data_dir)?;
+        let incarnations: std::collections::HashSet<uuid::Uuid> = snapshot
+            .catalog
+            .sequences
+            .values()
+            .map(|s| s.incarnation)
+            .collect();
+        sequence_values.retain(|id| incarnations.contains(id))?;
 
         let (table_log, records) = TableLog::open(&config.data_dir.join("tablelog"))?;
         let table_log_id = table_log_identity(&config.data_dir)?;
@@ -362,6 +372,7 @@ impl Database {
             ready: AtomicBool::new(ready),
             recovery: Mutex::new(Some(recovery)),
             secret_key,
+            sequence_values,
             _lock: lock,
         }))
     }
@@ -430,6 +441,10 @@ impl Database {
 
     pub fn secret_key(&self) -> &Arc<crate::secrets::SecretKey> {
         &self.secret_key
+    }
+
+    pub fn sequence_values(&self) -> &crate::sequences::SequenceValues {
+        &self.sequence_values
     }
 
     /// The sequence number of the latest published commit with table

@@ -18,6 +18,8 @@
 //!   connector is handed (connection options merged, secrets opened).
 //! - [`table_snapshot`]: snapshots of every table, after which the table
 //!   log before them is truncated.
+//! - [`sequences`]: the values sequences hand out, reserved durably ahead
+//!   (definitions are catalog state, values are not).
 //! - [`system`]: the `weir_catalog` system tables.
 //! - [`query_runtime`] and [`yield_points`]: execution runs apart from the
 //!   front ends and yields, so one heavy query cannot starve the others.
@@ -43,6 +45,7 @@ pub mod planning;
 pub mod query_runtime;
 pub mod recovery;
 pub mod secrets;
+pub mod sequences;
 pub mod server;
 pub mod session;
 pub mod system;

@@ -17,6 +17,7 @@
 //! ALTER CONNECTION name SET (option = 'value', ...)
 //! DROP SECRET | CONNECTION [IF EXISTS] name [, ...] [CASCADE | RESTRICT]
 //! SHOW SECRETS | CONNECTIONS
+//! ALTER SEQUENCE [IF EXISTS] name option ...   -- not streaming; sqlparser lacks it too
 //! ```
 //!
 //! In any option list, `option = SECRET name` names a secret instead of
@@ -27,7 +28,8 @@
 //! The session receives every statement as a sqlparser `Statement`, so a
 //! streaming one travels as `CALL "weir.streaming_ddl"('<json>')`
 //! ([`to_statement`] / [`from_statement`]), the way `MOVE` travels as a
-//! marked FETCH. Destinations are parsed in [`destination`].
+//! marked FETCH. Destinations are parsed in [`destination`], `ALTER SEQUENCE`
+//! in [`sequence`].
 
 use datafusion::sql::sqlparser::ast::{
     Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
@@ -41,6 +43,7 @@ use serde::{Deserialize, Serialize};
 
 mod alter;
 mod destination;
+pub mod sequence;
 pub use alter::{SinkAction, SourceAction};
 pub use destination::{CreateDestination, DestinationAction};
 
@@ -128,6 +131,8 @@ pub enum StreamingDdl {
         emit_on_window_close: bool,
     },
     CreateDestination(CreateDestination),
+    /// Not a streaming statement, but one sqlparser does not parse either.
+    AlterSequence(sequence::AlterSequence),
     AlterDestination {
         name: Vec<String>,
         action: DestinationAction,
@@ -219,7 +224,7 @@ pub fn is_streaming(tokens: &[TokenWithSpan]) -> bool {
                 "SECRET" | "CONNECTION" | "DESTINATION",
                 _
             )
-            | ("ALTER", "SOURCE" | "SINK", _)
+            | ("ALTER", "SOURCE" | "SINK" | "SEQUENCE", _)
             | (
                 "SHOW",
                 "SOURCES" | "SINKS" | "DESTINATIONS" | "CONNECTORS" | "SECRETS" | "CONNECTIONS",
@@ -262,6 +267,8 @@ pub fn parse_streaming(mut tokens: Vec<TokenWithSpan>) -> Result<StreamingDdl, P
                 destination::create_destination(&mut p, if_not_exists, name)?
             }
         }
+    } else if p.parse_keywords(&[Keyword::ALTER, Keyword::SEQUENCE]) {
+        sequence::alter_sequence(&mut p)?
     } else if p.parse_keyword(Keyword::ALTER) {
         match kind_word(&mut p)? {
             StreamingKind::Destination => destination::alter_destination(&mut p)?,

@@ -373,6 +373,9 @@ fn relations(view: &SessionView) -> HashMap<i64, (String, String)> {
     for p in snapshot.catalog.projections.values() {
         out.insert(pg::table_oid(p.id), (p.schema.clone(), p.name.clone()));
     }
+    for s in snapshot.catalog.sequences.values() {
+        out.insert(pg::table_oid(s.id), (s.schema.clone(), s.name.clone()));
+    }
     for s in snapshot.catalog.sources.values().filter(|s| !s.is_shared()) {
         out.insert(pg::table_oid(s.id), (s.schema.clone(), s.name.clone()));
     }

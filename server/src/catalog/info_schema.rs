@@ -239,7 +239,7 @@ impl InformationSchema {
                     ("table_name", text(table.clone())),
                     ("column_name", text(c.name.clone())),
                     ("ordinal_position", int(i as i64 + 1)),
-                    ("column_default", c.default.clone().map_or(null(), text)),
+                    ("column_default", c.shown_default().map_or(null(), text)),
                     ("is_nullable", text(if c.nullable { "YES" } else { "NO" })),
                     ("data_type", text(data_type(&c.sql_type))),
                     ("udt_catalog", text(DATABASE_NAME)),
@@ -247,7 +247,18 @@ impl InformationSchema {
                     ("udt_name", text(c.sql_type.pg_type_name())),
                     ("dtd_identifier", text((i + 1).to_string())),
                     ("is_self_referencing", text("NO")),
-                    ("is_identity", text("NO")),
+                    (
+                        "is_identity",
+                        text(if c.identity.is_some() { "YES" } else { "NO" }),
+                    ),
+                    (
+                        "identity_generation",
+                        match c.identity {
+                            Some('a') => text("ALWAYS"),
+                            Some(_) => text("BY DEFAULT"),
+                            None => null(),
+                        },
+                    ),
                     ("identity_cycle", text("NO")),
                     ("is_generated", text("NEVER")),
                     ("is_updatable", text(if is_view { "NO" } else { "YES" })),

@@ -22,6 +22,7 @@ pub mod pg;
 mod pg_foreign;
 pub mod provider;
 mod rows;
+pub mod sequence;
 pub mod streaming;
 
 pub use model::{Catalog, CatalogChange, ColumnDef, ControlEntry, TableDef, UserDef};

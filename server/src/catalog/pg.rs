@@ -123,6 +123,29 @@ pub struct Column {
     pub sql_type: SqlType,
     pub nullable: bool,
     pub default: Option<String>,
+    /// `pg_attribute.attidentity`: `a`, `d`, or none.
+    pub identity: Option<char>,
+}
+
+impl Column {
+    /// The default as PostgreSQL shows it: none for an identity column
+    /// (its values come from the identity), a sequence's name as a
+    /// `regclass` in `nextval`, the text as declared otherwise.
+    pub fn shown_default(&self) -> Option<String> {
+        if self.identity.is_some() {
+            return None;
+        }
+        let text = self.default.as_ref()?;
+        Some(
+            match text
+                .strip_prefix("nextval('")
+                .and_then(|t| t.strip_suffix("')"))
+            {
+                Some(name) => format!("nextval('{name}'::regclass)"),
+                None => text.clone(),
+            },
+        )
+    }
 }
 
 pub fn columns_of(def: &TableDef) -> Vec<Column> {
@@ -133,6 +156,7 @@ pub fn columns_of(def: &TableDef) -> Vec<Column> {
             sql_type: c.sql_type.clone(),
             nullable: c.nullable,
             default: c.default.clone(),
+            identity: c.identity,
         })
         .collect()
 }
@@ -147,6 +171,7 @@ pub fn columns_of_schema(schema: &Schema) -> Vec<Column> {
             sql_type: SqlType::from_field(f).unwrap_or(SqlType::Text),
             nullable: f.is_nullable(),
             default: None,
+            identity: None,
         })
         .collect()
 }
@@ -175,6 +200,7 @@ const COMPUTED: &[&str] = &[
     "pg_class",
     "pg_attribute",
     "pg_attrdef",
+    "pg_sequence",
     "pg_index",
     "pg_constraint",
     "pg_settings",
@@ -301,6 +327,17 @@ impl PgCatalog {
                 ));
             }
         }
+        for def in snapshot.catalog.sequences.values() {
+            rows.push(class_row(
+                table_oid(def.id),
+                &def.name,
+                schema_oid(&def.schema),
+                "S",
+                0,
+                3,
+                false,
+            ));
+        }
         for def in snapshot.catalog.projections.values() {
             rows.push(class_row(
                 table_oid(def.id),
@@ -380,19 +417,40 @@ impl PgCatalog {
         let snapshot = self.view.snapshot();
         let mut rows = Vec::new();
         for def in snapshot.catalog.tables.values() {
-            for (i, c) in def.columns.iter().enumerate() {
-                if let Some(d) = &c.default {
+            for (i, c) in columns_of(def).iter().enumerate() {
+                if let Some(d) = c.shown_default() {
                     let attnum = i as i64 + 1;
                     rows.push(vec![
                         ("oid", int(attrdef_oid(def.id, attnum))),
                         ("adrelid", int(table_oid(def.id))),
                         ("adnum", int(attnum)),
-                        ("adbin", text(d.clone())),
+                        ("adbin", text(d)),
                     ]);
                 }
             }
         }
         rows
+    }
+
+    fn pg_sequence(&self) -> Vec<Row> {
+        let snapshot = self.view.snapshot();
+        snapshot
+            .catalog
+            .sequences
+            .values()
+            .map(|s| {
+                vec![
+                    ("seqrelid", int(table_oid(s.id))),
+                    ("seqtypid", int(i64::from(s.data_type.pg_oid()))),
+                    ("seqstart", int(s.start)),
+                    ("seqincrement", int(s.increment)),
+                    ("seqmax", int(s.max)),
+                    ("seqmin", int(s.min)),
+                    ("seqcache", int(s.cache)),
+                    ("seqcycle", boolean(s.cycle)),
+                ]
+            })
+            .collect()
     }
 
     fn pg_index(&self) -> Vec<Row> {
@@ -521,6 +579,11 @@ impl PgCatalog {
                 self.pg_attrdef(),
                 None,
             ),
+            "pg_sequence" => (
+                self.pg_static.pg_sequence.schema().as_ref().clone(),
+                self.pg_sequence(),
+                None,
+            ),
             name if pg_foreign::TABLES.contains(&name) => (
                 pg_foreign::with_text_lists(
                     self.crate_schema(name)?.as_ref(),
@@ -611,7 +674,11 @@ fn attribute_rows<'a>(rows: &mut Vec<Row>, relid: i64, columns: impl Iterator<It
             ("attstorage", text(storage)),
             ("attcompression", text("")),
             ("attnotnull", boolean(!c.nullable)),
-            ("atthasdef", boolean(c.default.is_some())),
+            ("atthasdef", boolean(c.shown_default().is_some())),
+            (
+                "attidentity",
+                text(c.identity.map(String::from).unwrap_or_default()),
+            ),
             ("attislocal", boolean(true)),
             (
                 "attcollation",
@@ -680,6 +747,7 @@ fn columns_without_defaults(columns: &[crate::catalog::ColumnDef]) -> Vec<Column
             sql_type: c.sql_type.clone(),
             nullable: c.nullable,
             default: None,
+            identity: None,
         })
         .collect()
 }

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use weir_common::ObjectId;
 
 use super::model::{Catalog, ColumnDef, DEFAULT_SCHEMA, quote_ident};
+use crate::error::ServerError;
 
 pub use super::model::WatermarkDef;
 
@@ -418,6 +419,86 @@ fn with_options(
         .join(", ")
 }
 
+/// Shared sources and their tables.
+impl Catalog {
+    /// The tables of shared source `id` (`CREATE SOURCE t FROM it TABLE
+    /// ...`), by id; none for any other object.
+    pub fn tables_of_source(&self, id: ObjectId) -> Vec<&Arc<SourceDef>> {
+        self.sources
+            .values()
+            .filter(|s| s.parent() == Some(id))
+            .collect()
+    }
+
+    /// Why shared source `def` cannot be read (a SELECT, a projection or
+    /// sink over it): its rows are its tables'; 42809 naming them.
+    pub fn shared_source_unreadable(&self, def: &SourceDef) -> ServerError {
+        let name = def.qualified_name();
+        let tables: Vec<String> = self
+            .tables_of_source(def.id)
+            .iter()
+            .map(|t| t.qualified_name())
+            .collect();
+        let read = if tables.is_empty() {
+            format!("declare one to read it: CREATE SOURCE t FROM {name} TABLE 'schema.table'")
+        } else {
+            format!("read one of them: {}", tables.join(", "))
+        };
+        ServerError::Sqlstate {
+            code: "42809",
+            message: format!("source {name} covers several upstream tables; {read}"),
+        }
+    }
+
+    /// The table of shared source `parent` that already reads upstream
+    /// table `upstream` (however spelled).
+    pub fn source_table_reading(
+        &self,
+        parent: ObjectId,
+        upstream: &str,
+    ) -> Option<&Arc<SourceDef>> {
+        let key = upstream_table_key(upstream);
+        self.tables_of_source(parent).into_iter().find(|t| {
+            matches!(&t.kind, SourceKind::Table { upstream, .. } if upstream_table_key(upstream) == key)
+        })
+    }
+
+    /// A new table `upstream` of source `parent`: the parent exists and is
+    /// shared, and no other table of it reads the same upstream table
+    /// (one reader would deliver its rows to one relation only).
+    pub fn check_source_table(&self, parent: ObjectId, upstream: &str) -> Result<(), ServerError> {
+        let Some(def) = self.sources.get(&parent) else {
+            return Err(ServerError::UndefinedTable(format!("source {parent}")));
+        };
+        if !def.is_shared() {
+            return Err(not_shared(def));
+        }
+        if let Some(sibling) = self.source_table_reading(parent, upstream) {
+            return Err(ServerError::Sqlstate {
+                code: "42710",
+                message: format!(
+                    "source {} already reads upstream table '{upstream}' as source {}: read that one, or DROP SOURCE {} first",
+                    def.qualified_name(),
+                    sibling.qualified_name(),
+                    sibling.qualified_name()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// `CREATE SOURCE ... FROM def TABLE ...` where `def` covers no tables.
+pub fn not_shared(def: &SourceDef) -> ServerError {
+    ServerError::Sqlstate {
+        code: "42809",
+        message: format!(
+            "source {} does not cover several tables: FROM names a postgres-cdc source created without a table option (CREATE SOURCE shop WITH (connector = 'postgres-cdc', slot = ..., ...))",
+            def.qualified_name()
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,6 +520,7 @@ mod tests {
                     sql_type: SqlType::Int8,
                     nullable: false,
                     default: None,
+                    identity: None,
                 }]
             },
             watermark: None,

@@ -4,17 +4,19 @@
 use datafusion::sql::sqlparser::ast::helpers::key_value_options::KeyValueOptionKind;
 use datafusion::sql::sqlparser::ast::{
     ColumnOption, CreateRole, CreateTable, CreateTableOptions, CreateUser, Expr, ObjectName,
-    ObjectType, Password, SchemaName, SqlOption, TableConstraint, Value,
+    ObjectType, Password, SchemaName, SequenceOptions, SqlOption, TableConstraint, Value,
 };
 use weir_pgsem::SqlType;
 
 use super::dml::normalize_ident;
 use super::projection::drop_readers;
+use super::sequence::{self, ColumnSequence};
 use super::{Session, StatementResult, command};
 use crate::catalog::CatalogChange;
 use crate::catalog::model::{
     ColumnDef, DEFAULT_SCHEMA, ROW_ID_COLUMN, TableDef, UserDef, WatermarkDef,
 };
+use crate::catalog::sequence::OwnedBy;
 use crate::db::{TxnWrites, scram_secret};
 use crate::error::ServerError;
 
@@ -63,6 +65,8 @@ impl Session {
         }
         let mut columns = Vec::new();
         let mut primary_key: Vec<String> = Vec::new();
+        // Columns that take their values from a sequence of their own.
+        let mut sequences: Vec<(String, Vec<SequenceOptions>)> = Vec::new();
         for column in &create.columns {
             let column_name = normalize_ident(&column.name);
             if column_name == ROW_ID_COLUMN {
@@ -75,14 +79,23 @@ impl Session {
                     "column \"{column_name}\" specified more than once"
                 )));
             }
-            let sql_type =
-                SqlType::from_sql(&column.data_type).map_err(ServerError::feature_not_supported)?;
+            let serial = sequence::serial_type(&column.data_type);
+            let sql_type = match &serial {
+                Some(t) => t.clone(),
+                None => SqlType::from_sql(&column.data_type)
+                    .map_err(ServerError::feature_not_supported)?,
+            };
             let mut def = ColumnDef {
                 name: column_name.clone(),
                 sql_type,
                 nullable: true,
                 default: None,
+                identity: None,
             };
+            let mut wants_sequence = serial.map(|_| ColumnSequence {
+                identity: None,
+                options: Vec::new(),
+            });
             for option in &column.options {
                 match &option.option {
                     ColumnOption::Null => def.nullable = true,
@@ -96,12 +109,36 @@ impl Session {
                         }
                         primary_key.push(column_name.clone());
                     }
-                    other => {
-                        return Err(ServerError::feature_not_supported(format!(
-                            "column constraint {other}"
-                        )));
-                    }
+                    other => match sequence::identity_option(other) {
+                        Some(_) if wants_sequence.is_some() => {
+                            return Err(ServerError::Syntax {
+                                message: format!(
+                                    "both default and identity specified for column \"{column_name}\" of table \"{name}\""
+                                ),
+                                position: None,
+                            });
+                        }
+                        Some(identity) => wants_sequence = Some(identity),
+                        None => {
+                            return Err(ServerError::feature_not_supported(format!(
+                                "column constraint {other}"
+                            )));
+                        }
+                    },
                 }
+            }
+            if let Some(wanted) = wants_sequence {
+                if def.default.is_some() {
+                    return Err(ServerError::Syntax {
+                        message: format!(
+                            "multiple default values specified for column \"{column_name}\" of table \"{name}\""
+                        ),
+                        position: None,
+                    });
+                }
+                def.nullable = false;
+                def.identity = wanted.identity;
+                sequences.push((column_name.clone(), wanted.options));
             }
             columns.push(def);
         }
@@ -143,7 +180,7 @@ impl Session {
         }
         let (append_only, watermark) = table_clauses(&create.table_options, &columns)?;
         let mut catalog = (*catalog).clone();
-        let def = TableDef {
+        let mut def = TableDef {
             id: catalog.allocate_id(),
             schema,
             name,
@@ -152,12 +189,53 @@ impl Session {
             append_only,
             watermark,
         };
+        let mut changes = Vec::new();
+        let mut names: Vec<String> = Vec::new();
+        for (column, options) in sequences {
+            let name = sequence::column_sequence_name(
+                |n| {
+                    catalog.relation_exists(&def.schema, n)
+                        || n == def.name
+                        || names.iter().any(|m| m == n)
+                },
+                &def.name,
+                &column,
+            );
+            names.push(name.clone());
+            let target = def
+                .columns
+                .iter_mut()
+                .find(|c| c.name == column)
+                .expect("the column was just declared");
+            let mut seq = sequence::sequence_def(
+                catalog.allocate_id(),
+                def.schema.clone(),
+                name,
+                target.sql_type.clone(),
+                &options,
+            )
+            .map_err(|e| match e {
+                ServerError::InvalidParameterValue(m) if m.starts_with("sequence type") => {
+                    ServerError::invalid_param(format!(
+                        "identity column type must be smallint, integer, or bigint (column \"{column}\")"
+                    ))
+                }
+                e => e,
+            })?;
+            seq.owned_by = Some(OwnedBy {
+                table: def.id,
+                column,
+            });
+            target.default = Some(seq.nextval_call());
+            changes.push(CatalogChange::CreateSequence(seq));
+        }
         // The watermark expression plans over the columns and keeps order.
         self.plan_context().table_watermark(&def)?;
         // Plan the defaults now so a bad DEFAULT fails the CREATE, not a later INSERT.
         self.ensure_defaults(&def)?;
+        changes.insert(0, CatalogChange::CreateTable(def));
         self.write(TxnWrites {
-            ddl: vec![CatalogChange::CreateTable(def)],
+            ddl: changes,
             tables: vec![],
         })?;
         Ok(command("CREATE TABLE"))
@@ -287,6 +365,9 @@ impl Session {
                             let what = format!("table {}", def.qualified_name());
                             drop_readers(&catalog, def.id, &what, cascade, &mut changes)?;
                             changes.push(CatalogChange::DropTable { id: def.id });
+                            for owned in catalog.owned_sequences(def.id) {
+                                changes.push(CatalogChange::DropSequence { id: owned.id });
+                            }
                         }
                         Err(_) if if_exists => {}
                         Err(e) => return Err(e),
@@ -333,11 +414,19 @@ impl Session {
                         .values()
                         .filter(|p| p.schema == schema)
                         .collect();
-                    if (!tables.is_empty() || !projections.is_empty()) && !cascade {
+                    let sequences: Vec<_> = catalog
+                        .sequences
+                        .values()
+                        .filter(|s| s.schema == schema)
+                        .collect();
+                    if (!tables.is_empty() || !projections.is_empty() || !sequences.is_empty())
+                        && !cascade
+                    {
                         let names = tables
                             .iter()
                             .map(|t| format!("table {}", t.name))
-                            .chain(projections.iter().map(|p| format!("projection {}", p.name)));
+                            .chain(projections.iter().map(|p| format!("projection {}", p.name)))
+                            .chain(sequences.iter().map(|s| format!("sequence {}", s.name)));
                         return Err(ServerError::DependentObjects {
                             object: format!("schema {schema}"),
                             dependents: names.collect::<Vec<_>>().join(", "),
@@ -353,6 +442,9 @@ impl Session {
                     for t in &tables {
                         drop_readers(&catalog, t.id, "", true, &mut changes)?;
                         changes.push(CatalogChange::DropTable { id: t.id });
+                    }
+                    for s in catalog.sequences.values().filter(|s| s.schema == schema) {
+                        changes.push(CatalogChange::DropSequence { id: s.id });
                     }
                     changes.push(CatalogChange::DropSchema { name: schema });
                 }
@@ -370,6 +462,10 @@ impl Session {
                     }
                 }
                 "DROP ROLE"
+            }
+            ObjectType::Sequence => {
+                self.drop_sequences(&names, if_exists, cascade, &mut changes)?;
+                "DROP SEQUENCE"
             }
             other => return Err(ServerError::feature_not_supported(format!("DROP {other}"))),
         };

@@ -150,9 +150,7 @@ impl Session {
         let state = self.ctx.state();
         for row in &mut values.rows {
             for (target, expr) in targets.iter().zip(row.content.iter_mut()) {
-                let is_default = matches!(expr, ast::Expr::Identifier(id)
-                    if id.quote_style.is_none() && id.value.eq_ignore_ascii_case("default"));
-                if !is_default {
+                if !super::sequence::is_default_keyword(expr) {
                     continue;
                 }
                 let default = def
@@ -209,6 +207,7 @@ impl Session {
         insert.table_alias = None;
         self.ensure_defaults(&def)?;
         let targets = insert_targets(&def, &insert);
+        super::sequence::refuse_identity_values(&def, &insert, &targets)?;
         self.substitute_default_keywords(&def, &mut insert)?;
         let plan = self.plan_statement(Statement::Insert(insert)).await?;
         let LogicalPlan::Dml(dml) = plan else {

@@ -42,6 +42,7 @@ pub(super) fn register_session_functions(
 ) {
     let vars_for_set = vars.clone();
     crate::catalog::functions::register(ctx, &db.query_env().pg_static, user, vars.clone());
+    super::sequence_functions::register(ctx, db, user);
     let version = format!(
         "PostgreSQL {SERVER_VERSION} (Weir {}) on x86_64-pc-linux-gnu, a SQL-first streaming database",
         env!("CARGO_PKG_VERSION")

@@ -29,7 +29,10 @@ mod point_query;
 pub(crate) mod prepared;
 mod projection;
 mod query;
+mod recovery_gate;
 mod secrets;
+mod sequence;
+mod sequence_functions;
 mod show;
 mod sources;
 mod streaming;
@@ -413,7 +416,7 @@ impl Session {
         if self.txn.as_ref().is_some_and(|t| t.failed) {
             return Err(ServerError::InFailedTransaction);
         }
-        if !self.db.is_recovered() && !available_while_recovering(&statement) {
+        if !self.db.is_recovered() && !recovery_gate::available_while_recovering(&statement) {
             return Err(ServerError::NotReady(
                 "Weir is restoring its projections after a start; until then only reads of system catalogs and session settings are served".into(),
             ));
@@ -677,6 +680,20 @@ impl Session {
                 if_not_exists,
                 ..
             } => self.create_schema(schema_name, if_not_exists),
+            S::CreateSequence {
+                if_not_exists,
+                name,
+                data_type,
+                sequence_options,
+                owned_by,
+                temporary: false,
+            } => self.create_sequence(
+                if_not_exists,
+                &name,
+                data_type.as_ref(),
+                &sequence_options,
+                owned_by.as_ref(),
+            ),
             S::CreateUser(create) => self.create_user(create),
             S::CreateRole(create) => self.create_role(create),
             S::Drop {
@@ -804,53 +821,4 @@ fn statement_name(statement: &Statement) -> String {
     let name = words.join(" ").to_uppercase();
     name.trim_end_matches(|c: char| !c.is_ascii_alphabetic())
         .to_string()
-}
-
-/// What a session may run before the database is ready
-/// ([`crate::recovery`]): nothing that reads or changes tables or
-/// projections, so no commit reaches projections before the replay.
-fn available_while_recovering(statement: &Statement) -> bool {
-    match statement {
-        Statement::Query(_) => weir_planner::compat::reads_only_system(statement),
-        Statement::Set(_)
-        | Statement::ShowVariable { .. }
-        | Statement::ShowVariables { .. }
-        | Statement::Discard { .. } => true,
-        _ => false,
-    }
-}
-
-#[cfg(test)]
-mod recovery_gate_tests {
-    use super::{Statement, available_while_recovering};
-
-    fn parse(sql: &str) -> Statement {
-        weir_planner::parse_sql(sql).unwrap().remove(0)
-    }
-
-    #[test]
-    fn only_system_reads_and_settings_run_while_recovering() {
-        for allowed in [
-            "SELECT weir_wait_ready('10s')",
-            "SELECT 1",
-            "SELECT * FROM weir_catalog.backends",
-            "SELECT relname FROM pg_catalog.pg_class",
-            "SELECT count(*) FROM information_schema.tables",
-            "SET application_name = 'x'",
-            "SHOW TimeZone",
-        ] {
-            assert!(available_while_recovering(&parse(allowed)), "{allowed}");
-        }
-        for refused in [
-            "SELECT * FROM my_projection",
-            "SELECT 1 FROM pg_catalog.pg_class JOIN t ON true",
-            "SELECT (SELECT count(*) FROM t)",
-            "INSERT INTO t VALUES (1)",
-            "CREATE PROJECTION p AS SELECT 1",
-            "FLUSH",
-            "COPY t FROM STDIN",
-        ] {
-            assert!(!available_while_recovering(&parse(refused)), "{refused}");
-        }
-    }
 }

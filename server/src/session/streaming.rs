@@ -78,6 +78,7 @@ impl Session {
                     .await
             }
             StreamingDdl::CreateDestination(create) => self.create_destination(create).await,
+            StreamingDdl::AlterSequence(alter) => self.alter_sequence(alter),
             StreamingDdl::AlterSource { name, action } => self.alter_source(&name, action).await,
             StreamingDdl::AlterSink { name, action } => self.alter_sink(&name, action).await,
             StreamingDdl::AlterOptions {
@@ -685,6 +686,7 @@ pub(super) fn column_of(c: &DeclaredColumn) -> Result<ColumnDef, ServerError> {
         sql_type,
         nullable: !c.not_null,
         default: None,
+        identity: None,
     })
 }
 

@@ -43,6 +43,8 @@
 //!   out of order, late rows counted, once each across `kill -9`.
 //! - `destination`: CREATE DESTINATION checks, a projection mirrored into
 //!   a created target, SHOW CREATE, REPAIR under a new generation.
+//! - `sequences`: values from `nextval`, `SERIAL` on INSERT and COPY, and
+//!   `setval`, never handed out twice across `kill -9`.
 //! - `secrets`: CREATE SECRET / CONNECTION: a password that reaches a real
 //!   PostgreSQL (SCRAM) and is never shown or stored in plain text.
 //! - `pg_sink`: the `postgres` sink against a throwaway PostgreSQL: checks
@@ -94,6 +96,7 @@ mod projections_diff;
 mod psql;
 mod python;
 mod secrets;
+mod sequences;
 mod sessions;
 mod slt;
 mod sources;
