@@ -35,22 +35,32 @@ fn word(token: &Token) -> Option<&str> {
     }
 }
 
+/// The tokens of some SQL, and the indexes of those that are not
+/// whitespace (positions `k` below count only those).
+fn tokenize(sql: &str) -> Option<(Vec<Token>, Vec<usize>)> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let significant = (0..tokens.len())
+        .filter(|&i| !matches!(tokens[i], Token::Whitespace(_)))
+        .collect();
+    Some((tokens, significant))
+}
+
+/// Whether significant token `k` is the unquoted word `w`.
+fn is_word(tokens: &[Token], significant: &[usize], k: usize, w: &str) -> bool {
+    significant
+        .get(k)
+        .and_then(|&i| word(&tokens[i]))
+        .is_some_and(|x| x.eq_ignore_ascii_case(w))
+}
+
 /// `sql` with its sequence options reordered, or `None` when nothing moved.
 pub fn reorder_sequence_options(sql: &str) -> Option<String> {
     let lower = sql.to_ascii_lowercase();
     if !lower.contains("sequence") && !lower.contains("identity") {
         return None;
     }
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
-    let significant: Vec<usize> = (0..tokens.len())
-        .filter(|&i| !matches!(tokens[i], Token::Whitespace(_)))
-        .collect();
-    let is = |k: usize, w: &str| {
-        significant
-            .get(k)
-            .and_then(|&i| word(&tokens[i]))
-            .is_some_and(|x| x.eq_ignore_ascii_case(w))
-    };
+    let (tokens, significant) = tokenize(sql)?;
+    let is = |k: usize, w: &str| is_word(&tokens, &significant, k, w);
     // Runs of options, as ranges of `significant`.
     let mut runs = Vec::new();
     let mut statement_start = true;
@@ -180,16 +190,8 @@ pub fn strip_regclass_casts(sql: &str) -> Option<String> {
     if !sql.to_ascii_lowercase().contains("regclass") {
         return None;
     }
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
-    let significant: Vec<usize> = (0..tokens.len())
-        .filter(|&i| !matches!(tokens[i], Token::Whitespace(_)))
-        .collect();
-    let is_word = |k: usize, w: &str| {
-        significant
-            .get(k)
-            .and_then(|&i| word(&tokens[i]))
-            .is_some_and(|x| x.eq_ignore_ascii_case(w))
-    };
+    let (tokens, significant) = tokenize(sql)?;
+    let is_word = |k: usize, w: &str| is_word(&tokens, &significant, k, w);
     let is = |k: usize, t: &Token| significant.get(k).is_some_and(|&i| &tokens[i] == t);
     let mut dropped = vec![false; tokens.len()];
     for k in 0..significant.len() {
