@@ -267,6 +267,7 @@ pub fn register(
     ctx.register_udf(ScalarUDF::from(super::json::JsonBuildObject::new()));
     ctx.register_udf(ScalarUDF::from(PgGetExpr::new()));
     ctx.register_udf(ScalarUDF::from(ExpandArray::new()));
+    super::comments::register(ctx, &view);
 }
 
 fn unquote(s: &str) -> String {
@@ -401,7 +402,10 @@ fn map_oids(args: &[ColumnarValue], f: impl Fn(i64) -> Option<bool>) -> DfResult
 
 /// A function of an OID (plus optional ignored flags) returning text; NULL
 /// for OIDs it does not know, as PostgreSQL does.
-fn oid_to_text(name: &str, f: impl Fn(i64) -> Option<String> + Send + Sync + 'static) -> ScalarUDF {
+pub(super) fn oid_to_text(
+    name: &str,
+    f: impl Fn(i64) -> Option<String> + Send + Sync + 'static,
+) -> ScalarUDF {
     ScalarUDF::from(OidToText {
         name: name.to_string(),
         signature: Signature::one_of(

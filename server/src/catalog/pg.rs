@@ -156,7 +156,7 @@ pub fn columns_of(def: &TableDef) -> Vec<Column> {
             sql_type: c.sql_type.clone(),
             nullable: c.nullable,
             default: c.default.clone(),
-            identity: c.identity,
+            identity: c.generated.and_then(|g| g.attidentity()),
         })
         .collect()
 }

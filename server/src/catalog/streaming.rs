@@ -520,7 +520,7 @@ mod tests {
                     sql_type: SqlType::Int8,
                     nullable: false,
                     default: None,
-                    identity: None,
+                    generated: None,
                 }]
             },
             watermark: None,

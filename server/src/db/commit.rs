@@ -443,7 +443,7 @@ mod tests {
                         sql_type: SqlType::Int8,
                         nullable: false,
                         default: None,
-                        identity: None,
+                        generated: None,
                     }],
                     primary_key: vec!["k".into()],
                     append_only: false,

@@ -3,8 +3,9 @@
 
 use datafusion::sql::sqlparser::ast::helpers::key_value_options::KeyValueOptionKind;
 use datafusion::sql::sqlparser::ast::{
-    ColumnOption, CreateRole, CreateTable, CreateTableOptions, CreateUser, Expr, ObjectName,
-    ObjectType, Password, SchemaName, SequenceOptions, SqlOption, TableConstraint, Value,
+    ColumnOption, CommentObject, CreateRole, CreateTable, CreateTableOptions, CreateUser, Expr,
+    ObjectName, ObjectType, Password, SchemaName, SequenceOptions, SqlOption, TableConstraint,
+    Value,
 };
 use weir_pgsem::SqlType;
 
@@ -13,6 +14,7 @@ use super::projection::drop_readers;
 use super::sequence::{self, ColumnSequence};
 use super::{Session, StatementResult, command};
 use crate::catalog::CatalogChange;
+use crate::catalog::model::Generated;
 use crate::catalog::model::{
     ColumnDef, DEFAULT_SCHEMA, ROW_ID_COLUMN, TableDef, UserDef, WatermarkDef,
 };
@@ -90,10 +92,10 @@ impl Session {
                 sql_type,
                 nullable: true,
                 default: None,
-                identity: None,
+                generated: None,
             };
             let mut wants_sequence = serial.map(|_| ColumnSequence {
-                identity: None,
+                generated: Generated::Serial,
                 options: Vec::new(),
             });
             for option in &column.options {
@@ -137,7 +139,7 @@ impl Session {
                     });
                 }
                 def.nullable = false;
-                def.identity = wanted.identity;
+                def.generated = Some(wanted.generated);
                 sequences.push((column_name.clone(), wanted.options));
             }
             columns.push(def);
@@ -346,6 +348,61 @@ impl Session {
             tables: vec![],
         })?;
         Ok(command("CREATE ROLE"))
+    }
+
+    /// `COMMENT ON TABLE | COLUMN | MATERIALIZED VIEW | SEQUENCE name IS
+    /// 'text' | NULL`.
+    pub(super) fn comment_on(
+        &mut self,
+        object_type: CommentObject,
+        name: &ObjectName,
+        comment: Option<String>,
+        if_exists: bool,
+    ) -> Result<StatementResult, ServerError> {
+        let relation = |session: &Self, kind: &CommentObject, name: &ObjectName| match kind {
+            CommentObject::MaterializedView => session.resolve_projection(name).map(|p| p.id),
+            CommentObject::Sequence => session.resolve_sequence(name).map(|s| s.id),
+            _ => session.resolve_table(name).map(|t| t.id),
+        };
+        let found = match object_type {
+            CommentObject::Table | CommentObject::MaterializedView | CommentObject::Sequence => {
+                relation(self, &object_type, name).map(|id| (id, None))
+            }
+            CommentObject::Column => {
+                let mut parts = name.0.clone();
+                let column = parts.pop().filter(|_| !parts.is_empty()).ok_or_else(|| {
+                    ServerError::invalid_param("COMMENT ON COLUMN needs table.column")
+                })?;
+                let column = column
+                    .as_ident()
+                    .map(normalize_ident)
+                    .unwrap_or_else(|| column.to_string());
+                let table = ObjectName(parts);
+                self.resolve_table(&table)
+                    .map(|t| t.id)
+                    .or_else(|_| self.resolve_projection(&table).map(|p| p.id))
+                    .map(|id| (id, Some(column)))
+            }
+            other => {
+                return Err(ServerError::feature_not_supported(format!(
+                    "COMMENT ON {other} (tables, columns, materialized views and sequences take comments)"
+                )));
+            }
+        };
+        let (object, column) = match found {
+            Ok(found) => found,
+            Err(_) if if_exists => return Ok(command("COMMENT")),
+            Err(e) => return Err(e),
+        };
+        self.write(TxnWrites {
+            ddl: vec![CatalogChange::Comment {
+                object,
+                column,
+                comment,
+            }],
+            tables: vec![],
+        })?;
+        Ok(command("COMMENT"))
     }
 
     pub(super) fn drop_objects(

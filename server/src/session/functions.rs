@@ -261,13 +261,12 @@ pub(super) fn register_session_functions(
         }),
     ));
 
-    for name in ["obj_description", "col_description", "shobj_description"] {
-        ctx.register_udf(create_udf(
-            name,
-            vec![DataType::Int64, DataType::Utf8],
-            DataType::Utf8,
-            Volatility::Stable,
-            Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
-        ));
-    }
+    // Comments on shared objects (databases, roles) are not kept.
+    ctx.register_udf(create_udf(
+        "shobj_description",
+        vec![DataType::Int64, DataType::Utf8],
+        DataType::Utf8,
+        Volatility::Stable,
+        Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
+    ));
 }

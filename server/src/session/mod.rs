@@ -714,7 +714,12 @@ impl Session {
                 Ok(command("DISCARD ALL"))
             }
             S::Deallocate { .. } => Ok(command("DEALLOCATE")),
-            S::Comment { .. } => Ok(command("COMMENT")),
+            S::Comment {
+                object_type,
+                object_name,
+                comment,
+                if_exists,
+            } => self.comment_on(object_type, &object_name, comment, if_exists),
             S::Savepoint { name } => self.savepoint(name.value),
             S::ReleaseSavepoint { name } => self.release_savepoint(&name.value),
             other => Err(ServerError::feature_not_supported(statement_name(&other))),

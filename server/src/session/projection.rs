@@ -357,7 +357,7 @@ pub(crate) fn column_def_of(
         sql_type,
         nullable: field.is_nullable(),
         default: None,
-        identity: None,
+        generated: None,
     })
 }
 

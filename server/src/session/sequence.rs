@@ -11,6 +11,7 @@ use weir_pgsem::SqlType;
 use weir_planner::streaming_ddl::sequence::{AlterSequence, Owner, Restart, SequenceOption};
 
 use super::{Session, StatementResult, command};
+use crate::catalog::model::Generated;
 use crate::catalog::sequence::{OwnedBy, SequenceDef};
 use crate::catalog::{CatalogChange, TableDef};
 use crate::db::TxnWrites;
@@ -18,9 +19,7 @@ use crate::error::ServerError;
 
 /// What a column asks of a sequence: `SERIAL` or an identity.
 pub(super) struct ColumnSequence {
-    /// `Some('a')` for `GENERATED ALWAYS`, `Some('d')` for `BY DEFAULT`,
-    /// `None` for `SERIAL` (`pg_attribute.attidentity`).
-    pub identity: Option<char>,
+    pub generated: Generated,
     pub options: Vec<SequenceOptions>,
 }
 
@@ -52,10 +51,10 @@ pub(super) fn identity_option(option: &ColumnOption) -> Option<ColumnSequence> {
         return None;
     };
     Some(ColumnSequence {
-        identity: Some(match generated_as {
-            GeneratedAs::Always => 'a',
-            _ => 'd',
-        }),
+        generated: match generated_as {
+            GeneratedAs::Always => Generated::IdentityAlways,
+            _ => Generated::IdentityByDefault,
+        },
         options: sequence_options.clone().unwrap_or_default(),
     })
 }
@@ -429,7 +428,7 @@ impl Session {
                     let mut table = TableDef::clone(table);
                     for c in table.columns.iter_mut().filter(|c| c.name == column) {
                         c.default = None;
-                        c.identity = None;
+                        c.generated = None;
                     }
                     changes.push(CatalogChange::ReplaceTable(table));
                 }
@@ -451,7 +450,7 @@ pub(super) fn refuse_identity_values(
         let always = def
             .columns
             .iter()
-            .any(|c| &c.name == target && c.identity == Some('a'));
+            .any(|c| &c.name == target && c.generated == Some(Generated::IdentityAlways));
         if !always {
             continue;
         }

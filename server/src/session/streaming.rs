@@ -686,7 +686,7 @@ pub(super) fn column_of(c: &DeclaredColumn) -> Result<ColumnDef, ServerError> {
         sql_type,
         nullable: !c.not_null,
         default: None,
-        identity: None,
+        generated: None,
     })
 }
 
