@@ -48,6 +48,7 @@ impl Session {
             ));
         };
         let def = self.resolve_table(name)?;
+        super::sequence::refuse_identity_updates(&def, &update)?;
         let qualifier = alias
             .as_ref()
             .map(|a| normalize_ident(&a.name))

@@ -4,7 +4,7 @@
 
 use datafusion::sql::sqlparser::ast::{
     ColumnOption, DataType, Expr, GeneratedAs, Ident, Insert, ObjectName, SequenceOptions, SetExpr,
-    UnaryOperator, Value,
+    UnaryOperator, Update, Value,
 };
 use weir_common::ObjectId;
 use weir_pgsem::SqlType;
@@ -477,4 +477,21 @@ pub(super) fn refuse_identity_values(
 pub(super) fn is_default_keyword(expr: &Expr) -> bool {
     matches!(expr, Expr::Identifier(id)
         if id.quote_style.is_none() && id.value.eq_ignore_ascii_case("default"))
+}
+
+/// `UPDATE` may not set a `GENERATED ALWAYS` identity column (428C9).
+pub(super) fn refuse_identity_updates(def: &TableDef, update: &Update) -> Result<(), ServerError> {
+    for assignment in &update.assignments {
+        let (index, column) =
+            super::dml::assigned_column(def, assignment, "UPDATE ... SET (a, b) = ...")?;
+        if def.columns[index].generated == Some(Generated::IdentityAlways) {
+            return Err(ServerError::Sqlstate {
+                code: "428C9",
+                message: format!(
+                    "column \"{column}\" can only be updated to DEFAULT: it is an identity column defined as GENERATED ALWAYS"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
