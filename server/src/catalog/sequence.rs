@@ -95,6 +95,28 @@ impl SequenceDef {
     }
 }
 
+/// The parts of a `regclass` text: unquoted parts fold to lower case.
+pub fn regclass_parts(text: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut current = String::new();
+    let mut chars = text.trim().chars().peekable();
+    let mut quoted = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                current.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            '.' if !quoted => parts.push(std::mem::take(&mut current)),
+            c if quoted => current.push(c),
+            c => current.extend(c.to_lowercase()),
+        }
+    }
+    parts.push(current);
+    parts
+}
+
 impl Catalog {
     pub fn sequence(&self, schema: &str, name: &str) -> Option<&Arc<SequenceDef>> {
         self.sequences
@@ -110,15 +132,32 @@ impl Catalog {
             .collect()
     }
 
-    /// The (table, column) pairs whose default takes `def`'s next value.
+    /// The (table, column) pairs whose default takes `def`'s next value
+    /// (`nextval('s')`, however the name is spelled; an unqualified name
+    /// counts when it is the sequence's in the table's schema or `public`).
     pub fn sequence_users(&self, def: &SequenceDef) -> Vec<(&Arc<TableDef>, String)> {
-        let call = def.nextval_call();
+        let names = |table: &TableDef, text: &str| {
+            let Some(arg) = text
+                .strip_prefix("nextval('")
+                .and_then(|t| t.strip_suffix("')"))
+            else {
+                return false;
+            };
+            match regclass_parts(&arg.replace("''", "'")).as_slice() {
+                [name] => {
+                    *name == def.name
+                        && (def.schema == table.schema || def.schema == DEFAULT_SCHEMA)
+                }
+                [schema, name] | [_, schema, name] => *schema == def.schema && *name == def.name,
+                _ => false,
+            }
+        };
         self.tables
             .values()
             .flat_map(|t| {
                 t.columns
                     .iter()
-                    .filter(|c| c.default.as_deref() == Some(call.as_str()))
+                    .filter(move |c| c.default.as_deref().is_some_and(|d| names(t, d)))
                     .map(move |c| (t, c.name.clone()))
             })
             .collect()
@@ -204,5 +243,12 @@ mod tests {
         assert_eq!(def(-1, -3, -1, false).after(-3), None);
         assert_eq!(def(-1, -3, -1, true).after(-3), Some(-1));
         assert_eq!(def(1, 1, i64::MAX, false).after(i64::MAX), None);
+    }
+
+    #[test]
+    fn regclass_text_folds_unquoted_parts_only() {
+        assert_eq!(regclass_parts("S"), ["s"]);
+        assert_eq!(regclass_parts("App.\"My.Seq\""), ["app", "My.Seq"]);
+        assert_eq!(regclass_parts("\"a\"\"b\""), ["a\"b"]);
     }
 }

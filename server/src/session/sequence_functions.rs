@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 
 use crate::catalog::functions::search_path;
 use crate::catalog::provider::{SessionView, WeirCatalogList};
-use crate::catalog::sequence::SequenceDef;
+use crate::catalog::sequence::{SequenceDef, regclass_parts};
 use crate::db::Database;
 use crate::error::ServerError;
 
@@ -95,28 +95,6 @@ fn external(e: ServerError) -> DataFusionError {
         code: e.sqlstate(),
         message: e.to_string(),
     }))
-}
-
-/// The parts of a `regclass` text: unquoted parts fold to lower case.
-fn regclass_parts(text: &str) -> Vec<String> {
-    let mut parts = Vec::new();
-    let mut current = String::new();
-    let mut chars = text.trim().chars().peekable();
-    let mut quoted = false;
-    while let Some(c) = chars.next() {
-        match c {
-            '"' if quoted && chars.peek() == Some(&'"') => {
-                current.push('"');
-                chars.next();
-            }
-            '"' => quoted = !quoted,
-            '.' if !quoted => parts.push(std::mem::take(&mut current)),
-            c if quoted => current.push(c),
-            c => current.extend(c.to_lowercase()),
-        }
-    }
-    parts.push(current);
-    parts
 }
 
 impl SequenceUdf {
@@ -376,17 +354,5 @@ impl ScalarUDFImpl for SequenceUdf {
             Kind::SerialSequence => self.serial_sequence(&args.args, rows),
         };
         result.map_err(external)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::regclass_parts;
-
-    #[test]
-    fn regclass_text_folds_unquoted_parts_only() {
-        assert_eq!(regclass_parts("S"), ["s"]);
-        assert_eq!(regclass_parts("App.\"My.Seq\""), ["app", "My.Seq"]);
-        assert_eq!(regclass_parts("\"a\"\"b\""), ["a\"b"]);
     }
 }
