@@ -287,7 +287,12 @@ impl From<DataFusionError> for ServerError {
                     code,
                     message: message.clone(),
                 },
-                Some(_) => Self::DataFusion(e),
+                // Any other of Weir's errors raised inside a plan: its
+                // SQLSTATE and words, without DataFusion's "External error".
+                Some(inner) => Self::Sqlstate {
+                    code: inner.sqlstate(),
+                    message: inner.to_string(),
+                },
                 None => match inner.downcast_ref::<PgsemError>() {
                     Some(PgsemError::Value { sqlstate, message }) => Self::Value {
                         sqlstate,
