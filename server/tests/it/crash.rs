@@ -36,7 +36,7 @@ struct Ledger {
 
 /// Connects once the restarted server answers queries (it may report 57P03
 /// while it replays its log).
-async fn connect_when_ready(server: &WeirServer) -> Client {
+pub(crate) async fn connect_when_ready(server: &WeirServer) -> Client {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let last = match server.try_connect(server.pg_config()).await {

@@ -2,30 +2,12 @@
 //! defaults on INSERT and COPY) are never handed out again after a crash,
 //! and `setval` holds. A gap is allowed, as in PostgreSQL.
 
-use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
-
 use futures::SinkExt;
+use std::collections::BTreeSet;
 use tokio_postgres::Client;
 
+use crate::crash::connect_when_ready;
 use crate::harness::WeirServer;
-
-async fn connect_when_ready(server: &WeirServer) -> Client {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        if let Ok(client) = server.try_connect(server.pg_config()).await
-            && client.simple_query("SELECT 1").await.is_ok()
-        {
-            return client;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the restarted server did not answer within 90 s\n{}",
-            server.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 async fn ids(client: &Client) -> Vec<i64> {
     client
