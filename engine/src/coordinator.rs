@@ -28,7 +28,7 @@ use weir_common::{ChangeBatch, Epoch, ObjectId};
 use crate::EngineError;
 use crate::graph::{Graph, NodeStep};
 use crate::materialized::Materialized;
-use crate::rows::{concat_changes, empty_change, settle};
+use crate::rows::{concat_changes, conform_by_name, empty_change, settle};
 use crate::watermark::Watermarks;
 
 /// A source of a projection: what it reads and in which columns.
@@ -237,9 +237,16 @@ impl Coordinator {
         let started = Instant::now();
         let epoch = Epoch(self.epoch.0 + 1);
         let mut tables: HashMap<ObjectId, ChangeBatch> = HashMap::new();
+        // Changes of a table whose columns changed during the epoch (ALTER
+        // TABLE): concatenated per reader, in the columns it reads.
+        let mut relaid: HashMap<ObjectId, Vec<ChangeBatch>> = HashMap::new();
         for (table, changes) in std::mem::take(&mut self.pending) {
             let schema = changes[0].schema();
-            tables.insert(table, settle(concat_changes(&schema, &changes)?)?);
+            if changes.iter().all(|c| c.schema() == schema) {
+                tables.insert(table, settle(concat_changes(&schema, &changes)?)?);
+            } else {
+                relaid.insert(table, changes);
+            }
         }
         self.pending_rows = 0;
 
@@ -267,13 +274,19 @@ impl Coordinator {
                 .sources
                 .iter()
                 .map(|s| {
-                    tables
-                        .get(&s.object)
-                        .or_else(|| outputs.get(&s.object))
-                        .cloned()
-                        .unwrap_or_else(|| empty_change(&s.schema))
+                    if let Some(changes) = relaid.get(&s.object) {
+                        let changes: Vec<&ChangeBatch> = changes.iter().collect();
+                        return settle(conform_by_name(&changes, &s.schema)?);
+                    }
+                    match tables.get(&s.object).or_else(|| outputs.get(&s.object)) {
+                        Some(change) if change.schema() != s.schema => {
+                            conform_by_name(&[change], &s.schema)
+                        }
+                        Some(change) => Ok(change.clone()),
+                        None => Ok(empty_change(&s.schema)),
+                    }
                 })
-                .collect();
+                .collect::<Result<_, EngineError>>()?;
             let projection = view
                 .projections
                 .get_mut(&deployed.id)

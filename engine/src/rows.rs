@@ -322,6 +322,84 @@ pub fn concat_changes(
     }
 }
 
+/// Changes of one table, some written before its layout changed (`ALTER
+/// TABLE`), in the columns of `schema` (what a projection reads), taken
+/// by name, concatenated.
+///
+/// A column `schema` names that a change lacks (one added after the
+/// change was written) is NULL there, and nullable in the result: such
+/// old-layout rows reach a reader only as a rewrite's retraction of the
+/// very rows it inserted, or rows the reader's plan never reads (the
+/// `ALTER` refuses to run while a reader would), so the filler cancels out
+/// or is never looked at. A column present with another type is an error.
+pub fn conform_by_name(
+    changes: &[&ChangeBatch],
+    schema: &SchemaRef,
+) -> Result<ChangeBatch, EngineError> {
+    let mut filled = vec![false; schema.fields().len()];
+    let mut parts: Vec<(Vec<ArrayRef>, &ChangeBatch)> = Vec::with_capacity(changes.len());
+    for change in changes {
+        let rows = change.rows();
+        let mut columns = Vec::with_capacity(schema.fields().len());
+        for (i, field) in schema.fields().iter().enumerate() {
+            match rows.schema().index_of(field.name()) {
+                Ok(c) if rows.column(c).data_type() == field.data_type() => {
+                    columns.push(rows.column(c).clone())
+                }
+                Ok(c) => {
+                    return Err(EngineError::Invariant {
+                        operator: "table input",
+                        message: format!(
+                            "column {} is {} in the table's change but {} where it is read",
+                            field.name(),
+                            rows.column(c).data_type(),
+                            field.data_type()
+                        ),
+                    });
+                }
+                Err(_) => {
+                    filled[i] = true;
+                    columns.push(arrow::array::new_null_array(
+                        field.data_type(),
+                        rows.num_rows(),
+                    ));
+                }
+            }
+        }
+        parts.push((columns, change));
+    }
+    let schema: SchemaRef = if filled.iter().any(|f| *f) {
+        Arc::new(arrow::datatypes::Schema::new(
+            schema
+                .fields()
+                .iter()
+                .zip(&filled)
+                .map(|(f, filled)| {
+                    if *filled {
+                        Arc::new(f.as_ref().clone().with_nullable(true))
+                    } else {
+                        f.clone()
+                    }
+                })
+                .collect::<Vec<_>>(),
+        ))
+    } else {
+        schema.clone()
+    };
+    let conformed = parts
+        .into_iter()
+        .map(|(columns, change)| {
+            let rows = RecordBatch::try_new_with_options(
+                schema.clone(),
+                columns,
+                &RecordBatchOptions::new().with_row_count(Some(change.num_rows())),
+            )?;
+            Ok(ChangeBatch::new(rows, change.weights().clone())?)
+        })
+        .collect::<Result<Vec<_>, EngineError>>()?;
+    concat_changes(&schema, &conformed)
+}
+
 /// A predicate's result as a filter: NULL counts as false, as in WHERE.
 pub fn where_true(
     result: &arrow::array::ArrayRef,
@@ -366,5 +444,23 @@ mod tests {
         );
         let undone = change(ROWS, "1 x +1; 2 y +1; 1 x -1");
         assert_eq!(render(&settle(undone).unwrap()), vec!["2 y +1"]);
+    }
+
+    #[test]
+    fn conform_by_name_takes_the_columns_read_by_name_and_fills_missing_ones() {
+        // A reader planned before the table gained `b`.
+        let read = crate::testing::schema(ROWS);
+        let wider = change("k int, b text, a text", "1 p x +1; 2 q y -1");
+        let out = conform_by_name(&[&wider], &read).unwrap();
+        assert_eq!(out.schema(), read);
+        assert_eq!(render(&out), vec!["1 x +1", "2 y -1"]);
+        // A reader planned after it, fed rows written before it too.
+        let read = crate::testing::schema("k int, b text, a text");
+        let older = change(ROWS, "1 x +1");
+        let out = conform_by_name(&[&older, &wider], &read).unwrap();
+        assert!(out.schema().field(1).is_nullable());
+        assert_eq!(render(&out), vec!["1 null x +1", "1 p x +1", "2 q y -1"]);
+        let retyped = change("k text, a text", "1 x +1");
+        assert!(conform_by_name(&[&retyped], &crate::testing::schema(ROWS)).is_err());
     }
 }

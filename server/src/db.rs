@@ -20,7 +20,7 @@ use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
-use weir_common::ObjectId;
+use weir_common::{ChangeBatch, ObjectId};
 use weir_engine::{EpochView, TableState};
 use weir_storage::StateBackend as _;
 use weir_storage::{ControlLog, DataDirLock, TableLog};
@@ -30,7 +30,7 @@ use datafusion::prelude::SessionConfig;
 use datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables;
 
 use crate::advisory_locks::AdvisoryLocks;
-use crate::catalog::model::{DATABASE_NAME, DEFAULT_SCHEMA, SUPERUSER, ScramSecret};
+use crate::catalog::model::{DATABASE_NAME, DEFAULT_SCHEMA, ROW_ID_COLUMN, SUPERUSER, ScramSecret};
 use crate::catalog::{Catalog, CatalogChange, ControlEntry};
 use crate::config::{AuthMode, ServeConfig};
 use crate::error::ServerError;
@@ -60,22 +60,32 @@ impl Snapshot {
                     "table {id} was dropped by a concurrent transaction"
                 ))
             })?;
-            match op {
-                TableWrite::Truncate => state.clear(),
-                TableWrite::Changes(change) => state.apply(change).map_err(|e| {
-                    let def = self.catalog.tables.get(id);
-                    match (e, def) {
-                        (weir_engine::EngineError::DuplicateKey { key }, Some(def)) => {
-                            ServerError::UniqueViolation {
-                                constraint: def.pkey_constraint_name(),
-                                columns: def.primary_key.join(", "),
-                                values: key,
-                            }
+            let rewritten;
+            let change = match op {
+                TableWrite::Truncate => {
+                    state.clear();
+                    continue;
+                }
+                TableWrite::Changes(change) => change,
+                TableWrite::Rewrite { key, rows } => {
+                    *state = TableState::new(rows.schema(), key.clone())?;
+                    rewritten = ChangeBatch::inserts(rows.clone());
+                    &rewritten
+                }
+            };
+            state.apply(change).map_err(|e| {
+                let def = self.catalog.tables.get(id);
+                match (e, def) {
+                    (weir_engine::EngineError::DuplicateKey { key }, Some(def)) => {
+                        ServerError::UniqueViolation {
+                            constraint: def.pkey_constraint_name(),
+                            columns: def.primary_key.join(", "),
+                            values: key,
                         }
-                        (e, _) => e.into(),
                     }
-                })?,
-            }
+                    (e, _) => e.into(),
+                }
+            })?;
         }
         self.tables = Arc::new(tables);
         Ok(())
@@ -317,6 +327,30 @@ impl Database {
                 recovery.push(*lsn, projection_changes(&before, &snapshot, &ops)?);
             }
             replayed += 1;
+        }
+        // Each ALTER TABLE that changed a table's layout wrote the table
+        // rewritten: replayed, the rows end in the catalog's latest layout.
+        for (id, def) in &snapshot.catalog.tables {
+            if let Some(state) = snapshot.tables.get(id)
+                && state.schema() != &def.physical_schema()
+            {
+                return Err(ServerError::internal(format!(
+                    "table {} replayed into columns {:?}, but the catalog has {:?}: the table \
+                     log lacks the rewrite of an ALTER TABLE",
+                    def.qualified_name(),
+                    state
+                        .schema()
+                        .fields()
+                        .iter()
+                        .map(|f| f.name())
+                        .collect::<Vec<_>>(),
+                    def.physical_schema()
+                        .fields()
+                        .iter()
+                        .map(|f| f.name())
+                        .collect::<Vec<_>>(),
+                )));
+            }
         }
         tracing::info!(
             revision = snapshot.catalog.revision,
@@ -573,10 +607,13 @@ pub(crate) fn projection_changes(
     next: &Snapshot,
     ops: &[(ObjectId, TableWrite)],
 ) -> Result<Vec<(ObjectId, weir_common::ChangeBatch)>, ServerError> {
-    use weir_common::ChangeBatch;
+    // A truncated or rewritten table is told as all its rows out, then
+    // all its rows in, each in the columns of its own layout: projections
+    // over it were checked to read nothing the rewrite changed, and the
+    // runtime hands each the columns it reads, by name.
     let truncated: std::collections::HashSet<ObjectId> = ops
         .iter()
-        .filter(|(_, op)| matches!(op, TableWrite::Truncate))
+        .filter(|(_, op)| matches!(op, TableWrite::Truncate | TableWrite::Rewrite { .. }))
         .map(|(id, _)| *id)
         .collect();
     let user_columns = |id: &ObjectId| -> Option<Vec<usize>> {
@@ -587,11 +624,14 @@ pub(crate) fn projection_changes(
     };
     let mut out = Vec::new();
     for id in &truncated {
-        let Some(columns) = user_columns(id) else {
+        if !next.catalog.tables.contains_key(id) {
             continue;
-        };
+        }
         for (snapshot, weight) in [(previous, -1), (next, 1)] {
             if let Some(state) = snapshot.tables.get(id) {
+                let columns: Vec<usize> = (0..state.schema().fields().len())
+                    .filter(|&i| state.schema().field(i).name() != ROW_ID_COLUMN)
+                    .collect();
                 for batch in state.scan()?.iter() {
                     let rows = batch.project(&columns)?;
                     let change = if weight < 0 {
@@ -630,10 +670,14 @@ fn ops_of_live_tables(snapshot: &Snapshot, record: WalRecord) -> Vec<(ObjectId, 
 fn max_row_id_of(snapshot: &Snapshot, ops: &[(ObjectId, TableWrite)]) -> i64 {
     let mut max_row_id = 0;
     for (id, op) in ops {
-        if let (TableWrite::Changes(c), Some(def)) = (op, snapshot.catalog.tables.get(id))
+        let rows = match op {
+            TableWrite::Changes(c) => c.rows(),
+            TableWrite::Rewrite { rows, .. } => rows,
+            TableWrite::Truncate => continue,
+        };
+        if let Some(def) = snapshot.catalog.tables.get(id)
             && def.has_row_id()
-            && let Some(ids) = c
-                .rows()
+            && let Some(ids) = rows
                 .columns()
                 .last()
                 .and_then(|a| a.as_any().downcast_ref::<Int64Array>())

@@ -79,7 +79,16 @@ impl PlanContext {
         db: &Arc<Database>,
         settings: &BTreeMap<String, String>,
     ) -> Result<Self, ServerError> {
-        let snapshot = db.snapshot();
+        Self::for_settings_over(db, settings, db.snapshot())
+    }
+
+    /// As [`Self::for_settings`], over `snapshot` (a transaction's, with
+    /// its uncommitted DDL) instead of the database's current one.
+    pub fn for_settings_over(
+        db: &Arc<Database>,
+        settings: &BTreeMap<String, String>,
+        snapshot: Arc<crate::db::Snapshot>,
+    ) -> Result<Self, ServerError> {
         let catalog = snapshot.catalog.clone();
         let view = Arc::new(SessionView::new(
             snapshot,

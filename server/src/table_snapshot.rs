@@ -3,8 +3,8 @@
 //!
 //! A snapshot is one file `tables/snapshot-{lsn:020}` in the data
 //! directory: `WTS1`, the CRC-32 of the payload (u32 LE), then the payload,
-//! a [`WalRecord`] inserting every stored row of every table (hidden row
-//! ids included). Opening replays it onto empty tables, then the log
+//! a [`WalRecord`] with, per table, a [`TableWrite::Rewrite`] (its layout
+//! and first rows) and inserts of the rest (hidden row ids included). Opening replays it onto empty tables, then the log
 //! records after its LSN. It is written to a temporary name, synced and
 //! renamed, so a crash leaves a whole snapshot or none; older snapshots are
 //! removed after a newer one lands.
@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use arrow::array::RecordBatch;
 use weir_common::{ChangeBatch, ObjectId};
 use weir_engine::TableState;
 use weir_storage::{Lsn, TableLog};
@@ -98,7 +99,23 @@ pub fn write(
 ) -> Result<u64, ServerError> {
     let mut ops = Vec::new();
     for (id, state) in tables {
-        for batch in state.scan()?.iter() {
+        // The first write of each table sets its layout (columns and key)
+        // as of the snapshot, which the control log's replay may not know
+        // (it ends at the latest ALTER TABLE, not at this LSN).
+        let batches = state.scan()?;
+        let mut batches = batches.iter();
+        let first = batches
+            .next()
+            .cloned()
+            .unwrap_or_else(|| RecordBatch::new_empty(state.schema().clone()));
+        ops.push((
+            *id,
+            TableWrite::Rewrite {
+                key: state.key_columns().to_vec(),
+                rows: first,
+            },
+        ));
+        for batch in batches {
             ops.push((
                 *id,
                 TableWrite::Changes(ChangeBatch::inserts(batch.clone())),

@@ -1,11 +1,12 @@
 //! What one table-log record holds: the table writes of one committed
 //! transaction.
 //!
-//! Layout: `[header_len: u32 LE][header JSON][for each Changes op: len: u64 LE, Arrow IPC stream]`.
+//! Layout: `[header_len: u32 LE][header JSON][for each Changes or Rewrite op: len: u64 LE, Arrow IPC stream]`.
 //! The header names the transaction, whether it also changed the catalog
 //! (then the record only counts if the control log holds that transaction),
 //! and the ops in order.
 
+use arrow::array::RecordBatch;
 use arrow::buffer::Buffer;
 use arrow::ipc::reader::StreamDecoder;
 use arrow::ipc::writer::StreamWriter;
@@ -19,6 +20,16 @@ use crate::error::ServerError;
 pub enum TableWrite {
     Changes(ChangeBatch),
     Truncate,
+    /// The table's whole contents from here on, in a new physical layout
+    /// (`ALTER TABLE`, and the first batch of each table in a table
+    /// snapshot): the state is replaced by one over `rows`' schema keyed by
+    /// `key` (indices into it). Records before it were written in an
+    /// older layout, so the log replays into the layout each record had,
+    /// never into the catalog's latest.
+    Rewrite {
+        key: Vec<usize>,
+        rows: RecordBatch,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -41,6 +52,7 @@ struct Header {
 enum OpKind {
     Changes,
     Truncate,
+    Rewrite { key: Vec<usize> },
 }
 
 impl WalRecord {
@@ -55,6 +67,7 @@ impl WalRecord {
                     let kind = match op {
                         TableWrite::Changes(_) => OpKind::Changes,
                         TableWrite::Truncate => OpKind::Truncate,
+                        TableWrite::Rewrite { key, .. } => OpKind::Rewrite { key: key.clone() },
                     };
                     (*id, kind)
                 })
@@ -66,10 +79,16 @@ impl WalRecord {
         out.put_u32_le(header.len() as u32);
         out.put_slice(&header);
         for (_, op) in &self.ops {
-            if let TableWrite::Changes(change) = op {
-                let batch = change
-                    .to_record_batch()
-                    .map_err(|e| ServerError::internal(e.to_string()))?;
+            let batch = match op {
+                TableWrite::Changes(change) => Some(
+                    change
+                        .to_record_batch()
+                        .map_err(|e| ServerError::internal(e.to_string()))?,
+                ),
+                TableWrite::Rewrite { rows, .. } => Some(rows.clone()),
+                TableWrite::Truncate => None,
+            };
+            if let Some(batch) = batch {
                 let mut ipc = Vec::new();
                 let mut writer = StreamWriter::try_new(&mut ipc, &batch.schema())?;
                 writer.write(&batch)?;
@@ -105,22 +124,26 @@ impl WalRecord {
             .map_err(|e| corrupt(&e.to_string()))?;
         let mut ops = Vec::with_capacity(header.ops.len());
         for (id, kind) in header.ops {
+            let mut batch = || -> Result<RecordBatch, ServerError> {
+                let len =
+                    u64::from_le_bytes(take(8)?[..].try_into().map_err(|_| corrupt("length"))?);
+                let len = usize::try_from(len).map_err(|_| corrupt("length"))?;
+                let mut ipc = Buffer::from(take(len)?);
+                let mut decoder = StreamDecoder::new();
+                decoder
+                    .decode(&mut ipc)?
+                    .ok_or_else(|| corrupt("empty batch"))
+            };
             let op = match kind {
                 OpKind::Truncate => TableWrite::Truncate,
-                OpKind::Changes => {
-                    let len =
-                        u64::from_le_bytes(take(8)?[..].try_into().map_err(|_| corrupt("length"))?);
-                    let len = usize::try_from(len).map_err(|_| corrupt("length"))?;
-                    let mut ipc = Buffer::from(take(len)?);
-                    let mut decoder = StreamDecoder::new();
-                    let batch = decoder
-                        .decode(&mut ipc)?
-                        .ok_or_else(|| corrupt("empty batch"))?;
-                    TableWrite::Changes(
-                        ChangeBatch::from_record_batch(&batch)
-                            .map_err(|e| corrupt(&e.to_string()))?,
-                    )
-                }
+                OpKind::Changes => TableWrite::Changes(
+                    ChangeBatch::from_record_batch(&batch()?)
+                        .map_err(|e| corrupt(&e.to_string()))?,
+                ),
+                OpKind::Rewrite { key } => TableWrite::Rewrite {
+                    key,
+                    rows: batch()?,
+                },
             };
             ops.push((id, op));
         }
@@ -160,6 +183,55 @@ mod tests {
         assert!(back.has_ddl);
         assert!(matches!(back.ops[0], (ObjectId(7), TableWrite::Truncate)));
         let TableWrite::Changes(c) = &back.ops[1].1 else {
+            panic!()
+        };
+        assert_eq!(c.rows(), &rows);
+    }
+
+    #[test]
+    fn a_rewrite_keeps_its_key_and_layout() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("x", DataType::Int64, false),
+            Field::new("y", DataType::Utf8, true),
+        ]));
+        let rows = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2])),
+                Arc::new(StringArray::from(vec![Some("a"), None])),
+            ],
+        )
+        .unwrap();
+        let record = WalRecord {
+            txn: uuid::Uuid::new_v4(),
+            has_ddl: true,
+            ops: vec![
+                (
+                    ObjectId(3),
+                    TableWrite::Rewrite {
+                        key: vec![0],
+                        rows: rows.clone(),
+                    },
+                ),
+                (ObjectId(3), TableWrite::Truncate),
+                (
+                    ObjectId(3),
+                    TableWrite::Changes(ChangeBatch::inserts(rows.clone())),
+                ),
+            ],
+        };
+        let back = WalRecord::decode(&record.encode().unwrap()).unwrap();
+        let TableWrite::Rewrite {
+            key,
+            rows: back_rows,
+        } = &back.ops[0].1
+        else {
+            panic!("{:?}", back.ops[0])
+        };
+        assert_eq!(key, &[0]);
+        assert_eq!(back_rows, &rows);
+        assert!(matches!(back.ops[1].1, TableWrite::Truncate));
+        let TableWrite::Changes(c) = &back.ops[2].1 else {
             panic!()
         };
         assert_eq!(c.rows(), &rows);

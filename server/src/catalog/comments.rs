@@ -65,13 +65,20 @@ impl Catalog {
 
     /// Forgets the comments of relations that were dropped.
     pub(super) fn forget_dropped_comments(&mut self) {
-        let dropped: Vec<ObjectId> = self
+        // Comments on relations that are gone, and on columns their
+        // relation no longer has (ALTER TABLE ... DROP COLUMN).
+        let gone: Vec<(ObjectId, Option<String>)> = self
             .comments
             .keys()
-            .map(|(id, _)| *id)
-            .filter(|id| self.relation_columns(*id).is_none())
+            .filter(|(id, column)| match self.relation_columns(*id) {
+                None => true,
+                Some(columns) => column.as_deref().is_some_and(|c| !columns.contains(&c)),
+            })
+            .cloned()
             .collect();
-        self.comments.retain(|(id, _), _| !dropped.contains(id));
+        for key in gone {
+            self.comments.remove(&key);
+        }
     }
 
     /// The relation whose `pg_class` OID is `oid`.

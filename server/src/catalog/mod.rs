@@ -12,6 +12,7 @@
 //!   rewrites for catalog queries DataFusion cannot plan as sent are the
 //!   planner's (`weir_planner::compat`).
 
+mod alter;
 mod comments;
 pub mod functions;
 pub mod info_schema;

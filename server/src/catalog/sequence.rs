@@ -197,21 +197,6 @@ impl Catalog {
         self.sequences.remove(&id);
         Ok(())
     }
-
-    pub(super) fn replace_table(&mut self, def: &TableDef) -> Result<(), ServerError> {
-        let old = self
-            .tables
-            .get(&def.id)
-            .ok_or_else(|| ServerError::UndefinedTable(format!("object {}", def.id)))?;
-        if old.physical_schema() != def.physical_schema() || old.primary_key != def.primary_key {
-            return Err(ServerError::internal(format!(
-                "table {} replaced by a definition with other columns or key",
-                def.name
-            )));
-        }
-        self.tables.insert(def.id, Arc::new(def.clone()));
-        Ok(())
-    }
 }
 
 #[cfg(test)]

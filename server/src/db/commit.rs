@@ -310,6 +310,20 @@ impl Database {
                 "the catalog changed since this transaction started".into(),
             ));
         }
+        // A rewrite (ALTER TABLE) holds the whole table as this
+        // transaction saw it: a write committed to that table since would
+        // be lost under it.
+        for (id, op) in &writes.tables {
+            if let TableWrite::Rewrite { .. } = op
+                && let (Some(now), Some(then)) = (previous.tables.get(id), base.tables.get(id))
+                && !now.same_version(then)
+            {
+                return Err(ServerError::SerializationFailure(
+                    "a table this transaction alters was written by a concurrent transaction"
+                        .into(),
+                ));
+            }
+        }
         let mut next = (*previous).clone();
         next.apply_catalog(&writes.ddl)?;
         next.apply_writes(&writes.tables)?;

@@ -7,14 +7,12 @@ use datafusion::sql::sqlparser::ast::{
     ObjectName, ObjectType, Password, SchemaName, SequenceOptions, SqlOption, TableConstraint,
     Value,
 };
-use weir_pgsem::SqlType;
 
 use super::dml::normalize_ident;
 use super::projection::drop_readers;
-use super::sequence::{self, ColumnSequence};
+use super::sequence;
 use super::{Session, StatementResult, command};
 use crate::catalog::CatalogChange;
-use crate::catalog::model::Generated;
 use crate::catalog::model::{
     ColumnDef, DEFAULT_SCHEMA, ROW_ID_COLUMN, TableDef, UserDef, WatermarkDef,
 };
@@ -47,7 +45,7 @@ impl Session {
         create: CreateTable,
     ) -> Result<StatementResult, ServerError> {
         if create.query.is_some() {
-            return Err(ServerError::feature_not_supported("CREATE TABLE ... AS"));
+            return self.create_table_as(create).await;
         }
         if create.or_replace || create.external {
             return Err(ServerError::feature_not_supported(
@@ -81,12 +79,7 @@ impl Session {
                     "column \"{column_name}\" specified more than once"
                 )));
             }
-            let serial = sequence::serial_type(&column.data_type);
-            let sql_type = match &serial {
-                Some(t) => t.clone(),
-                None => SqlType::from_sql(&column.data_type)
-                    .map_err(ServerError::feature_not_supported)?,
-            };
+            let (sql_type, mut wants_sequence) = sequence::column_type(&column.data_type)?;
             let mut def = ColumnDef {
                 name: column_name.clone(),
                 sql_type,
@@ -94,10 +87,6 @@ impl Session {
                 default: None,
                 generated: None,
             };
-            let mut wants_sequence = serial.map(|_| ColumnSequence {
-                generated: Generated::Serial,
-                options: Vec::new(),
-            });
             for option in &column.options {
                 match &option.option {
                     ColumnOption::Null => def.nullable = true,

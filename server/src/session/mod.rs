@@ -16,8 +16,10 @@
 //! `prepared` (extended protocol), `functions` (PostgreSQL functions).
 
 mod alter_options;
+mod alter_table;
 pub mod api;
 mod copy;
+mod create_table_as;
 pub(crate) mod cursor;
 mod ddl;
 mod destination;
@@ -44,7 +46,7 @@ use arrow::datatypes::SchemaRef;
 use datafusion::common::ParamValues;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionContext;
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::ast::{SetExpr, Statement};
 
 pub use crate::advisory_locks::AdvisoryLocks;
 pub use api::{CopyFormat, CopyInTarget, CopyOptions, PreparedStatement, StatementResult};
@@ -165,6 +167,9 @@ fn refuse_on_append_only(
     let retracts = match write {
         crate::wal::TableWrite::Truncate => true,
         crate::wal::TableWrite::Changes(change) => change.weights().values().iter().any(|&w| w < 0),
+        // ALTER TABLE keeps every row; one that changes values the
+        // table's readers see is refused while it has readers.
+        crate::wal::TableWrite::Rewrite { .. } => false,
     };
     if retracts {
         return Err(ServerError::Sqlstate {
@@ -641,6 +646,9 @@ impl Session {
             return self.streaming(ddl).await;
         }
         match statement {
+            S::Query(query) if matches!(query.body.as_ref(), SetExpr::Select(s) if s.into.is_some()) => {
+                self.select_into(query).await
+            }
             S::Query(_) => self.query(statement, params).await,
             S::Explain {
                 statement: inner, ..
@@ -675,6 +683,7 @@ impl Session {
             } => self.fetch(&name, &direction, into.as_ref()),
             S::Close { cursor } => self.close_cursor(&cursor),
             S::CreateTable(create) => self.create_table(create).await,
+            S::AlterTable(alter) => self.alter_table(alter).await,
             S::CreateSchema {
                 schema_name,
                 if_not_exists,

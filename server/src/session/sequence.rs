@@ -39,6 +39,26 @@ pub(super) fn serial_type(data_type: &DataType) -> Option<SqlType> {
     }
 }
 
+/// A declared column's type, and the sequence it asks for when it is
+/// spelled `SERIAL`.
+pub(super) fn column_type(
+    data_type: &DataType,
+) -> Result<(SqlType, Option<ColumnSequence>), ServerError> {
+    Ok(match serial_type(data_type) {
+        Some(t) => (
+            t,
+            Some(ColumnSequence {
+                generated: Generated::Serial,
+                options: Vec::new(),
+            }),
+        ),
+        None => (
+            SqlType::from_sql(data_type).map_err(ServerError::feature_not_supported)?,
+            None,
+        ),
+    })
+}
+
 /// `GENERATED { ALWAYS | BY DEFAULT } AS IDENTITY [ ( options ) ]`.
 pub(super) fn identity_option(option: &ColumnOption) -> Option<ColumnSequence> {
     let ColumnOption::Generated {

@@ -70,6 +70,7 @@ mod pgcodec;
 mod postgres;
 
 mod alter_options;
+mod alter_table;
 mod append_only;
 mod auth;
 mod crash;
