@@ -28,8 +28,10 @@ use crate::catalog::Catalog;
 use crate::catalog::model::{ProjectionDef, TableDef, WatermarkDef};
 use crate::catalog::provider::{SessionView, WeirCatalogList};
 use crate::catalog::streaming::{SinkDef, SourceDef, SourceKind};
+use crate::catalog::view::{ViewDef, ViewPlanner};
 use crate::db::Database;
 use crate::error::ServerError;
+use datafusion::error::DataFusionError;
 
 /// A projection's graph with its sources bound to catalog objects.
 pub(crate) struct PlannedProjection {
@@ -94,24 +96,8 @@ impl PlanContext {
             snapshot,
             Arc::new(crate::system::SystemSchema::new(db.clone())),
         ));
-        let env = db.query_env();
-        let catalog_list = WeirCatalogList::new(view, env.pg_static.clone())?;
-        let mut state = SessionStateBuilder::new_from_existing(env.template.clone())
-            .with_catalog_list(Arc::new(catalog_list))
-            .build();
-        let setting = |name: &str, default: &str| {
-            settings
-                .get(name)
-                .cloned()
-                .unwrap_or_else(|| default.to_string())
-        };
-        let default_schema = default_schema_of(&setting("search_path", "\"$user\", public"));
-        apply_settings(
-            state.config_mut().options_mut(),
-            &default_schema,
-            setting("TimeZone", "UTC"),
-            setting("DateStyle", "ISO, MDY"),
-        );
+        view.set_view_planner(Arc::new(ViewPlanning { db: db.clone() }));
+        let (state, default_schema) = state_over(db, view, settings)?;
         Ok(Self::new(state, catalog, default_schema, db))
     }
 
@@ -517,6 +503,88 @@ fn rename_columns(plan: LogicalPlan, names: &[String]) -> Result<LogicalPlan, Se
             None => col(c),
         });
     Ok(LogicalPlanBuilder::from(plan).project(exprs)?.build()?)
+}
+
+/// A query state over `view` under an object's stored `settings`
+/// (PostgreSQL's defaults for those not given), and its default schema.
+fn state_over(
+    db: &Database,
+    view: Arc<SessionView>,
+    settings: &BTreeMap<String, String>,
+) -> Result<(SessionState, String), ServerError> {
+    let env = db.query_env();
+    let catalog_list = WeirCatalogList::new(view, env.pg_static.clone())?;
+    let mut state = SessionStateBuilder::new_from_existing(env.template.clone())
+        .with_catalog_list(Arc::new(catalog_list))
+        .build();
+    let setting = |name: &str, default: &str| {
+        settings
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| default.to_string())
+    };
+    let default_schema = default_schema_of(&setting("search_path", "\"$user\", public"));
+    apply_settings(
+        state.config_mut().options_mut(),
+        &default_schema,
+        setting("TimeZone", "UTC"),
+        setting("DateStyle", "ISO, MDY"),
+    );
+    Ok((state, default_schema))
+}
+
+/// Plans the views a statement reads: each view's query under the
+/// settings it was created with, over the reader's snapshot (so one query
+/// reads one snapshot, views included).
+#[derive(Debug)]
+pub struct ViewPlanning {
+    pub db: Arc<Database>,
+}
+
+impl ViewPlanner for ViewPlanning {
+    fn plan<'a>(
+        &'a self,
+        session: Arc<SessionView>,
+        def: Arc<ViewDef>,
+    ) -> futures::future::BoxFuture<'a, datafusion::error::Result<LogicalPlan>> {
+        Box::pin(async move {
+            let external = |e: ServerError| DataFusionError::External(Box::new(e));
+            let (state, _) = state_over(&self.db, session, &def.settings).map_err(external)?;
+            let query = parse_query(&def.query).map_err(external)?;
+            let plan = Box::pin(weir_planner::bind(
+                &state,
+                Statement::Query(Box::new(query)),
+            ))
+            .await
+            .map_err(|e| external(e.into()))?;
+            let names: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
+            let plan = rename_columns(plan, &names).map_err(external)?;
+            let planned: Vec<_> = plan
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.data_type().clone())
+                .collect();
+            let declared: Vec<_> = def
+                .arrow_schema()
+                .fields()
+                .iter()
+                .map(|f| f.data_type().clone())
+                .collect();
+            if planned != declared {
+                return Err(external(ServerError::Sqlstate {
+                    code: "42P16",
+                    message: format!(
+                        "view {} no longer plans to the columns it was created with ({}); \
+                         recreate it with CREATE OR REPLACE VIEW",
+                        def.qualified_name(),
+                        names.join(", ")
+                    ),
+                }));
+            }
+            Ok(plan)
+        })
+    }
 }
 
 /// A `WATERMARK FOR` expression planned over a source's columns.

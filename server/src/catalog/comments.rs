@@ -38,6 +38,9 @@ impl Catalog {
         if let Some(s) = self.sources.get(&id) {
             return Some(names(&s.columns));
         }
+        if let Some(v) = self.views.get(&id) {
+            return Some(names(&v.columns));
+        }
         self.sequences.get(&id).map(|_| Vec::new())
     }
 
@@ -88,6 +91,7 @@ impl Catalog {
             .chain(self.projections.keys())
             .chain(self.sources.keys())
             .chain(self.sequences.keys())
+            .chain(self.views.keys())
             .copied()
             .find(|id| table_oid(*id) == oid)
     }

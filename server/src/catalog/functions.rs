@@ -128,6 +128,19 @@ pub fn register(
         }),
     ));
 
+    // A view's query as it was stored (sqlparser's spelling, not
+    // PostgreSQL's deparsed one); NULL for other relations.
+    let v = view.clone();
+    ctx.register_udf(oid_to_text("pg_get_viewdef", move |oid| {
+        let snapshot = v.snapshot();
+        let def = snapshot
+            .catalog
+            .views
+            .values()
+            .find(|d| pg::table_oid(d.id) == oid)?;
+        Some(format!("{};", def.query))
+    }));
+
     let statics = pg_static.clone();
     let proc_info: Arc<OnceLock<ProcInfo>> = Arc::default();
     let info = proc_info.clone();
@@ -379,6 +392,9 @@ fn relations(view: &SessionView) -> HashMap<i64, (String, String)> {
     }
     for s in snapshot.catalog.sources.values().filter(|s| !s.is_shared()) {
         out.insert(pg::table_oid(s.id), (s.schema.clone(), s.name.clone()));
+    }
+    for v in snapshot.catalog.views.values() {
+        out.insert(pg::table_oid(v.id), (v.schema.clone(), v.name.clone()));
     }
     for (i, name) in view.system.table_names_sorted().into_iter().enumerate() {
         out.insert(

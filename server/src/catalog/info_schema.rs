@@ -48,6 +48,14 @@ impl InformationSchema {
             .values()
             .map(|d| (d.schema.clone(), d.name.clone(), false, columns_of(d)))
             .collect();
+        for v in snapshot.catalog.views.values() {
+            out.push((
+                v.schema.clone(),
+                v.name.clone(),
+                true,
+                super::pg::columns_without_defaults(&v.columns),
+            ));
+        }
         for name in self.view.system.table_names_sorted() {
             if let Some(schema) = self.view.system.table_schema(&name) {
                 out.push((

@@ -26,5 +26,6 @@ pub mod provider;
 mod rows;
 pub mod sequence;
 pub mod streaming;
+pub mod view;
 
 pub use model::{Catalog, CatalogChange, ColumnDef, ControlEntry, TableDef, UserDef};

@@ -125,11 +125,7 @@ impl TableDef {
     }
 
     pub fn qualified_name(&self) -> String {
-        if self.schema == DEFAULT_SCHEMA {
-            self.name.clone()
-        } else {
-            format!("{}.{}", self.schema, self.name)
-        }
+        qualified(&self.schema, &self.name)
     }
 
     pub fn pkey_constraint_name(&self) -> String {
@@ -237,25 +233,36 @@ pub struct ProjectionDef {
     pub watermark_columns: Vec<String>,
 }
 
+/// `name`, or `schema.name` outside the default schema: how errors and
+/// listings name a relation.
+pub(crate) fn qualified(schema: &str, name: &str) -> String {
+    if schema == DEFAULT_SCHEMA {
+        name.to_string()
+    } else {
+        format!("{schema}.{name}")
+    }
+}
+
+/// The Arrow schema of columns as declared.
+pub fn columns_schema(columns: &[ColumnDef]) -> SchemaRef {
+    Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|c| c.sql_type.field(&c.name, c.nullable))
+            .collect::<Vec<Field>>(),
+    ))
+}
+
 /// The session settings that change what a query's text means.
 pub const PROJECTION_SETTINGS: &[&str] = &["search_path", "DateStyle", "TimeZone"];
 
 impl ProjectionDef {
     pub fn arrow_schema(&self) -> SchemaRef {
-        Arc::new(Schema::new(
-            self.columns
-                .iter()
-                .map(|c| c.sql_type.field(&c.name, c.nullable))
-                .collect::<Vec<Field>>(),
-        ))
+        columns_schema(&self.columns)
     }
 
     pub fn qualified_name(&self) -> String {
-        if self.schema == DEFAULT_SCHEMA {
-            self.name.clone()
-        } else {
-            format!("{}.{}", self.schema, self.name)
-        }
+        qualified(&self.schema, &self.name)
     }
 
     pub fn create_statement(&self) -> String {
@@ -305,6 +312,11 @@ pub enum CatalogChange {
     /// Replaces a table's definition in place, its rows untouched (a
     /// column's default dropped with the sequence it used).
     ReplaceTable(TableDef),
+    CreateView(super::view::ViewDef),
+    ReplaceView(super::view::ViewDef),
+    DropView {
+        id: ObjectId,
+    },
     CreateSequence(super::sequence::SequenceDef),
     /// `ALTER SEQUENCE`: same id and incarnation, so its values go on.
     ReplaceSequence(super::sequence::SequenceDef),
@@ -374,6 +386,7 @@ pub struct Catalog {
     pub secrets: BTreeMap<String, Arc<super::streaming::SecretDef>>,
     pub connections: BTreeMap<String, Arc<super::streaming::ConnectionDef>>,
     pub sequences: BTreeMap<ObjectId, Arc<super::sequence::SequenceDef>>,
+    pub views: BTreeMap<ObjectId, Arc<super::view::ViewDef>>,
     /// `COMMENT ON`: by relation, and column (`None`: the relation itself).
     pub comments: BTreeMap<(ObjectId, Option<String>), String>,
     pub(super) next_id: u64,
@@ -466,6 +479,7 @@ impl Catalog {
             || self.projection(schema, name).is_some()
             || self.source(schema, name).is_some()
             || self.sequence(schema, name).is_some()
+            || self.view(schema, name).is_some()
     }
 
     /// Projections that read `id` directly.
@@ -488,6 +502,7 @@ impl Catalog {
         self.tables.contains_key(id)
             || self.projections.contains_key(id)
             || self.sources.contains_key(id)
+            || self.views.contains_key(id)
     }
 
     /// Applies one change, validating it. On error `self` is unchanged.
@@ -613,6 +628,9 @@ impl Catalog {
                 }
             }
             CatalogChange::ReplaceTable(def) => self.replace_table(def)?,
+            CatalogChange::CreateView(def) => self.create_view(def)?,
+            CatalogChange::ReplaceView(def) => self.replace_view(def)?,
+            CatalogChange::DropView { id } => self.drop_view(*id)?,
             CatalogChange::CreateSequence(def) => self.create_sequence(def)?,
             CatalogChange::ReplaceSequence(def) => self.replace_sequence(def)?,
             CatalogChange::Comment {
@@ -676,6 +694,7 @@ impl Catalog {
                 | CatalogChange::DropProjection { .. }
                 | CatalogChange::DropSource { .. }
                 | CatalogChange::DropSequence { .. }
+                | CatalogChange::DropView { .. }
         ) {
             self.forget_dropped_comments();
         }
@@ -684,7 +703,7 @@ impl Catalog {
 }
 
 impl Catalog {
-    fn refuse_if_read(&self, id: ObjectId) -> Result<(), ServerError> {
+    pub(super) fn refuse_if_read(&self, id: ObjectId) -> Result<(), ServerError> {
         let readers: Vec<String> = self
             .readers_of(id)
             .iter()
@@ -693,6 +712,11 @@ impl Catalog {
                 self.sinks_reading(id)
                     .iter()
                     .map(|s| format!("sink {}", s.qualified_name())),
+            )
+            .chain(
+                self.views_reading(id)
+                    .iter()
+                    .map(|v| format!("view {}", v.qualified_name())),
             )
             .collect();
         if readers.is_empty() {
@@ -711,6 +735,11 @@ impl Catalog {
                 self.sources
                     .get(&id)
                     .map(|s| format!("source {}", s.qualified_name()))
+            })
+            .or_else(|| {
+                self.views
+                    .get(&id)
+                    .map(|v| format!("view {}", v.qualified_name()))
             })
             .unwrap_or_else(|| format!("object {id}"));
         Err(ServerError::DependentObjects {

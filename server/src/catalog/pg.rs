@@ -349,6 +349,17 @@ impl PgCatalog {
                 false,
             ));
         }
+        for def in snapshot.catalog.views.values() {
+            rows.push(class_row(
+                table_oid(def.id),
+                &def.name,
+                schema_oid(&def.schema),
+                "v",
+                0,
+                def.columns.len(),
+                false,
+            ));
+        }
         // A source is PostgreSQL's nearest kind of relation: a foreign
         // table (rows from outside), which `\d` lists as such. A shared
         // source is not a relation (its tables are).
@@ -397,6 +408,10 @@ impl PgCatalog {
             }
         }
         for def in snapshot.catalog.projections.values() {
+            let columns = columns_without_defaults(&def.columns);
+            attribute_rows(&mut rows, table_oid(def.id), columns.iter());
+        }
+        for def in snapshot.catalog.views.values() {
             let columns = columns_without_defaults(&def.columns);
             attribute_rows(&mut rows, table_oid(def.id), columns.iter());
         }
@@ -739,7 +754,7 @@ mod tests {
 
 /// Catalog columns of an object whose columns have no defaults
 /// (projections, sources).
-fn columns_without_defaults(columns: &[crate::catalog::ColumnDef]) -> Vec<Column> {
+pub(super) fn columns_without_defaults(columns: &[crate::catalog::ColumnDef]) -> Vec<Column> {
     columns
         .iter()
         .map(|c| Column {

@@ -36,6 +36,7 @@ use super::info_schema::InformationSchema;
 use super::key_access::{self, KeyAccess, KeyColumns};
 use super::model::{DATABASE_NAME, ProjectionDef};
 use super::pg::PgCatalog;
+use super::view::{MAX_VIEW_DEPTH, ViewDef, ViewPlanner};
 use crate::db::Snapshot;
 use crate::system::SystemSchema;
 
@@ -58,6 +59,14 @@ pub struct SessionView {
     /// when the session registers its functions.
     vars: RwLock<Option<SharedVars>>,
     pub system: Arc<SystemSchema>,
+    /// Plans the views a statement reads; without one, reading a view is
+    /// an error.
+    view_planner: RwLock<Option<Arc<dyn ViewPlanner>>>,
+    /// How many views deep the planning of the current statement is.
+    view_depth: std::sync::atomic::AtomicUsize,
+    /// While set, the relations the statement names itself (not those its
+    /// views read) are noted here: what a new view or projection reads.
+    noted: parking_lot::Mutex<Option<Vec<weir_common::ObjectId>>>,
 }
 
 impl SessionView {
@@ -68,7 +77,65 @@ impl SessionView {
             defaults: RwLock::default(),
             vars: RwLock::default(),
             system,
+            view_planner: RwLock::default(),
+            view_depth: Default::default(),
+            noted: Default::default(),
         }
+    }
+
+    pub fn set_view_planner(&self, planner: Arc<dyn ViewPlanner>) {
+        *self.view_planner.write() = Some(planner);
+    }
+
+    /// Starts noting the relations a statement names (see [`Self::noted`]).
+    pub fn start_noting(&self) {
+        *self.noted.lock() = Some(Vec::new());
+    }
+
+    /// Stops noting; the relations named since [`Self::start_noting`],
+    /// each once, in id order.
+    pub fn take_noted(&self) -> Vec<weir_common::ObjectId> {
+        let mut ids = self.noted.lock().take().unwrap_or_default();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
+    fn note(&self, id: weir_common::ObjectId) {
+        if self.view_depth.load(Ordering::Acquire) == 0
+            && let Some(ids) = self.noted.lock().as_mut()
+        {
+            ids.push(id);
+        }
+    }
+
+    /// A view's query planned for reading, inline.
+    async fn view_table(self: &Arc<Self>, def: Arc<ViewDef>) -> DfResult<Arc<dyn TableProvider>> {
+        let Some(planner) = self.view_planner.read().clone() else {
+            return Err(DataFusionError::Plan(format!(
+                "view {} cannot be read here",
+                def.qualified_name()
+            )));
+        };
+        let depth = self.view_depth.fetch_add(1, Ordering::AcqRel);
+        let planned = if depth >= MAX_VIEW_DEPTH {
+            Err(DataFusionError::External(Box::new(
+                crate::error::ServerError::Sqlstate {
+                    code: "42P17",
+                    message: format!(
+                        "infinite recursion detected in rules for relation \"{}\"",
+                        def.name
+                    ),
+                },
+            )))
+        } else {
+            planner.plan(self.clone(), def.clone()).await
+        };
+        self.view_depth.fetch_sub(1, Ordering::AcqRel);
+        Ok(Arc::new(datafusion::catalog::view::ViewTable::new(
+            planned?,
+            Some(def.query.clone()),
+        )))
     }
 
     pub fn set_vars(&self, vars: SharedVars) {
@@ -253,6 +320,15 @@ impl SchemaProvider for UserSchema {
                     .filter(|s| s.schema == self.name && !s.is_shared())
                     .map(|s| s.name.clone()),
             )
+            .chain(
+                self.view
+                    .snapshot()
+                    .catalog
+                    .views
+                    .values()
+                    .filter(|v| v.schema == self.name)
+                    .map(|v| v.name.clone()),
+            )
             .collect()
     }
 
@@ -264,6 +340,12 @@ impl SchemaProvider for UserSchema {
         {
             let refused = snapshot.catalog.shared_source_unreadable(def);
             return Err(DataFusionError::External(Box::new(refused)));
+        }
+        if let Some(id) = snapshot.catalog.relation_id(&self.name, name) {
+            self.view.note(id);
+        }
+        if let Some(def) = snapshot.catalog.view(&self.name, name) {
+            return self.view.view_table(def.clone()).await.map(Some);
         }
         Ok(self.view.table(&self.name, name))
     }

@@ -12,7 +12,7 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use weir_common::ObjectId;
 
-use super::model::{Catalog, ColumnDef, DEFAULT_SCHEMA, quote_ident};
+use super::model::{Catalog, ColumnDef, DEFAULT_SCHEMA, qualified, quote_ident};
 use crate::error::ServerError;
 
 pub use super::model::WatermarkDef;
@@ -341,14 +341,6 @@ fn columns_schema(columns: &[ColumnDef]) -> SchemaRef {
             .map(|c| c.sql_type.field(&c.name, c.nullable))
             .collect::<Vec<Field>>(),
     ))
-}
-
-fn qualified(schema: &str, name: &str) -> String {
-    if schema == DEFAULT_SCHEMA {
-        name.to_string()
-    } else {
-        format!("{schema}.{name}")
-    }
 }
 
 fn quoted_name(schema: &str, name: &str) -> String {

@@ -473,9 +473,10 @@ impl Session {
         let id = a.def.id;
         let readers = catalog.readers_of(id);
         let sinks = catalog.sinks_reading(id);
+        let views = catalog.views_reading(id);
         let mut changes = Vec::new();
         if let Some(what) = &a.depended_on
-            && (!readers.is_empty() || !sinks.is_empty())
+            && (!readers.is_empty() || !sinks.is_empty() || !views.is_empty())
         {
             if a.cascade {
                 drop_readers(catalog, id, "", true, &mut changes)?;
@@ -484,6 +485,7 @@ impl Session {
                     .iter()
                     .map(|p| format!("projection {}", p.qualified_name()))
                     .chain(sinks.iter().map(|s| format!("sink {}", s.qualified_name())))
+                    .chain(views.iter().map(|v| format!("view {}", v.qualified_name())))
                     .collect();
                 return Err(ServerError::Sqlstate {
                     code: "2BP01",
@@ -565,6 +567,25 @@ impl Session {
                     &a.before.name,
                     &format!("projection {}", p.qualified_name()),
                     &e,
+                ));
+            }
+        }
+        for v in catalog.views_reading(a.def.id) {
+            let session = Arc::new(crate::catalog::provider::SessionView::new(
+                snapshot.clone(),
+                Arc::new(crate::system::SystemSchema::new(self.db.clone())),
+            ));
+            let planner = Arc::new(crate::planning::ViewPlanning {
+                db: self.db.clone(),
+            });
+            session.set_view_planner(planner.clone());
+            let planned =
+                crate::catalog::view::ViewPlanner::plan(planner.as_ref(), session, v.clone()).await;
+            if let Err(e) = planned {
+                return Err(refused_by_reader(
+                    &a.before.name,
+                    &format!("view {}", v.qualified_name()),
+                    &e.into(),
                 ));
             }
         }

@@ -465,18 +465,34 @@ impl Session {
                         .values()
                         .filter(|s| s.schema == schema)
                         .collect();
-                    if (!tables.is_empty() || !projections.is_empty() || !sequences.is_empty())
+                    let views: Vec<_> = catalog
+                        .views
+                        .values()
+                        .filter(|v| v.schema == schema)
+                        .collect();
+                    if (!tables.is_empty()
+                        || !projections.is_empty()
+                        || !sequences.is_empty()
+                        || !views.is_empty())
                         && !cascade
                     {
                         let names = tables
                             .iter()
                             .map(|t| format!("table {}", t.name))
                             .chain(projections.iter().map(|p| format!("projection {}", p.name)))
-                            .chain(sequences.iter().map(|s| format!("sequence {}", s.name)));
+                            .chain(sequences.iter().map(|s| format!("sequence {}", s.name)))
+                            .chain(views.iter().map(|v| format!("view {}", v.name)));
                         return Err(ServerError::DependentObjects {
                             object: format!("schema {schema}"),
                             dependents: names.collect::<Vec<_>>().join(", "),
                         });
+                    }
+                    for v in &views {
+                        drop_readers(&catalog, v.id, "", true, &mut changes)?;
+                        let change = CatalogChange::DropView { id: v.id };
+                        if !changes.contains(&change) {
+                            changes.push(change);
+                        }
                     }
                     for p in &projections {
                         drop_readers(&catalog, p.id, "", true, &mut changes)?;
@@ -512,6 +528,10 @@ impl Session {
             ObjectType::Sequence => {
                 self.drop_sequences(&names, if_exists, cascade, &mut changes)?;
                 "DROP SEQUENCE"
+            }
+            ObjectType::View => {
+                self.drop_views(&names, if_exists, cascade, &mut changes)?;
+                "DROP VIEW"
             }
             other => return Err(ServerError::feature_not_supported(format!("DROP {other}"))),
         };

@@ -186,10 +186,7 @@ impl Session {
             .map(|p| crate::catalog::model::quote_ident(p))
             .collect::<Vec<_>>()
             .join(".");
-        let settings = crate::catalog::model::PROJECTION_SETTINGS
-            .iter()
-            .filter_map(|name| Some((name.to_string(), self.vars.get(name)?)))
-            .collect();
+        let settings = self.object_settings();
         let def = SinkDef {
             id: destination.identity,
             schema,

@@ -39,6 +39,7 @@ mod show;
 mod sources;
 mod streaming;
 mod vars;
+mod view;
 
 use std::sync::Arc;
 
@@ -210,6 +211,7 @@ impl Session {
             db.snapshot(),
             Arc::new(SystemSchema::new(db.clone())),
         ));
+        view.set_view_planner(Arc::new(crate::planning::ViewPlanning { db: db.clone() }));
         let env = db.query_env();
         let catalog_list = WeirCatalogList::new(view.clone(), env.pg_static.clone())
             .expect("pg_catalog provider construction does not fail");
@@ -660,9 +662,7 @@ impl Session {
             }
             S::Explain { .. } => self.explain(statement, params).await,
             S::CreateView(create) if create.materialized => self.create_projection(create).await,
-            S::CreateView(_) => Err(ServerError::feature_not_supported(
-                "CREATE VIEW (CREATE PROJECTION or CREATE MATERIALIZED VIEW keeps a query's result up to date)",
-            )),
+            S::CreateView(create) => self.create_view(create).await,
             S::Flush { .. } if statement == weir_planner::parse::flush_statement() => {
                 self.flush().await
             }

@@ -53,20 +53,23 @@ impl Session {
             return Err(ServerError::DuplicateTable(name));
         }
         let column_names = declared_columns(&create);
+        self.view.start_noting();
         let planned = self
             .plan_context()
             .plan_projection_emitting(&create.query, &column_names, emit_on_window_close)
-            .await?;
+            .await;
+        let noted = self.view.take_noted();
+        let planned = planned?;
         let columns = column_defs(&planned.stream)?;
+        // What it scans, and the views it names (planned inline, so not
+        // among the scans).
         let mut reads: Vec<ObjectId> = planned.bindings.iter().map(|b| b.object).collect();
+        reads.extend(noted.iter().filter(|id| catalog.views.contains_key(id)));
         // `t` and `public.t` are two scans of one object.
         reads.sort();
         reads.dedup();
         let id = (*catalog).clone().allocate_id();
-        let settings = crate::catalog::model::PROJECTION_SETTINGS
-            .iter()
-            .filter_map(|name| Some((name.to_string(), self.vars.get(name)?)))
-            .collect();
+        let settings = self.object_settings();
         let def = ProjectionDef {
             id,
             schema,
@@ -87,6 +90,15 @@ impl Session {
         })?;
         self.notice_unbounded_state("projection", &named, &unbounded);
         Ok(command("CREATE MATERIALIZED VIEW"))
+    }
+
+    /// The settings a stored query is planned under again
+    /// ([`crate::catalog::model::PROJECTION_SETTINGS`]), as they are now.
+    pub(super) fn object_settings(&self) -> std::collections::BTreeMap<String, String> {
+        crate::catalog::model::PROJECTION_SETTINGS
+            .iter()
+            .filter_map(|name| Some((name.to_string(), self.vars.get(name)?)))
+            .collect()
     }
 
     /// A NOTICE per operator whose state can grow without bound
@@ -373,7 +385,8 @@ pub(super) fn drop_readers(
 ) -> Result<(), ServerError> {
     let readers = catalog.readers_of(id);
     let sinks = catalog.sinks_reading(id);
-    if readers.is_empty() && sinks.is_empty() {
+    let views = catalog.views_reading(id);
+    if readers.is_empty() && sinks.is_empty() && views.is_empty() {
         return Ok(());
     }
     if !cascade {
@@ -390,6 +403,7 @@ pub(super) fn drop_readers(
                     };
                     format!("{kind} {}", s.qualified_name())
                 }))
+                .chain(views.iter().map(|v| format!("view {}", v.qualified_name())))
                 .collect::<Vec<_>>()
                 .join(", "),
         });
@@ -403,6 +417,13 @@ pub(super) fn drop_readers(
     for reader in readers {
         drop_readers(catalog, reader.id, "", true, changes)?;
         let change = CatalogChange::DropProjection { id: reader.id };
+        if !changes.contains(&change) {
+            changes.push(change);
+        }
+    }
+    for view in views {
+        drop_readers(catalog, view.id, "", true, changes)?;
+        let change = CatalogChange::DropView { id: view.id };
         if !changes.contains(&change) {
             changes.push(change);
         }

@@ -211,21 +211,23 @@ impl Session {
             (None, None) => return Err(ServerError::invalid_param("CREATE SINK needs FROM or AS")),
         };
         let query = parse_query(&query_text)?;
+        self.view.start_noting();
         let planned = self
             .plan_context()
             .plan_projection_emitting(&query, &[], emit_on_window_close)
-            .await?;
+            .await;
+        let noted = self.view.take_noted();
+        let planned = planned?;
         connector
             .check_sink(&planned.stream.schema, &options, planned.stream.append_only)
             .await?;
         let columns = column_defs(&planned.stream)?;
         let mut reads: Vec<ObjectId> = planned.bindings.iter().map(|b| b.object).collect();
+        // Views are planned inline: not among the scans.
+        reads.extend(noted.iter().filter(|id| catalog.views.contains_key(id)));
         reads.sort();
         reads.dedup();
-        let settings = crate::catalog::model::PROJECTION_SETTINGS
-            .iter()
-            .filter_map(|name| Some((name.to_string(), self.vars.get(name)?)))
-            .collect();
+        let settings = self.object_settings();
         let def = SinkDef {
             id: (*catalog).clone().allocate_id(),
             schema,

@@ -1,8 +1,8 @@
 //! `ALTER TABLE` across `kill -9`: rows written before and after each
 //! alteration read back right after a crash, whether the table log holds
 //! the alteration itself or a table snapshot taken after it (a tiny
-//! compaction threshold makes snapshots frequent), and a projection over
-//! an altered table keeps its answer.
+//! compaction threshold makes snapshots frequent), and a projection and a
+//! view over an altered table keep their answers.
 
 use tokio_postgres::Client;
 
@@ -36,7 +36,8 @@ async fn altered_tables_read_back_right_after_kill_9() {
              INSERT INTO acct VALUES (201, 'late', 1000, 'us');
              UPDATE acct SET amount = amount + 1 WHERE id <= 10;
              ALTER TABLE loose ADD COLUMN y TEXT DEFAULT 'y';
-             INSERT INTO loose VALUES (3, 'z');",
+             INSERT INTO loose VALUES (3, 'z');
+             CREATE VIEW acct_us AS SELECT id, owner FROM acct WHERE region = 'us';",
         )
         .await
         .unwrap();
@@ -66,6 +67,11 @@ async fn altered_tables_read_back_right_after_kill_9() {
             expect_loose,
             "round {round}: a table without a key keeps its rows"
         );
+        assert_eq!(
+            rows(&client, "SELECT id, owner FROM acct_us").await,
+            vec!["201|late"],
+            "round {round}: a view over the added column"
+        );
         server.kill();
         server.restart();
     }
@@ -74,6 +80,7 @@ async fn altered_tables_read_back_right_after_kill_9() {
     client
         .batch_execute(
             "DROP PROJECTION acct_total;
+             DROP VIEW acct_us;
              ALTER TABLE acct RENAME COLUMN owner TO holder;
              ALTER TABLE acct ALTER COLUMN amount TYPE BIGINT USING amount * 2;
              ALTER TABLE acct DROP COLUMN region;
