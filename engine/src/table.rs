@@ -85,6 +85,12 @@ impl TableState {
         self.rows.is_empty()
     }
 
+    /// The bytes its rows and keys take in their stored (row) format, what
+    /// `pg_table_size` reports. O(rows).
+    pub fn stored_bytes(&self) -> usize {
+        self.rows.iter().map(|(k, r)| k.len() + r.len()).sum()
+    }
+
     /// Whether `other` is the very same version as `self` (no write in between).
     pub fn same_version(&self, other: &TableState) -> bool {
         self.rows.ptr_eq(&other.rows)

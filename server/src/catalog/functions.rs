@@ -281,6 +281,7 @@ pub fn register(
     ctx.register_udf(ScalarUDF::from(PgGetExpr::new()));
     ctx.register_udf(ScalarUDF::from(ExpandArray::new()));
     super::comments::register(ctx, &view);
+    super::sizes::register(ctx, &view);
 }
 
 fn unquote(s: &str) -> String {

@@ -230,8 +230,28 @@ impl InformationSchema {
                     .map(identifier)
                     .to_vec(),
                 ),
-                // weir_catalog's tables are computed, not defined by SQL.
-                Vec::new(),
+                // weir_catalog's tables are computed, not defined by SQL:
+                // only CREATE VIEW's views are listed.
+                self.view
+                    .snapshot()
+                    .catalog
+                    .views
+                    .values()
+                    .map(|v| {
+                        vec![
+                            ("table_catalog", text(DATABASE_NAME)),
+                            ("table_schema", text(v.schema.clone())),
+                            ("table_name", text(v.name.clone())),
+                            ("view_definition", text(format!("{};", v.query))),
+                            ("check_option", text("NONE")),
+                            ("is_updatable", text("NO")),
+                            ("is_insertable_into", text("NO")),
+                            ("is_trigger_updatable", text("NO")),
+                            ("is_trigger_deletable", text("NO")),
+                            ("is_trigger_insertable_into", text("NO")),
+                        ]
+                    })
+                    .collect(),
             ),
             _ => return Ok(None),
         }))

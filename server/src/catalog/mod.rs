@@ -25,6 +25,7 @@ mod pg_foreign;
 pub mod provider;
 mod rows;
 pub mod sequence;
+mod sizes;
 pub mod streaming;
 pub mod view;
 

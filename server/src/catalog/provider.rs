@@ -117,7 +117,16 @@ impl SessionView {
                 def.qualified_name()
             )));
         };
+        // Counted down on drop, so a statement canceled while planning a
+        // view does not leave the session deeper than it is.
+        struct Deeper<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Deeper<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
         let depth = self.view_depth.fetch_add(1, Ordering::AcqRel);
+        let _deeper = Deeper(&self.view_depth);
         let planned = if depth >= MAX_VIEW_DEPTH {
             Err(DataFusionError::External(Box::new(
                 crate::error::ServerError::Sqlstate {
@@ -131,7 +140,6 @@ impl SessionView {
         } else {
             planner.plan(self.clone(), def.clone()).await
         };
-        self.view_depth.fetch_sub(1, Ordering::AcqRel);
         Ok(Arc::new(datafusion::catalog::view::ViewTable::new(
             planned?,
             Some(def.query.clone()),

@@ -165,6 +165,32 @@ fn psql_meta_commands_describe_the_catalog() {
         ],
     );
 
+    // Views: \dv lists them, \d+ shows the definition; \dt+ sizes tables.
+    psql(
+        &server,
+        &[
+            "-c",
+            "CREATE VIEW psql_big_orders AS SELECT id, customer FROM psql_orders WHERE amount > 100",
+            "-c",
+            "INSERT INTO psql_orders (id, customer, amount) SELECT i, 'c', 200 FROM generate_series(1, 100) AS s(i)",
+        ],
+    );
+    let out = psql(&server, &["-c", "\\dv"]);
+    assert_contains_all(&out, "\\dv lists views", &["psql_big_orders", "view"]);
+    let out = psql(&server, &["-c", "\\d+ psql_big_orders"]);
+    assert_contains_all(
+        &out,
+        "\\d+ describes a view",
+        &[
+            "View \"public.psql_big_orders\"",
+            "View definition:",
+            "amount > 100",
+        ],
+    );
+    let out = psql(&server, &["-c", "\\dt+ psql_orders"]);
+    assert_contains_all(&out, "\\dt+ sizes a table", &["psql_orders", " bytes"]);
+    assert!(!out.contains("| 0 bytes"), "100 rows take room:\n{out}");
+
     // \df runs its pg_proc query without error; it names its columns.
     let out = psql(&server, &["-c", "\\df"]);
     assert_contains_all(
