@@ -153,6 +153,9 @@ fn parse_with_streaming(sql: &str) -> Option<Result<Vec<Statement>, ParseError>>
         "connection",
         "secret",
         "sequence",
+        "rename",
+        "projection",
+        "materialized",
     ]
     .iter()
     .any(|w| lower.contains(w))

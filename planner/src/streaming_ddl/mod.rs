@@ -41,7 +41,7 @@ use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 use serde::{Deserialize, Serialize};
 
-mod alter;
+pub mod alter;
 mod destination;
 pub mod sequence;
 pub use alter::{SinkAction, SourceAction};
@@ -141,6 +141,14 @@ pub enum StreamingDdl {
         name: Vec<String>,
         action: SourceAction,
     },
+    /// `ALTER {SOURCE | SINK | VIEW | MATERIALIZED VIEW | PROJECTION}
+    /// [IF EXISTS] name RENAME TO to` (sqlparser reads none of these).
+    Rename {
+        kind: alter::RenamedKind,
+        if_exists: bool,
+        name: Vec<String>,
+        to: String,
+    },
     AlterSink {
         name: Vec<String>,
         action: SinkAction,
@@ -216,22 +224,33 @@ pub fn is_streaming(tokens: &[TokenWithSpan]) -> bool {
         })
         .collect();
     let w = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
-    matches!(
-        (w(0), w(1), w(2)),
-        ("CREATE" | "DROP", "SOURCE" | "SINK", _)
-            | (
-                "CREATE" | "DROP" | "ALTER",
-                "SECRET" | "CONNECTION" | "DESTINATION",
-                _
-            )
-            | ("ALTER", "SOURCE" | "SINK" | "SEQUENCE", _)
-            | (
-                "SHOW",
-                "SOURCES" | "SINKS" | "DESTINATIONS" | "CONNECTORS" | "SECRETS" | "CONNECTIONS",
-                _
-            )
-            | ("SHOW", "CREATE", "SOURCE" | "SINK" | "DESTINATION")
-    )
+    // `ALTER VIEW v AS query` is sqlparser's; `ALTER VIEW v RENAME TO w`
+    // is not.
+    let renames_view = (w(0), w(1)) == ("ALTER", "VIEW")
+        && tokens
+            .iter()
+            .any(|t| matches!(&t.token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("RENAME")));
+    renames_view
+        || matches!(
+            (w(0), w(1), w(2)),
+            ("CREATE" | "DROP", "SOURCE" | "SINK", _)
+                | (
+                    "CREATE" | "DROP" | "ALTER",
+                    "SECRET" | "CONNECTION" | "DESTINATION",
+                    _
+                )
+                | (
+                    "ALTER",
+                    "SOURCE" | "SINK" | "SEQUENCE" | "MATERIALIZED" | "PROJECTION",
+                    _
+                )
+                | (
+                    "SHOW",
+                    "SOURCES" | "SINKS" | "DESTINATIONS" | "CONNECTORS" | "SECRETS" | "CONNECTIONS",
+                    _
+                )
+                | ("SHOW", "CREATE", "SOURCE" | "SINK" | "DESTINATION")
+        )
 }
 
 /// Parses one streaming statement (its tokens, without the `;`).
@@ -269,6 +288,17 @@ pub fn parse_streaming(mut tokens: Vec<TokenWithSpan>) -> Result<StreamingDdl, P
         }
     } else if p.parse_keywords(&[Keyword::ALTER, Keyword::SEQUENCE]) {
         sequence::alter_sequence(&mut p)?
+    } else if p.parse_keywords(&[Keyword::ALTER, Keyword::VIEW]) {
+        alter::alter_relation(&mut p, alter::RenamedKind::View)?
+    } else if p.parse_keywords(&[Keyword::ALTER, Keyword::MATERIALIZED, Keyword::VIEW]) {
+        alter::alter_relation(&mut p, alter::RenamedKind::Projection)?
+    } else if matches!(
+        &p.peek_nth_token(1).token,
+        Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("PROJECTION")
+    ) && p.parse_keyword(Keyword::ALTER)
+    {
+        p.next_token();
+        alter::alter_relation(&mut p, alter::RenamedKind::Projection)?
     } else if p.parse_keyword(Keyword::ALTER) {
         match kind_word(&mut p)? {
             StreamingKind::Destination => destination::alter_destination(&mut p)?,

@@ -374,3 +374,60 @@ fn alter_source_and_sink_set_options() {
     }
     assert!(parse("ALTER SINK out SET").is_err());
 }
+
+#[test]
+fn reads_renames_of_sources_sinks_views_and_projections() {
+    use alter::RenamedKind as K;
+    for (sql, kind, if_exists, name, to) in [
+        (
+            "ALTER SOURCE s.Bid RENAME TO bids",
+            K::Source,
+            false,
+            vec!["s", "bid"],
+            "bids",
+        ),
+        (
+            "ALTER SINK IF EXISTS out RENAME TO \"Out\"",
+            K::Sink,
+            true,
+            vec!["out"],
+            "Out",
+        ),
+        ("ALTER VIEW v RENAME TO w", K::View, false, vec!["v"], "w"),
+        (
+            "ALTER MATERIALIZED VIEW IF EXISTS p RENAME TO q",
+            K::Projection,
+            true,
+            vec!["p"],
+            "q",
+        ),
+        (
+            "alter projection p rename to q",
+            K::Projection,
+            false,
+            vec!["p"],
+            "q",
+        ),
+    ] {
+        let ddl = parse(sql).unwrap();
+        assert_eq!(
+            ddl,
+            StreamingDdl::Rename {
+                kind,
+                if_exists,
+                name: name.into_iter().map(String::from).collect(),
+                to: to.into(),
+            },
+            "{sql}"
+        );
+        // It travels through its marker statement unchanged.
+        assert_eq!(from_statement(&to_statement(&ddl)), Some(ddl), "{sql}");
+    }
+    // ALTER VIEW ... AS is sqlparser's, not Weir's.
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, "ALTER VIEW v AS SELECT 1")
+        .tokenize_with_location()
+        .unwrap();
+    assert!(!is_streaming(&tokens));
+    assert!(parse("ALTER PROJECTION p RENAME q").is_err());
+    assert!(parse("ALTER SOURCE s PAUSE").is_ok());
+}

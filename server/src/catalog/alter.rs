@@ -6,10 +6,52 @@
 
 use std::sync::Arc;
 
+use weir_common::ObjectId;
+
 use super::model::{Catalog, TableDef};
 use crate::error::ServerError;
 
 impl Catalog {
+    /// A source, sink, view or projection renamed in its schema.
+    pub(super) fn rename(&mut self, id: ObjectId, name: &str) -> Result<(), ServerError> {
+        fn renamed<T: Clone>(def: &mut Arc<T>, set: impl FnOnce(&mut T)) {
+            set(Arc::make_mut(def));
+        }
+        let schema = if let Some(d) = self.sources.get(&id) {
+            d.schema.clone()
+        } else if let Some(d) = self.sinks.get(&id) {
+            d.schema.clone()
+        } else if let Some(d) = self.views.get(&id) {
+            d.schema.clone()
+        } else if let Some(d) = self.projections.get(&id) {
+            d.schema.clone()
+        } else {
+            return Err(ServerError::UndefinedTable(format!("object {id}")));
+        };
+        // Sinks have a namespace of their own; the rest share relations'.
+        let taken = if self.sinks.contains_key(&id) {
+            self.sinks
+                .values()
+                .any(|s| s.schema == schema && s.name == name)
+        } else {
+            self.relation_exists(&schema, name)
+        };
+        if taken {
+            return Err(ServerError::DuplicateTable(name.to_string()));
+        }
+        let name = name.to_string();
+        if let Some(d) = self.sources.get_mut(&id) {
+            renamed(d, |d| d.name = name);
+        } else if let Some(d) = self.sinks.get_mut(&id) {
+            renamed(d, |d| d.name = name);
+        } else if let Some(d) = self.views.get_mut(&id) {
+            renamed(d, |d| d.name = name);
+        } else if let Some(d) = self.projections.get_mut(&id) {
+            renamed(d, |d| d.name = name);
+        }
+        Ok(())
+    }
+
     pub(super) fn replace_table(&mut self, def: &TableDef) -> Result<(), ServerError> {
         let old = self
             .tables

@@ -317,6 +317,11 @@ pub enum CatalogChange {
     DropView {
         id: ObjectId,
     },
+    /// A source, sink, view or projection takes a new name in its schema.
+    Rename {
+        id: ObjectId,
+        name: String,
+    },
     CreateSequence(super::sequence::SequenceDef),
     /// `ALTER SEQUENCE`: same id and incarnation, so its values go on.
     ReplaceSequence(super::sequence::SequenceDef),
@@ -631,6 +636,7 @@ impl Catalog {
             CatalogChange::CreateView(def) => self.create_view(def)?,
             CatalogChange::ReplaceView(def) => self.replace_view(def)?,
             CatalogChange::DropView { id } => self.drop_view(*id)?,
+            CatalogChange::Rename { id, name } => self.rename(*id, name)?,
             CatalogChange::CreateSequence(def) => self.create_sequence(def)?,
             CatalogChange::ReplaceSequence(def) => self.replace_sequence(def)?,
             CatalogChange::Comment {

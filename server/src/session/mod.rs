@@ -32,6 +32,7 @@ pub(crate) mod prepared;
 mod projection;
 mod query;
 mod recovery_gate;
+mod rename;
 mod secrets;
 mod sequence;
 mod sequence_functions;

@@ -80,6 +80,12 @@ impl Session {
             StreamingDdl::CreateDestination(create) => self.create_destination(create).await,
             StreamingDdl::AlterSequence(alter) => self.alter_sequence(alter),
             StreamingDdl::AlterSource { name, action } => self.alter_source(&name, action).await,
+            StreamingDdl::Rename {
+                kind,
+                if_exists,
+                name,
+                to,
+            } => self.rename_relation(kind, if_exists, &name, to),
             StreamingDdl::AlterSink { name, action } => self.alter_sink(&name, action).await,
             StreamingDdl::AlterOptions {
                 kind,
