@@ -709,9 +709,10 @@ impl Catalog {
 }
 
 impl Catalog {
-    pub(super) fn refuse_if_read(&self, id: ObjectId) -> Result<(), ServerError> {
-        let readers: Vec<String> = self
-            .readers_of(id)
+    /// What reads `id` by name, for errors: "projection p", "sink s",
+    /// "view v", in that order.
+    pub fn reader_names(&self, id: ObjectId) -> Vec<String> {
+        self.readers_of(id)
             .iter()
             .map(|p| format!("projection {}", p.qualified_name()))
             .chain(
@@ -724,7 +725,11 @@ impl Catalog {
                     .iter()
                     .map(|v| format!("view {}", v.qualified_name())),
             )
-            .collect();
+            .collect()
+    }
+
+    pub(super) fn refuse_if_read(&self, id: ObjectId) -> Result<(), ServerError> {
+        let readers = self.reader_names(id);
         if readers.is_empty() {
             return Ok(());
         }

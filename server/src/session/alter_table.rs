@@ -481,12 +481,7 @@ impl Session {
             if a.cascade {
                 drop_readers(catalog, id, "", true, &mut changes)?;
             } else {
-                let names: Vec<String> = readers
-                    .iter()
-                    .map(|p| format!("projection {}", p.qualified_name()))
-                    .chain(sinks.iter().map(|s| format!("sink {}", s.qualified_name())))
-                    .chain(views.iter().map(|v| format!("view {}", v.qualified_name())))
-                    .collect();
+                let names = catalog.reader_names(id);
                 return Err(ServerError::Sqlstate {
                     code: "2BP01",
                     message: format!(

@@ -57,23 +57,7 @@ impl Session {
                 message: format!("{what} \"{relation}\" does not exist"),
             });
         };
-        let readers: Vec<String> = catalog
-            .readers_of(id)
-            .iter()
-            .map(|p| format!("projection {}", p.qualified_name()))
-            .chain(
-                catalog
-                    .sinks_reading(id)
-                    .iter()
-                    .map(|s| format!("sink {}", s.qualified_name())),
-            )
-            .chain(
-                catalog
-                    .views_reading(id)
-                    .iter()
-                    .map(|v| format!("view {}", v.qualified_name())),
-            )
-            .collect();
+        let readers = catalog.reader_names(id);
         if !readers.is_empty() {
             return Err(ServerError::Sqlstate {
                 code: "2BP01",
