@@ -6,6 +6,15 @@
 pub enum EngineError {
     #[error("duplicate key value violates unique constraint: key ({key}) already exists")]
     DuplicateKey { key: String },
+    /// A unique secondary index already has the key (SQLSTATE 23505).
+    #[error(
+        "duplicate key value violates unique constraint \"{index}\": Key ({columns})=({values}) already exists."
+    )]
+    UniqueViolation {
+        index: String,
+        columns: String,
+        values: String,
+    },
     #[error("change batch schema does not match the table: {0}")]
     SchemaMismatch(String),
     /// A checkpoint's bytes could not be read (corrupt or of another version).

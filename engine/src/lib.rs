@@ -37,6 +37,7 @@ pub mod outbox;
 pub mod rows;
 pub mod runtime;
 pub mod table;
+mod table_index;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod vnode_state;

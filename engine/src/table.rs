@@ -6,12 +6,14 @@
 //! reader keeps its clone while writers build the next version.
 //!
 //! Tables without a declared primary key carry a hidden row-id column that
-//! the caller fills; it is then the key.
+//! the caller fills; it is then the key. Secondary indexes (unique
+//! constraints, `CREATE INDEX`) are kept in step by every write: see
+//! `table_index`.
 
 use std::ops::Bound;
 use std::sync::{Arc, OnceLock};
 
-use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
+use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
 use arrow::compute::take;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
@@ -22,12 +24,13 @@ use crate::EngineError;
 /// Rows per batch when a state is read back as Arrow.
 const SCAN_BATCH_ROWS: usize = 8192;
 
-/// Keys up to this many encoded bytes (a `bigint` key takes 9, a `uuid` 17)
-/// live inside the map's nodes: a lookup's binary search then compares
-/// bytes it already has instead of following a pointer per probe.
-const INLINE_KEY_BYTES: usize = 24;
+// Keys up to 24 encoded bytes (a `bigint` key takes 9, a `uuid` 17) live
+// inside the map's nodes: a lookup's binary search then compares bytes it
+// already has instead of following a pointer per probe.
+pub use crate::table_index::IndexSpec;
+use crate::table_index::Key;
+use crate::table_index::{SecondaryIndex, describe, has_null};
 
-type Key = smallvec::SmallVec<[u8; INLINE_KEY_BYTES]>;
 type Row = Arc<[u8]>;
 
 #[derive(Clone)]
@@ -36,6 +39,8 @@ pub struct TableState {
     key_columns: Arc<[usize]>,
     rows: imbl::OrdMap<Key, Row>,
     codec: Arc<Codec>,
+    /// Secondary indexes, kept in step with `rows` by every write.
+    indexes: Vec<SecondaryIndex>,
     /// The rows as Arrow batches, built on first read of this version.
     scan_cache: Arc<OnceLock<Arc<Vec<RecordBatch>>>>,
 }
@@ -43,6 +48,15 @@ pub struct TableState {
 struct Codec {
     row: RowConverter,
     key: RowConverter,
+}
+
+fn unique_violation(spec: &IndexSpec, batch: &RecordBatch, i: usize) -> EngineError {
+    let (columns, values) = describe(batch, &spec.columns, i);
+    EngineError::UniqueViolation {
+        index: spec.name.clone(),
+        columns,
+        values,
+    }
 }
 
 impl std::fmt::Debug for TableState {
@@ -69,8 +83,54 @@ impl TableState {
             key_columns: key_columns.into(),
             rows: imbl::OrdMap::new(),
             codec: Arc::new(Codec { row, key }),
+            indexes: Vec::new(),
             scan_cache: Arc::default(),
         })
+    }
+
+    /// The same rows with exactly these secondary indexes: an index already
+    /// kept is reused, a new one is built from the rows (O(rows log rows)).
+    /// With `check_unique`, a new unique index over rows that share a key
+    /// is `UniqueViolation`.
+    pub fn with_indexes(
+        mut self,
+        specs: &[IndexSpec],
+        check_unique: bool,
+    ) -> Result<Self, EngineError> {
+        let mut indexes = Vec::with_capacity(specs.len());
+        for spec in specs {
+            if let Some(kept) = self.indexes.iter().find(|i| i.spec.as_ref() == spec) {
+                indexes.push(kept.clone());
+                continue;
+            }
+            let mut index = SecondaryIndex::new(&self.schema, spec.clone())?;
+            for batch in self.scan()?.iter() {
+                let keys = self.encode(batch)?.1;
+                let index_keys = index.encode(batch)?;
+                for i in 0..batch.num_rows() {
+                    let null = has_null(batch, &spec.columns, i);
+                    if index
+                        .insert(
+                            index_keys.row(i).as_ref(),
+                            keys.row(i).as_ref(),
+                            null,
+                            check_unique,
+                        )
+                        .is_err()
+                    {
+                        return Err(unique_violation(spec, batch, i));
+                    }
+                }
+            }
+            indexes.push(index);
+        }
+        self.indexes = indexes;
+        Ok(self)
+    }
+
+    /// The secondary indexes, in the order given to [`Self::with_indexes`].
+    pub fn index_specs(&self) -> impl Iterator<Item = &IndexSpec> {
+        self.indexes.iter().map(|i| i.spec.as_ref())
     }
 
     pub fn schema(&self) -> &SchemaRef {
@@ -91,9 +151,10 @@ impl TableState {
         self.rows.iter().map(|(k, r)| k.len() + r.len()).sum()
     }
 
-    /// Whether `other` is the very same version as `self` (no write in between).
+    /// Whether `other` is the very same version as `self`: no write in
+    /// between, and the same secondary indexes.
     pub fn same_version(&self, other: &TableState) -> bool {
-        self.rows.ptr_eq(&other.rows)
+        self.rows.ptr_eq(&other.rows) && self.index_specs().eq(other.index_specs())
     }
 
     fn check_schema(&self, batch: &RecordBatch) -> Result<(), EngineError> {
@@ -132,16 +193,38 @@ impl TableState {
     /// is unchanged. An insertion whose key is present is `DuplicateKey`; a
     /// retraction of an absent key is ignored (it is already gone). Weights
     /// other than ±1 count as that many single changes.
+    ///
+    /// Secondary indexes follow; an insertion whose key a unique index
+    /// already has (no NULL in it) is `UniqueViolation`.
     pub fn apply(&mut self, change: &ChangeBatch) -> Result<(), EngineError> {
+        self.apply_checked(change, true)
+    }
+
+    /// [`Self::apply`] without the unique indexes' check: for replaying
+    /// writes that were checked when they committed, possibly before a
+    /// unique index that now exists was created.
+    pub fn apply_unchecked(&mut self, change: &ChangeBatch) -> Result<(), EngineError> {
+        self.apply_checked(change, false)
+    }
+
+    fn apply_checked(
+        &mut self,
+        change: &ChangeBatch,
+        check_unique: bool,
+    ) -> Result<(), EngineError> {
         if change.is_empty() {
             return Ok(());
         }
         let (rows, keys) = self.encode(change.rows())?;
         let mut next = self.rows.clone();
+        let mut removed: Vec<Row> = Vec::new();
         let weights = change.weights().values();
         for (i, &w) in weights.iter().enumerate() {
-            if w < 0 {
-                next.remove(keys.row(i).as_ref());
+            if w < 0
+                && let Some(old) = next.remove(keys.row(i).as_ref())
+                && !self.indexes.is_empty()
+            {
+                removed.push(old);
             }
         }
         for (i, &w) in weights.iter().enumerate() {
@@ -155,14 +238,169 @@ impl TableState {
                 next.insert(key, rows.row(i).as_ref().into());
             }
         }
+        if !self.indexes.is_empty() {
+            let mut indexes = self.indexes.clone();
+            // The index keys of a removed row come from the row as stored,
+            // not from the retraction, so the index cannot drift from it.
+            if !removed.is_empty() {
+                let old = self.decode(removed.iter())?;
+                let (_, old_keys) = self.encode(&old)?;
+                for index in &mut indexes {
+                    let index_keys = index.encode(&old)?;
+                    for i in 0..old.num_rows() {
+                        index.remove(index_keys.row(i).as_ref(), old_keys.row(i).as_ref());
+                    }
+                }
+            }
+            let batch = change.rows();
+            for index in &mut indexes {
+                let index_keys = index.encode(batch)?;
+                for (i, &w) in weights.iter().enumerate() {
+                    if w <= 0 {
+                        continue;
+                    }
+                    let null = has_null(batch, &index.spec.columns, i);
+                    if index
+                        .insert(
+                            index_keys.row(i).as_ref(),
+                            keys.row(i).as_ref(),
+                            null,
+                            check_unique,
+                        )
+                        .is_err()
+                    {
+                        return Err(unique_violation(&index.spec, batch, i));
+                    }
+                }
+            }
+            self.indexes = indexes;
+        }
         self.rows = next;
         self.scan_cache = Arc::default();
         Ok(())
     }
 
+    /// The stored rows whose `columns` hold one of the value rows given
+    /// (one array per column, in the order of `columns`), each once, in
+    /// the order of the primary key or index used. `columns` must be the
+    /// primary key or a secondary index's columns, in their order;
+    /// otherwise `None` (the caller scans). A value row with a NULL
+    /// matches nothing, as `=` does.
+    pub fn rows_matching(
+        &self,
+        columns: &[usize],
+        values: &[ArrayRef],
+    ) -> Result<Option<RecordBatch>, EngineError> {
+        if columns == self.key_columns.as_ref() {
+            let rows = values.first().map_or(0, |v| v.len());
+            let non_null: Vec<u32> = (0..rows)
+                .filter(|&i| values.iter().all(|v| v.is_valid(i)))
+                .map(|i| i as u32)
+                .collect();
+            let indices = UInt32Array::from(non_null);
+            let values = values
+                .iter()
+                .map(|v| take(v.as_ref(), &indices, None))
+                .collect::<Result<Vec<_>, _>>()?;
+            return self.rows_with_keys(&values).map(Some);
+        }
+        let Some(index) = self.indexes.iter().find(|i| i.spec.columns == columns) else {
+            return Ok(None);
+        };
+        let encoded = index.encode_values(values)?;
+        let rows = values.first().map_or(0, |v| v.len());
+        let mut found: Vec<&Key> = Vec::new();
+        for i in 0..rows {
+            if values.iter().any(|v| v.is_null(i)) {
+                continue;
+            }
+            found.extend(index.primary_keys(encoded.row(i).as_ref()));
+        }
+        found.sort_unstable();
+        found.dedup();
+        let rows: Vec<&Row> = found
+            .iter()
+            .filter_map(|k| self.rows.get(k.as_slice()))
+            .collect();
+        self.decode(rows.into_iter()).map(Some)
+    }
+
+    /// For each value row given (one array per column of `columns`, in
+    /// that order), whether a stored row holds it in `columns`; a value row
+    /// with a NULL counts as found (a foreign key with a NULL in it refers
+    /// to nothing, MATCH SIMPLE). `None` if `columns` are neither the
+    /// primary key nor a secondary index's columns.
+    pub fn contains_each(
+        &self,
+        columns: &[usize],
+        values: &[ArrayRef],
+    ) -> Result<Option<Vec<bool>>, EngineError> {
+        let rows = values.first().map_or(0, |v| v.len());
+        let null = |i: usize| values.iter().any(|v| v.is_null(i));
+        if columns == self.key_columns.as_ref() {
+            let keys = self.codec.key.convert_columns(values)?;
+            return Ok(Some(
+                (0..rows)
+                    .map(|i| null(i) || self.rows.contains_key(keys.row(i).as_ref()))
+                    .collect(),
+            ));
+        }
+        let Some(index) = self.indexes.iter().find(|i| i.spec.columns == columns) else {
+            return Ok(None);
+        };
+        let keys = index.encode_values(values)?;
+        Ok(Some(
+            (0..rows)
+                .map(|i| null(i) || index.first(keys.row(i).as_ref()).is_some())
+                .collect(),
+        ))
+    }
+
+    /// The stored rows whose single-column secondary index over `column`
+    /// has a key in the range, in index order; `None` if no secondary
+    /// index starts with exactly that one column.
+    pub fn rows_in_index_range(
+        &self,
+        column: usize,
+        lower: Bound<&ArrayRef>,
+        upper: Bound<&ArrayRef>,
+    ) -> Result<Option<RecordBatch>, EngineError> {
+        let Some(index) = self.indexes.iter().find(|i| i.spec.columns == [column]) else {
+            return Ok(None);
+        };
+        let encode = |bound: Bound<&ArrayRef>| -> Result<Bound<Key>, EngineError> {
+            Ok(match bound {
+                Bound::Unbounded => Bound::Unbounded,
+                Bound::Included(v) => Bound::Included(
+                    index
+                        .encode_values(std::slice::from_ref(v))?
+                        .row(0)
+                        .as_ref()
+                        .into(),
+                ),
+                Bound::Excluded(v) => Bound::Excluded(
+                    index
+                        .encode_values(std::slice::from_ref(v))?
+                        .row(0)
+                        .as_ref()
+                        .into(),
+                ),
+            })
+        };
+        let (lower, upper) = (encode(lower)?, encode(upper)?);
+        let rows: Vec<&Row> = index
+            .primary_keys_in(lower, upper)
+            .filter_map(|k| self.rows.get(k.as_slice()))
+            .collect();
+        self.decode(rows.into_iter()).map(Some)
+    }
+
     /// Removes every row.
     pub fn clear(&mut self) {
         self.rows = imbl::OrdMap::new();
+        for index in &mut self.indexes {
+            index.clear();
+        }
         self.scan_cache = Arc::default();
     }
 

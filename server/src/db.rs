@@ -10,6 +10,9 @@
 //! serialized path of DDL commits, is in [`commit`].
 
 mod commit;
+mod references;
+
+pub use references::added_and_removed;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -48,8 +51,26 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Applies table writes to this snapshot (PK checked). All or nothing.
+    /// Applies table writes to this snapshot, keys and unique indexes
+    /// checked. All or nothing. Foreign keys are the caller's to check
+    /// after ([`Self::check_foreign_keys`]): a statement's writes to
+    /// several tables hold together only once all are applied.
     pub fn apply_writes(&mut self, ops: &[(ObjectId, TableWrite)]) -> Result<(), ServerError> {
+        self.apply_writes_checked(ops, true)
+    }
+
+    /// Applies writes read back from the table log: they were checked when
+    /// they committed, possibly before a unique index that exists now, so
+    /// unique indexes are kept but not checked.
+    pub fn replay_writes(&mut self, ops: &[(ObjectId, TableWrite)]) -> Result<(), ServerError> {
+        self.apply_writes_checked(ops, false)
+    }
+
+    fn apply_writes_checked(
+        &mut self,
+        ops: &[(ObjectId, TableWrite)],
+        check_unique: bool,
+    ) -> Result<(), ServerError> {
         if ops.is_empty() {
             return Ok(());
         }
@@ -68,12 +89,24 @@ impl Snapshot {
                 }
                 TableWrite::Changes(change) => change,
                 TableWrite::Rewrite { key, rows } => {
-                    *state = TableState::new(rows.schema(), key.clone())?;
+                    let specs = self
+                        .catalog
+                        .tables
+                        .get(id)
+                        .map(|d| d.index_specs())
+                        .unwrap_or_default();
+                    *state = TableState::new(rows.schema(), key.clone())?
+                        .with_indexes(&specs, check_unique)?;
                     rewritten = ChangeBatch::inserts(rows.clone());
                     &rewritten
                 }
             };
-            state.apply(change).map_err(|e| {
+            let applied = if check_unique {
+                state.apply(change)
+            } else {
+                state.apply_unchecked(change)
+            };
+            applied.map_err(|e| {
                 let def = self.catalog.tables.get(id);
                 match (e, def) {
                     (weir_engine::EngineError::DuplicateKey { key }, Some(def)) => {
@@ -114,8 +147,22 @@ impl Snapshot {
             catalog.apply(change)?;
             match change {
                 CatalogChange::CreateTable(def) => {
-                    let state = TableState::new(def.physical_schema(), def.key_indices())?;
+                    let state = TableState::new(def.physical_schema(), def.key_indices())?
+                        .with_indexes(&def.index_specs(), true)?;
                     tables.insert(def.id, state);
+                }
+                // An index added or dropped: the stored state follows. A
+                // definition whose layout changed is followed by a Rewrite
+                // in the same transaction, which builds the indexes.
+                CatalogChange::ReplaceTable(def) => {
+                    if let Some(state) = tables.get_mut(&def.id)
+                        && state.schema() == &def.physical_schema()
+                    {
+                        let specs = def.index_specs();
+                        if !state.index_specs().eq(specs.iter()) {
+                            *state = state.clone().with_indexes(&specs, true)?;
+                        }
+                    }
                 }
                 CatalogChange::DropTable { id } => {
                     tables.remove(id);
@@ -304,7 +351,7 @@ impl Database {
             let record = crate::table_snapshot::load(&config.data_dir, lsn)?;
             let ops = ops_of_live_tables(&snapshot, record);
             max_row_id = max_row_id.max(max_row_id_of(&snapshot, &ops));
-            snapshot.apply_writes(&ops)?;
+            snapshot.replay_writes(&ops)?;
             snapshot_bytes = crate::table_snapshot::size_of(&config.data_dir, lsn);
         }
         let snapshot_lsn = snapshot_lsn.unwrap_or(0);
@@ -321,7 +368,7 @@ impl Database {
             let ops = ops_of_live_tables(&snapshot, record);
             max_row_id = max_row_id.max(max_row_id_of(&snapshot, &ops));
             let before = recovery.replays(*lsn).then(|| snapshot.clone());
-            if let Err(e) = snapshot.apply_writes(&ops) {
+            if let Err(e) = snapshot.replay_writes(&ops) {
                 tracing::error!(%txn, error = %e, "skipping a table-log record that no longer applies");
             } else if let Some(before) = before {
                 recovery.push(*lsn, projection_changes(&before, &snapshot, &ops)?);

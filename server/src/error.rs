@@ -344,6 +344,15 @@ impl From<EngineError> for ServerError {
                 columns: String::new(),
                 values: key,
             },
+            EngineError::UniqueViolation {
+                index,
+                columns,
+                values,
+            } => Self::UniqueViolation {
+                constraint: index,
+                columns,
+                values,
+            },
             EngineError::Evaluation(e) => Self::DataFusion(e),
             EngineError::Arrow(e) => e.into(),
             EngineError::State(e) => Self::State(e),

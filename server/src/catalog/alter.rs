@@ -75,6 +75,7 @@ impl Catalog {
                 def.name
             )));
         }
+        self.next_id = self.next_id.max(def.max_id().0 + 1);
         self.tables.insert(def.id, Arc::new(def.clone()));
         self.forget_dropped_comments();
         Ok(())

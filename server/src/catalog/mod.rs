@@ -14,6 +14,7 @@
 
 mod alter;
 mod comments;
+pub mod constraint;
 pub mod functions;
 pub mod info_schema;
 mod json;

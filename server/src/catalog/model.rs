@@ -73,6 +73,15 @@ pub struct TableDef {
     /// `WATERMARK FOR column AS expression` (append-only tables only).
     #[serde(default)]
     pub watermark: Option<WatermarkDef>,
+    /// Secondary indexes (`CREATE INDEX`, UNIQUE constraints).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub indexes: Vec<super::constraint::IndexDef>,
+    /// CHECK constraints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<super::constraint::CheckDef>,
+    /// FOREIGN KEY constraints of this table (it is the referencing one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign_keys: Vec<super::constraint::ForeignKeyDef>,
 }
 
 /// `WATERMARK FOR column AS expression` of a source or an append-only
@@ -485,6 +494,7 @@ impl Catalog {
             || self.source(schema, name).is_some()
             || self.sequence(schema, name).is_some()
             || self.view(schema, name).is_some()
+            || self.index(schema, name).is_some()
     }
 
     /// Projections that read `id` directly.
@@ -541,7 +551,7 @@ impl Catalog {
                 if self.relation_exists(&def.schema, &def.name) {
                     return Err(ServerError::DuplicateTable(def.name.clone()));
                 }
-                self.next_id = self.next_id.max(def.id.0 + 1);
+                self.next_id = self.next_id.max(def.max_id().0 + 1);
                 self.tables.insert(def.id, Arc::new(def.clone()));
             }
             CatalogChange::CreateProjection(def) => {
@@ -628,6 +638,7 @@ impl Catalog {
             }
             CatalogChange::DropTable { id } => {
                 self.refuse_if_read(*id)?;
+                self.refuse_if_referenced(*id)?;
                 if self.tables.remove(id).is_none() {
                     return Err(ServerError::UndefinedTable(format!("object {id}")));
                 }
@@ -788,6 +799,9 @@ mod tests {
             primary_key: vec!["id".into()],
             append_only: false,
             watermark: None,
+            indexes: Vec::new(),
+            checks: Vec::new(),
+            foreign_keys: Vec::new(),
         }
     }
 

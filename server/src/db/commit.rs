@@ -274,6 +274,9 @@ impl Database {
                 *head = self.published.snapshot();
             }
             let next = apply_to_head(&head, base, applied, &ops)?;
+            // Against what committed since the transaction's statements
+            // checked them: a parent deleted meanwhile, a child added.
+            next.check_foreign_keys(&ops)?;
             let changes = projection_changes(&head, &next, &ops)?;
             let record = WalRecord {
                 txn: uuid::Uuid::new_v4(),
@@ -327,6 +330,7 @@ impl Database {
         let mut next = (*previous).clone();
         next.apply_catalog(&writes.ddl)?;
         next.apply_writes(&writes.tables)?;
+        next.check_foreign_keys(&writes.tables)?;
 
         let txn = uuid::Uuid::new_v4();
         let mut lsn = None;
@@ -462,6 +466,9 @@ mod tests {
                     primary_key: vec!["k".into()],
                     append_only: false,
                     watermark: None,
+                    indexes: Vec::new(),
+                    checks: Vec::new(),
+                    foreign_keys: Vec::new(),
                 })
             })
             .collect();

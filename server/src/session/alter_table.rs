@@ -24,6 +24,9 @@ use datafusion::sql::sqlparser::ast::{
 };
 use weir_pgsem::SqlType;
 
+use super::constraints::{
+    NewConstraint, Validate, drop_column_constraints, rename_column_constraints,
+};
 use super::dml::normalize_ident;
 use super::eval::Frame;
 use super::projection::drop_readers;
@@ -64,6 +67,8 @@ struct Alteration {
     /// `DROP COLUMN ... CASCADE`: drop those readers instead.
     cascade: bool,
     renamed_column: bool,
+    /// Constraints added: what the existing rows must be checked for.
+    validations: Vec<Validate>,
 }
 
 impl Session {
@@ -137,6 +142,7 @@ impl Session {
                     generated: None,
                 };
                 let mut default = None;
+                let mut constraints = Vec::new();
                 for option in &column_def.options {
                     match &option.option {
                         ColumnOption::Null => def.nullable = true,
@@ -145,13 +151,27 @@ impl Session {
                             def.default = Some(expr.to_string());
                             default = Some(expr.clone());
                         }
+                        other
+                            if NewConstraint::from_column(
+                                &column,
+                                option.name.as_ref(),
+                                other,
+                            )?
+                            .is_some() =>
+                        {
+                            constraints.extend(NewConstraint::from_column(
+                                &column,
+                                option.name.as_ref(),
+                                other,
+                            )?);
+                        }
                         other => match sequence::identity_option(other) {
                             Some(identity) if wants_sequence.is_none() => {
                                 wants_sequence = Some(identity)
                             }
                             _ => {
                                 return Err(ServerError::feature_not_supported(format!(
-                                    "ADD COLUMN with {other} (constraints are not supported yet)"
+                                    "ADD COLUMN with {other}"
                                 )));
                             }
                         },
@@ -182,6 +202,37 @@ impl Session {
                 a.def.columns.push(def);
                 a.values.push(values);
                 a.relayout = true;
+                constraints.sort_by_key(NewConstraint::order);
+                for constraint in constraints {
+                    let validate = self.add_constraint(catalog, &mut a.def, constraint)?;
+                    a.validations.push(validate);
+                }
+            }
+            Op::AddConstraint { constraint, .. } => {
+                let Some(constraint) = NewConstraint::from_table(constraint)? else {
+                    return Err(ServerError::feature_not_supported(format!(
+                        "adding a primary key to an existing table (\"{table}\": Weir keys a table's rows by its primary key, which cannot change yet)"
+                    )));
+                };
+                let validate = self.add_constraint(catalog, &mut a.def, constraint)?;
+                a.validations.push(validate);
+            }
+            Op::DropConstraint {
+                if_exists,
+                name,
+                drop_behavior,
+            } => {
+                let cascade = matches!(drop_behavior, Some(DropBehavior::Cascade));
+                let mut changes = Vec::new();
+                self.drop_constraint(
+                    catalog,
+                    &mut a.def,
+                    &normalize_ident(name),
+                    *if_exists,
+                    cascade,
+                    &mut changes,
+                )?;
+                a.changes.extend(changes);
             }
             Op::DropColumn {
                 column_names,
@@ -227,6 +278,8 @@ impl Session {
                             a.changes.push(CatalogChange::DropSequence { id: seq.id });
                         }
                     }
+                    let cascade = matches!(drop_behavior, Some(DropBehavior::Cascade));
+                    drop_column_constraints(catalog, &mut a.def, &column, cascade, &mut a.changes)?;
                     a.def.columns.remove(i);
                     a.values.remove(i);
                     a.relayout = true;
@@ -247,6 +300,7 @@ impl Session {
                     return Err(duplicate_column(&new, &table));
                 }
                 a.def.columns[i].name = new.clone();
+                rename_column_constraints(catalog, &mut a.def, &old, &new, &mut a.changes)?;
                 for key in &mut a.def.primary_key {
                     if *key == old {
                         *key = new.clone();
@@ -360,6 +414,20 @@ impl Session {
                     } => {
                         let sql_type = SqlType::from_sql(data_type)
                             .map_err(ServerError::feature_not_supported)?;
+                        let in_foreign_key = a
+                            .def
+                            .foreign_keys
+                            .iter()
+                            .any(|f| f.columns.contains(&column))
+                            || catalog
+                                .foreign_keys_to(a.def.id)
+                                .iter()
+                                .any(|(_, f)| f.parent_columns.contains(&column));
+                        if in_foreign_key {
+                            return Err(ServerError::feature_not_supported(format!(
+                                "changing the type of column \"{column}\", which a foreign key uses (drop the constraint, alter, add it again)"
+                            )));
+                        }
                         let from = a.def.columns[i].sql_type.clone();
                         let source = match (using, &a.values[i]) {
                             (Some(_), _) if a.renamed_column => {
@@ -536,6 +604,7 @@ impl Session {
                 tables: writes,
             })?;
         }
+        self.validate_existing(id, &a.validations)?;
         Ok(())
     }
 
@@ -665,6 +734,7 @@ impl Alteration {
             depended_on: None,
             cascade: false,
             renamed_column: false,
+            validations: Vec::new(),
         }
     }
 
@@ -716,7 +786,7 @@ fn is_text(t: &SqlType) -> bool {
     matches!(t, SqlType::Text | SqlType::Varchar(_))
 }
 
-fn parse_expr(text: &str) -> Result<SqlExpr, ServerError> {
+pub(super) fn parse_expr(text: &str) -> Result<SqlExpr, ServerError> {
     let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
     datafusion::sql::sqlparser::parser::Parser::new(&dialect)
         .try_with_sql(text)

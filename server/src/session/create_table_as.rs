@@ -117,6 +117,9 @@ impl Session {
             primary_key: Vec::new(),
             append_only: false,
             watermark: None,
+            indexes: Vec::new(),
+            checks: Vec::new(),
+            foreign_keys: Vec::new(),
         };
         let target = ObjectName::from(vec![
             datafusion::sql::sqlparser::ast::Ident::with_quote('"', &def.schema),

@@ -8,6 +8,7 @@ use datafusion::sql::sqlparser::ast::{
     Value,
 };
 
+use super::constraints::NewConstraint;
 use super::dml::normalize_ident;
 use super::projection::drop_readers;
 use super::sequence;
@@ -67,6 +68,7 @@ impl Session {
         let mut primary_key: Vec<String> = Vec::new();
         // Columns that take their values from a sequence of their own.
         let mut sequences: Vec<(String, Vec<SequenceOptions>)> = Vec::new();
+        let mut constraints: Vec<NewConstraint> = Vec::new();
         for column in &create.columns {
             let column_name = normalize_ident(&column.name);
             if column_name == ROW_ID_COLUMN {
@@ -99,6 +101,20 @@ impl Session {
                             )));
                         }
                         primary_key.push(column_name.clone());
+                    }
+                    other
+                        if NewConstraint::from_column(
+                            &column_name,
+                            option.name.as_ref(),
+                            other,
+                        )?
+                        .is_some() =>
+                    {
+                        constraints.extend(NewConstraint::from_column(
+                            &column_name,
+                            option.name.as_ref(),
+                            other,
+                        )?);
                     }
                     other => match sequence::identity_option(other) {
                         Some(_) if wants_sequence.is_some() => {
@@ -150,11 +166,7 @@ impl Session {
                         primary_key.push(normalize_ident(ident));
                     }
                 }
-                other => {
-                    return Err(ServerError::feature_not_supported(format!(
-                        "table constraint {other}"
-                    )));
-                }
+                other => constraints.extend(NewConstraint::from_table(other)?),
             }
         }
         for key in &primary_key {
@@ -179,6 +191,9 @@ impl Session {
             primary_key,
             append_only,
             watermark,
+            indexes: Vec::new(),
+            checks: Vec::new(),
+            foreign_keys: Vec::new(),
         };
         let mut changes = Vec::new();
         let mut names: Vec<String> = Vec::new();
@@ -219,6 +234,10 @@ impl Session {
             });
             target.default = Some(seq.nextval_call());
             changes.push(CatalogChange::CreateSequence(seq));
+        }
+        constraints.sort_by_key(NewConstraint::order);
+        for constraint in constraints {
+            self.add_constraint(&mut catalog, &mut def, constraint)?;
         }
         // The watermark expression plans over the columns and keeps order.
         self.plan_context().table_watermark(&def)?;
@@ -405,6 +424,32 @@ impl Session {
         let catalog = self.snapshot().catalog.clone();
         let tag = match object_type {
             ObjectType::Table => {
+                let dropped: Vec<_> = names
+                    .iter()
+                    .filter_map(|n| self.resolve_table(n).ok())
+                    .map(|d| d.id)
+                    .collect();
+                // Foreign keys into a dropped table go first: refused
+                // unless CASCADE or their own table goes too.
+                let mut unlinked: Vec<TableDef> = Vec::new();
+                for id in &dropped {
+                    for (child, fk) in catalog.foreign_keys_to(*id) {
+                        if child.id == *id {
+                            continue;
+                        }
+                        if !cascade && !dropped.contains(&child.id) {
+                            catalog.refuse_if_referenced(*id)?;
+                        }
+                        let at = unlinked.iter().position(|t| t.id == child.id);
+                        let mut next = match at {
+                            Some(i) => unlinked.remove(i),
+                            None => child.clone(),
+                        };
+                        next.foreign_keys.retain(|f| f.id != fk.id);
+                        unlinked.push(next);
+                    }
+                }
+                changes.extend(unlinked.into_iter().map(CatalogChange::ReplaceTable));
                 for name in &names {
                     match self.resolve_table(name) {
                         Ok(def) => {
@@ -532,6 +577,10 @@ impl Session {
             ObjectType::View => {
                 self.drop_views(&names, if_exists, cascade, &mut changes)?;
                 "DROP VIEW"
+            }
+            ObjectType::Index => {
+                self.drop_indexes(&names, if_exists, cascade, &mut changes)?;
+                "DROP INDEX"
             }
             other => return Err(ServerError::feature_not_supported(format!("DROP {other}"))),
         };

@@ -18,6 +18,7 @@
 mod alter_options;
 mod alter_table;
 pub mod api;
+mod constraints;
 mod copy;
 mod create_table_as;
 pub(crate) mod cursor;
@@ -617,12 +618,15 @@ impl Session {
     }
 
     /// Records writes in the open transaction and applies them to its overlay.
+    /// Foreign keys' ON DELETE / ON UPDATE actions add their writes, and
+    /// every constraint is checked over the statement's writes.
     fn write(&mut self, writes: TxnWrites) -> Result<(), ServerError> {
-        let txn = self
+        let mut overlay = self
             .txn
-            .as_mut()
-            .expect("a statement runs in a transaction");
-        let mut overlay = txn.overlay.clone();
+            .as_ref()
+            .expect("a statement runs in a transaction")
+            .overlay
+            .clone();
         overlay.apply_catalog(&writes.ddl)?;
         for (table, write) in &writes.tables {
             if let Some(def) = overlay.catalog.tables.get(table)
@@ -631,10 +635,16 @@ impl Session {
                 refuse_on_append_only(def, write)?;
             }
         }
-        overlay.apply_writes(&writes.tables)?;
+        let tables = overlay.apply_with_actions(writes.tables)?;
+        self.check_rows(&overlay.catalog, &tables)?;
+        overlay.check_foreign_keys(&tables)?;
+        let txn = self
+            .txn
+            .as_mut()
+            .expect("a statement runs in a transaction");
         txn.overlay = overlay;
         txn.writes.ddl.extend(writes.ddl);
-        txn.writes.tables.extend(writes.tables);
+        txn.writes.tables.extend(tables);
         self.refresh_view();
         Ok(())
     }
@@ -685,6 +695,7 @@ impl Session {
             S::Close { cursor } => self.close_cursor(&cursor),
             S::CreateTable(create) => self.create_table(create).await,
             S::AlterTable(alter) => self.alter_table(alter).await,
+            S::CreateIndex(create) => self.create_index(create),
             S::CreateSchema {
                 schema_name,
                 if_not_exists,
