@@ -325,6 +325,74 @@ impl TableState {
         self.decode(rows.into_iter()).map(Some)
     }
 
+    /// [`Self::lookup`] through the primary key (`columns` = the key
+    /// columns) or a secondary index over exactly `columns`: for each row
+    /// of `candidates`, the position in the returned batch of the stored
+    /// row with the same values there (none for a row with a NULL in
+    /// them). `None` if no index covers `columns`.
+    pub fn lookup_by(
+        &self,
+        columns: &[usize],
+        candidates: &RecordBatch,
+    ) -> Result<Option<(Vec<Option<u32>>, RecordBatch)>, EngineError> {
+        if columns == self.key_columns.as_ref() {
+            return self.lookup(candidates).map(Some);
+        }
+        let Some(index) = self.indexes.iter().find(|i| i.spec.columns == columns) else {
+            return Ok(None);
+        };
+        self.check_schema(candidates)?;
+        let keys = index.encode(candidates)?;
+        let mut found: Vec<Row> = Vec::new();
+        let mut positions = Vec::with_capacity(candidates.num_rows());
+        for i in 0..candidates.num_rows() {
+            let row = if has_null(candidates, columns, i) {
+                None
+            } else {
+                index
+                    .first(keys.row(i).as_ref())
+                    .and_then(|pk| self.rows.get(pk.as_slice()))
+            };
+            match row {
+                Some(row) => {
+                    positions.push(Some(found.len() as u32));
+                    found.push(row.clone());
+                }
+                None => positions.push(None),
+            }
+        }
+        Ok(Some((positions, self.decode(found.iter())?)))
+    }
+
+    /// The values of `columns` of every row of `batch` (table schema),
+    /// encoded so equal values have equal bytes; `None` for a row with a
+    /// NULL there (it equals nothing).
+    pub fn values_by(
+        &self,
+        columns: &[usize],
+        batch: &RecordBatch,
+    ) -> Result<Vec<Option<Vec<u8>>>, EngineError> {
+        let fields = columns
+            .iter()
+            .map(|&c| SortField::new(self.schema.field(c).data_type().clone()))
+            .collect();
+        let converter = RowConverter::new(fields)?;
+        let arrays: Vec<ArrayRef> = columns.iter().map(|&c| batch.column(c).clone()).collect();
+        let rows = converter.convert_columns(&arrays)?;
+        Ok((0..batch.num_rows())
+            .map(|i| (!has_null(batch, columns, i)).then(|| rows.row(i).as_ref().to_vec()))
+            .collect())
+    }
+
+    /// The column sets of the unique indexes (not the primary key).
+    pub fn unique_index_columns(&self) -> Vec<Vec<usize>> {
+        self.indexes
+            .iter()
+            .filter(|i| i.spec.unique)
+            .map(|i| i.spec.columns.clone())
+            .collect()
+    }
+
     /// For each value row given (one array per column of `columns`, in
     /// that order), whether a stored row holds it in `columns`; a value row
     /// with a NULL counts as found (a foreign key with a NULL in it refers

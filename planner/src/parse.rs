@@ -300,11 +300,46 @@ fn compat_rewrite(mut statement: Statement) -> Statement {
         }
     }
     let _ = statement.visit(&mut Shield);
+    let _ = statement.visit(&mut QualifyWeirCatalogTables);
     let _ = visit_expressions_mut(&mut statement, |expr| {
         array_cast_elements(expr);
         ControlFlow::<()>::Continue(())
     });
     PARSER.rewrite(statement)
+}
+
+/// `pg_catalog` relations Weir serves that the compatibility parser's
+/// list lacks (PostgreSQL has them in `pg_catalog`, which is always on the
+/// search path).
+const WEIR_CATALOG_RELATIONS: &[&str] = &["pg_indexes"];
+
+/// Qualifies an unqualified [`WEIR_CATALOG_RELATIONS`] name with
+/// `pg_catalog`, as the compatibility parser does for its own list.
+struct QualifyWeirCatalogTables;
+
+impl datafusion::sql::sqlparser::ast::VisitorMut for QualifyWeirCatalogTables {
+    type Break = ();
+    fn pre_visit_table_factor(
+        &mut self,
+        factor: &mut datafusion::sql::sqlparser::ast::TableFactor,
+    ) -> std::ops::ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::{Ident, ObjectName, ObjectNamePart, TableFactor};
+        if let TableFactor::Table {
+            name, args: None, ..
+        } = factor
+            && let [ObjectNamePart::Identifier(ident)] = name.0.as_slice()
+            && ident.quote_style.is_none()
+            && WEIR_CATALOG_RELATIONS
+                .iter()
+                .any(|r| r.eq_ignore_ascii_case(&ident.value))
+        {
+            *name = ObjectName(vec![
+                ObjectNamePart::Identifier(Ident::new("pg_catalog")),
+                ObjectNamePart::Identifier(ident.clone()),
+            ]);
+        }
+        std::ops::ControlFlow::Continue(())
+    }
 }
 
 /// `'{1,NULL,3}'::int[]` becomes `ARRAY['1', NULL, '3']::int[]`, read the

@@ -22,9 +22,8 @@ use datafusion::scalar::ScalarValue;
 use datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables;
 use weir_pgsem::SqlType;
 
-use super::TableDef;
-use super::model::quote_ident;
-use super::pg::{self, PG_CATALOG_OID, key_attnums, schema_oid};
+use super::pg::{self, PG_CATALOG_OID, schema_oid};
+use super::pg_constraints;
 use super::provider::{PG_CATALOG, SessionView, SharedVars, WeirCatalogList};
 
 /// Registers the catalog functions on a session's context.
@@ -171,29 +170,17 @@ pub fn register(
     let v = view.clone();
     ctx.register_udf(oid_to_text("pg_get_constraintdef", move |oid| {
         let snapshot = v.snapshot();
-        let def = snapshot
-            .catalog
-            .tables
-            .values()
-            .find(|d| pg::pkey_constraint_oid(d.id) == oid && !d.primary_key.is_empty())?;
-        Some(format!("PRIMARY KEY ({})", key_list(def)))
+        let catalog = &snapshot.catalog;
+        let (_, c) = pg_constraints::all_constraints(catalog).find(|(_, c)| c.oid == oid)?;
+        Some(pg_constraints::constraint_definition(catalog, &c))
     }));
 
     let v = view.clone();
     ctx.register_udf(oid_to_text("pg_get_indexdef", move |oid| {
         let snapshot = v.snapshot();
-        let def = snapshot
-            .catalog
-            .tables
-            .values()
-            .find(|d| pg::pkey_index_oid(d.id) == oid && !d.primary_key.is_empty())?;
-        Some(format!(
-            "CREATE UNIQUE INDEX {} ON {}.{} USING btree ({})",
-            quote_ident(&def.pkey_constraint_name()),
-            quote_ident(&def.schema),
-            quote_ident(&def.name),
-            key_list(def)
-        ))
+        let (def, index) =
+            pg_constraints::all_indexes(&snapshot.catalog).find(|(_, i)| i.oid == oid)?;
+        Some(pg_constraints::index_definition(def, &index))
     }));
 
     let v = view.clone();
@@ -328,14 +315,6 @@ pub fn like_escape(pattern: &str, escape: &str) -> DfResult<String> {
         }
     }
     Ok(out)
-}
-
-fn key_list(def: &TableDef) -> String {
-    key_attnums(def)
-        .iter()
-        .map(|n| quote_ident(&def.columns[*n as usize - 1].name))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The schemas of `search_path` that exist, in order (`$user` resolved).

@@ -17,12 +17,14 @@ use weir_pgsem::SqlType;
 
 use super::model::DATABASE_NAME;
 use super::pg::{Column, PgCatalog, columns_of, columns_of_schema};
+use super::pg_constraints::{ConstraintKind, all_constraints};
 use super::provider::{PG_CATALOG, SessionView, WEIR_CATALOG};
 use super::rows::{Row, batch, int, null, text};
 
 const TABLES: &[&str] = &[
     "columns",
     "key_column_usage",
+    "referential_constraints",
     "schemata",
     "table_constraints",
     "tables",
@@ -156,21 +158,16 @@ impl InformationSchema {
                     .map(identifier)
                     .to_vec(),
                 ),
-                self.view
-                    .snapshot()
-                    .catalog
-                    .tables
-                    .values()
-                    .filter(|d| !d.primary_key.is_empty())
-                    .map(|d| {
+                all_constraints(&self.view.snapshot().catalog)
+                    .map(|(d, c)| {
                         vec![
                             ("constraint_catalog", text(DATABASE_NAME)),
                             ("constraint_schema", text(d.schema.clone())),
-                            ("constraint_name", text(d.pkey_constraint_name())),
+                            ("constraint_name", text(c.name.clone())),
                             ("table_catalog", text(DATABASE_NAME)),
                             ("table_schema", text(d.schema.clone())),
                             ("table_name", text(d.name.clone())),
-                            ("constraint_type", text("PRIMARY KEY")),
+                            ("constraint_type", text(c.sql_type())),
                             ("is_deferrable", text("NO")),
                             ("initially_deferred", text("NO")),
                             ("enforced", text("YES")),
@@ -191,28 +188,87 @@ impl InformationSchema {
                     number("ordinal_position"),
                     number("position_in_unique_constraint"),
                 ]),
-                self.view
-                    .snapshot()
-                    .catalog
-                    .tables
-                    .values()
-                    .flat_map(|d| {
-                        d.primary_key.iter().enumerate().map(move |(i, k)| {
+                all_constraints(&self.view.snapshot().catalog)
+                    .filter(|(_, c)| !matches!(c.kind, ConstraintKind::Check(_)))
+                    .flat_map(|(d, c)| {
+                        let columns = c.columns.clone();
+                        columns.into_iter().enumerate().map(move |(i, k)| {
+                            // A foreign key's column: where its referenced
+                            // column sits in the referenced unique key.
+                            let in_unique = match &c.kind {
+                                ConstraintKind::ForeignKey(_) => int(i as i64 + 1),
+                                _ => null(),
+                            };
                             vec![
                                 ("constraint_catalog", text(DATABASE_NAME)),
                                 ("constraint_schema", text(d.schema.clone())),
-                                ("constraint_name", text(d.pkey_constraint_name())),
+                                ("constraint_name", text(c.name.clone())),
                                 ("table_catalog", text(DATABASE_NAME)),
                                 ("table_schema", text(d.schema.clone())),
                                 ("table_name", text(d.name.clone())),
-                                ("column_name", text(k.clone())),
+                                ("column_name", text(k)),
                                 ("ordinal_position", int(i as i64 + 1)),
-                                ("position_in_unique_constraint", null()),
+                                ("position_in_unique_constraint", in_unique),
                             ]
                         })
                     })
                     .collect(),
             ),
+            "referential_constraints" => {
+                let snapshot = self.view.snapshot();
+                let catalog = &snapshot.catalog;
+                (
+                    Schema::new(
+                        [
+                            "constraint_catalog",
+                            "constraint_schema",
+                            "constraint_name",
+                            "unique_constraint_catalog",
+                            "unique_constraint_schema",
+                            "unique_constraint_name",
+                            "match_option",
+                            "update_rule",
+                            "delete_rule",
+                        ]
+                        .map(identifier)
+                        .to_vec(),
+                    ),
+                    catalog
+                        .tables
+                        .values()
+                        .flat_map(|d| d.foreign_keys.iter().map(move |f| (d, f)))
+                        .map(|(d, f)| {
+                            let parent = catalog.tables.get(&f.parent);
+                            // The referenced table's key or unique
+                            // constraint over the referenced columns.
+                            let unique = parent.and_then(|p| {
+                                if p.primary_key == f.parent_columns {
+                                    Some(p.pkey_constraint_name())
+                                } else {
+                                    p.indexes
+                                        .iter()
+                                        .find(|i| i.unique && i.columns == f.parent_columns)
+                                        .map(|i| i.name.clone())
+                                }
+                            });
+                            vec![
+                                ("constraint_catalog", text(DATABASE_NAME)),
+                                ("constraint_schema", text(d.schema.clone())),
+                                ("constraint_name", text(f.name.clone())),
+                                ("unique_constraint_catalog", text(DATABASE_NAME)),
+                                (
+                                    "unique_constraint_schema",
+                                    parent.map_or(null(), |p| text(p.schema.clone())),
+                                ),
+                                ("unique_constraint_name", unique.map_or(null(), text)),
+                                ("match_option", text("NONE")),
+                                ("update_rule", text(f.on_update.sql())),
+                                ("delete_rule", text(f.on_delete.sql())),
+                            ]
+                        })
+                        .collect(),
+                )
+            }
             "views" => (
                 Schema::new(
                     [

@@ -22,6 +22,7 @@ mod key_access;
 pub mod model;
 mod oids;
 pub mod pg;
+mod pg_constraints;
 mod pg_foreign;
 pub mod provider;
 mod rows;

@@ -495,6 +495,9 @@ impl Catalog {
             || self.sequence(schema, name).is_some()
             || self.view(schema, name).is_some()
             || self.index(schema, name).is_some()
+            || self.tables.values().any(|t| {
+                t.schema == schema && !t.primary_key.is_empty() && t.pkey_constraint_name() == name
+            })
     }
 
     /// Projections that read `id` directly.

@@ -27,6 +27,9 @@ use weir_common::ObjectId;
 use weir_pgsem::SqlType;
 
 use super::TableDef;
+use super::pg_constraints::{
+    ConstraintKind, all_constraints, all_indexes, index_definition, indexes_of,
+};
 use super::pg_foreign;
 use super::provider::{INFORMATION_SCHEMA, PG_CATALOG, SessionView, ViewCatalogInfo, WEIR_CATALOG};
 use super::rows::{Row, batch, boolean, conform, int, int2_list, null, oid_list, text};
@@ -177,12 +180,37 @@ pub fn columns_of_schema(schema: &Schema) -> Vec<Column> {
 }
 
 /// 1-based attribute numbers of the primary-key columns.
-pub fn key_attnums(def: &TableDef) -> Vec<i16> {
-    def.primary_key
+/// The attribute numbers of `columns` of `def`, in their order.
+pub fn attnums(def: &TableDef, columns: &[String]) -> Vec<i16> {
+    columns
         .iter()
         .filter_map(|k| def.columns.iter().position(|c| &c.name == k))
         .map(|i| i as i16 + 1)
         .collect()
+}
+
+/// The columns a CHECK expression mentions (its `conkey`).
+fn check_columns(def: &TableDef, expr: &str) -> Vec<String> {
+    let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+    let Ok(words) =
+        datafusion::sql::sqlparser::tokenizer::Tokenizer::new(&dialect, expr).tokenize()
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    for token in words {
+        if let datafusion::sql::sqlparser::tokenizer::Token::Word(w) = token {
+            let name = if w.quote_style.is_some() {
+                w.value
+            } else {
+                w.value.to_lowercase()
+            };
+            if def.columns.iter().any(|c| c.name == name) && !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    out
 }
 
 type Inner = PgCatalogSchemaProvider<ViewCatalogInfo, EmptyContextProvider>;
@@ -203,6 +231,7 @@ const COMPUTED: &[&str] = &[
     "pg_sequence",
     "pg_index",
     "pg_constraint",
+    "pg_indexes",
     "pg_settings",
     "pg_foreign_data_wrapper",
     "pg_foreign_server",
@@ -305,24 +334,30 @@ impl PgCatalog {
         let mut rows = Vec::new();
         for def in snapshot.catalog.tables.values() {
             let oid = table_oid(def.id);
-            let has_key = !def.primary_key.is_empty();
-            rows.push(class_row(
+            let indexes = indexes_of(def);
+            let mut row = class_row(
                 oid,
                 &def.name,
                 schema_oid(&def.schema),
                 "r",
                 HEAP_AM,
                 def.columns.len(),
-                has_key,
-            ));
-            if has_key {
+                !indexes.is_empty(),
+            );
+            // psql's \d lists check constraints only when relchecks > 0.
+            // (It lists foreign keys only when relhastriggers, and then
+            // also plans a trigger query with a lateral table function
+            // DataFusion cannot plan: left false, as Weir has no triggers.)
+            row.push(("relchecks", int(def.checks.len() as i64)));
+            rows.push(row);
+            for index in indexes {
                 rows.push(class_row(
-                    pkey_index_oid(def.id),
-                    &def.pkey_constraint_name(),
+                    index.oid,
+                    &index.name,
                     schema_oid(&def.schema),
                     "i",
                     BTREE_AM,
-                    def.primary_key.len(),
+                    index.columns.len(),
                     false,
                 ));
             }
@@ -399,12 +434,12 @@ impl PgCatalog {
         for def in snapshot.catalog.tables.values() {
             let columns = columns_of(def);
             attribute_rows(&mut rows, table_oid(def.id), columns.iter());
-            if !def.primary_key.is_empty() {
-                let keys = def
-                    .primary_key
+            for index in indexes_of(def) {
+                let keys = index
+                    .columns
                     .iter()
                     .filter_map(|k| columns.iter().find(|c| &c.name == k));
-                attribute_rows(&mut rows, pkey_index_oid(def.id), keys);
+                attribute_rows(&mut rows, index.oid, keys);
             }
         }
         for def in snapshot.catalog.projections.values() {
@@ -471,11 +506,8 @@ impl PgCatalog {
     fn pg_index(&self) -> Vec<Row> {
         let snapshot = self.view.snapshot();
         let mut rows = Vec::new();
-        for def in snapshot.catalog.tables.values() {
-            let keys = key_attnums(def);
-            if keys.is_empty() {
-                continue;
-            }
+        for (def, index) in all_indexes(&snapshot.catalog) {
+            let keys = attnums(def, &index.columns);
             let n = keys.len() as i64;
             let collations: Vec<i32> = keys
                 .iter()
@@ -489,12 +521,12 @@ impl PgCatalog {
                 })
                 .collect();
             rows.push(vec![
-                ("indexrelid", int(pkey_index_oid(def.id))),
+                ("indexrelid", int(index.oid)),
                 ("indrelid", int(table_oid(def.id))),
                 ("indnatts", int(n)),
                 ("indnkeyatts", int(n)),
-                ("indisunique", boolean(true)),
-                ("indisprimary", boolean(true)),
+                ("indisunique", boolean(index.unique)),
+                ("indisprimary", boolean(index.primary)),
                 ("indimmediate", boolean(true)),
                 ("indisvalid", boolean(true)),
                 ("indisready", boolean(true)),
@@ -512,30 +544,65 @@ impl PgCatalog {
 
     fn pg_constraint(&self) -> Vec<Row> {
         let snapshot = self.view.snapshot();
+        let catalog = &snapshot.catalog;
         let mut rows = Vec::new();
-        for def in snapshot.catalog.tables.values() {
-            let keys = key_attnums(def);
-            if keys.is_empty() {
-                continue;
-            }
+        for (def, c) in all_constraints(catalog) {
+            let (parent, confkey, upd, del, matchtype) = match &c.kind {
+                ConstraintKind::ForeignKey(f) => {
+                    let keys = catalog
+                        .tables
+                        .get(&f.parent)
+                        .map(|p| attnums(p, &f.parent_columns))
+                        .unwrap_or_default();
+                    (
+                        table_oid(f.parent),
+                        int2_list(&keys),
+                        f.on_update.code(),
+                        f.on_delete.code(),
+                        "s",
+                    )
+                }
+                _ => (0, null(), " ", " ", " "),
+            };
+            let conkey = match &c.kind {
+                ConstraintKind::Check(expr) => attnums(def, &check_columns(def, expr)),
+                _ => attnums(def, &c.columns),
+            };
             rows.push(vec![
-                ("oid", int(pkey_constraint_oid(def.id))),
-                ("conname", text(def.pkey_constraint_name())),
+                ("oid", int(c.oid)),
+                ("conname", text(c.name.clone())),
                 ("connamespace", int(schema_oid(&def.schema))),
-                ("contype", text("p")),
+                ("contype", text(c.contype())),
                 ("convalidated", boolean(true)),
                 ("conrelid", int(table_oid(def.id))),
-                ("conindid", int(pkey_index_oid(def.id))),
-                ("confupdtype", text(" ")),
-                ("confdeltype", text(" ")),
-                ("confmatchtype", text(" ")),
+                ("conindid", int(c.index_oid.unwrap_or(0))),
+                ("confrelid", int(parent)),
+                ("confupdtype", text(upd)),
+                ("confdeltype", text(del)),
+                ("confmatchtype", text(matchtype)),
                 ("conislocal", boolean(true)),
                 ("connoinherit", boolean(true)),
-                ("conkey", int2_list(&keys)),
-                ("confkey", null()),
+                ("conkey", int2_list(&conkey)),
+                ("confkey", confkey),
             ]);
         }
         rows
+    }
+
+    /// `pg_indexes`: one row per index, with its definition.
+    fn pg_indexes(&self) -> Vec<Row> {
+        let snapshot = self.view.snapshot();
+        all_indexes(&snapshot.catalog)
+            .map(|(def, index)| {
+                vec![
+                    ("schemaname", text(def.schema.clone())),
+                    ("tablename", text(def.name.clone())),
+                    ("indexname", text(index.name.clone())),
+                    ("tablespace", null()),
+                    ("indexdef", text(index_definition(def, &index))),
+                ]
+            })
+            .collect()
     }
 
     /// The session's variables, as `SHOW ALL` lists them.
@@ -614,6 +681,21 @@ impl PgCatalog {
                         .filter(|d| !d.is_shared())
                         .map(|d| d.as_ref()),
                 ),
+                None,
+            ),
+            "pg_indexes" => (
+                Schema::new(
+                    [
+                        "schemaname",
+                        "tablename",
+                        "indexname",
+                        "tablespace",
+                        "indexdef",
+                    ]
+                    .map(|n| Field::new(n, DataType::Utf8, true))
+                    .to_vec(),
+                ),
+                self.pg_indexes(),
                 None,
             ),
             "pg_index" => {
@@ -710,7 +792,10 @@ fn attribute_rows<'a>(rows: &mut Vec<Row>, relid: i64, columns: impl Iterator<It
 #[async_trait]
 impl SchemaProvider for PgCatalog {
     fn table_names(&self) -> Vec<String> {
-        self.inner.table_names()
+        let mut names = self.inner.table_names();
+        // Not among the crate's tables: served here only.
+        names.push(PG_INDEXES.into());
+        names
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
@@ -722,9 +807,11 @@ impl SchemaProvider for PgCatalog {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.inner.table_exist(name)
+        name.eq_ignore_ascii_case(PG_INDEXES) || self.inner.table_exist(name)
     }
 }
+
+const PG_INDEXES: &str = "pg_indexes";
 
 #[cfg(test)]
 mod tests {

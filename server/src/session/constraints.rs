@@ -248,12 +248,18 @@ impl Session {
                 if let Some(c) = columns.iter().find(|c| !has_column(def, c)) {
                     return Err(ServerError::UndefinedColumn(c.clone()));
                 }
+                // The constraint's index is a relation: its name clashes
+                // with relations first, as in PostgreSQL.
                 let name = match name {
+                    Some(n)
+                        if catalog.relation_exists(&def.schema, &n)
+                            || def.indexes.iter().any(|i| i.name == n)
+                            || n == def.name =>
+                    {
+                        return Err(ServerError::DuplicateTable(n));
+                    }
                     Some(n) if taken.contains(&n) => {
                         return Err(duplicate_constraint(&n, &def.name));
-                    }
-                    Some(n) if catalog.relation_exists(&def.schema, &n) => {
-                        return Err(ServerError::DuplicateTable(n));
                     }
                     Some(n) => n,
                     None => catalog.choose_constraint_name(
@@ -632,6 +638,17 @@ impl Session {
             let found = catalog
                 .index(&schema, &index)
                 .map(|(t, i)| (t.id, i.clone()));
+            if let Some(t) = catalog.tables.values().find(|t| {
+                t.schema == schema && !t.primary_key.is_empty() && t.pkey_constraint_name() == index
+            }) {
+                return Err(ServerError::Sqlstate {
+                    code: "2BP01",
+                    message: format!(
+                        "cannot drop index {index} because constraint {index} on table {} requires it",
+                        t.name
+                    ),
+                });
+            }
             let Some((table, def)) = found else {
                 if if_exists {
                     self.notice(format!("index \"{index}\" does not exist, skipping"));

@@ -34,8 +34,12 @@ use weir_pgsem::datetime_in::DateTimeContext;
 /// What an INSERT does with a row whose key exists.
 pub(super) enum Conflict {
     Error,
-    DoNothing,
+    /// Skip a row that conflicts on the arbiter (`None`: on the primary
+    /// key or any unique index).
+    DoNothing(Option<Vec<usize>>),
     DoUpdate {
+        /// The primary key's or a unique index's columns.
+        arbiter: Vec<usize>,
         assignments: Vec<Assignment>,
         selection: Option<ast::Expr>,
     },
@@ -188,10 +192,16 @@ impl Session {
         let conflict = match insert.on.take() {
             None => Conflict::Error,
             Some(OnInsert::OnConflict(on)) => {
-                check_conflict_target(&def, on.conflict_target.as_ref())?;
+                let arbiter = conflict_arbiter(&def, on.conflict_target.as_ref())?;
                 match on.action {
-                    OnConflictAction::DoNothing => Conflict::DoNothing,
+                    OnConflictAction::DoNothing => Conflict::DoNothing(arbiter),
                     OnConflictAction::DoUpdate(update) => Conflict::DoUpdate {
+                        arbiter: arbiter.ok_or_else(|| {
+                            ServerError::Syntax {
+                                message: "ON CONFLICT DO UPDATE requires inference specification or constraint name (name the conflict columns: ON CONFLICT (id) DO UPDATE ...)".into(),
+                                position: None,
+                            }
+                        })?,
                         assignments: update.assignments,
                         selection: update.selection,
                     },
@@ -268,14 +278,41 @@ impl Session {
             .clone();
         let (changes, written) = match conflict {
             Conflict::Error => (ChangeBatch::inserts(physical), rows),
-            Conflict::DoNothing => {
-                let (positions, _) = state.lookup(&physical)?;
-                let keys = state.keys(&physical)?;
-                let mut seen = HashSet::new();
-                let keep: BooleanArray = positions
-                    .iter()
-                    .zip(&keys)
-                    .map(|(existing, key)| Some(existing.is_none() && seen.insert(key.clone())))
+            Conflict::DoNothing(arbiter) => {
+                // A row is skipped when a stored row or a row kept before
+                // it in the statement has its values in an arbiter.
+                let arbiters = match arbiter {
+                    Some(columns) => vec![columns],
+                    None => std::iter::once(state.key_columns().to_vec())
+                        .chain(state.unique_index_columns())
+                        .collect(),
+                };
+                let mut checks = Vec::new();
+                for columns in &arbiters {
+                    let (positions, _) = state
+                        .lookup_by(columns, &physical)?
+                        .ok_or_else(|| ServerError::internal("an arbiter without an index"))?;
+                    checks.push((
+                        positions,
+                        state.values_by(columns, &physical)?,
+                        HashSet::new(),
+                    ));
+                }
+                let keep: BooleanArray = (0..physical.num_rows())
+                    .map(|i| {
+                        let clear = checks.iter().all(|(positions, values, seen)| {
+                            positions[i].is_none()
+                                && values[i].as_ref().is_none_or(|v| !seen.contains(v))
+                        });
+                        if clear {
+                            for (_, values, seen) in &mut checks {
+                                if let Some(v) = &values[i] {
+                                    seen.insert(v.clone());
+                                }
+                            }
+                        }
+                        Some(clear)
+                    })
                     .collect();
                 let kept = filter_record_batch(&physical, &keep)?;
                 (
@@ -284,13 +321,16 @@ impl Session {
                 )
             }
             Conflict::DoUpdate {
+                arbiter,
                 assignments,
                 selection,
             } => {
-                let (positions, existing) = state.lookup(&physical)?;
-                let keys = state.keys(&physical)?;
+                let (positions, existing) = state
+                    .lookup_by(&arbiter, &physical)?
+                    .ok_or_else(|| ServerError::internal("an arbiter without an index"))?;
+                let keys = state.values_by(&arbiter, &physical)?;
                 let mut seen = HashSet::new();
-                for key in &keys {
+                for key in keys.iter().flatten() {
                     if !seen.insert(key.clone()) {
                         return Err(ServerError::DataException(
                             "ON CONFLICT DO UPDATE command cannot affect row a second time".into(),
@@ -543,35 +583,58 @@ fn values_not_null_error(def: &TableDef, targets: &[String], e: ServerError) -> 
     }
 }
 
-fn check_conflict_target(
+/// The columns an ON CONFLICT target names, by position in the table's
+/// stored layout: its primary key or one of its unique indexes (`None`
+/// without a target: any of them).
+fn conflict_arbiter(
     def: &TableDef,
     target: Option<&ConflictTarget>,
-) -> Result<(), ServerError> {
+) -> Result<Option<Vec<usize>>, ServerError> {
     let no_match = || {
         ServerError::InvalidColumnReference(
             "there is no unique or exclusion constraint matching the ON CONFLICT specification"
                 .into(),
         )
     };
+    let schema = def.physical_schema();
+    let positions = |columns: &[String]| -> Vec<usize> {
+        columns
+            .iter()
+            .filter_map(|c| schema.index_of(c).ok())
+            .collect()
+    };
+    let mut candidates: Vec<(String, Vec<String>)> = Vec::new();
+    if !def.primary_key.is_empty() {
+        candidates.push((def.pkey_constraint_name(), def.primary_key.clone()));
+    }
+    candidates.extend(
+        def.indexes
+            .iter()
+            .filter(|i| i.unique)
+            .map(|i| (i.name.clone(), i.columns.clone())),
+    );
     match target {
-        None => Ok(()),
+        None => Ok(None),
         Some(ConflictTarget::Columns(columns)) => {
             let mut given: Vec<String> = columns.iter().map(normalize_ident).collect();
-            let mut pk = def.primary_key.clone();
             given.sort();
-            pk.sort();
-            if given == pk && !pk.is_empty() {
-                Ok(())
-            } else {
-                Err(no_match())
-            }
+            candidates
+                .iter()
+                .find(|(_, c)| {
+                    let mut c = c.clone();
+                    c.sort();
+                    c == given
+                })
+                .map(|(_, c)| Some(positions(c)))
+                .ok_or_else(no_match)
         }
         Some(ConflictTarget::OnConstraint(name)) => {
-            if name.to_string() == def.pkey_constraint_name() {
-                Ok(())
-            } else {
-                Err(no_match())
-            }
+            let name = name_parts(name).pop().unwrap_or_default();
+            candidates
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, c)| Some(positions(c)))
+                .ok_or_else(no_match)
         }
     }
 }
