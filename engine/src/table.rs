@@ -702,4 +702,142 @@ mod tests {
         assert_eq!(positions, vec![Some(0), None]);
         assert_eq!(found.num_rows(), 1);
     }
+
+    fn with_email(rows: &[(i64, Option<&str>)]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("email", DataType::Utf8, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.1))),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn unique_email() -> Vec<IndexSpec> {
+        vec![IndexSpec {
+            name: "t_email_key".into(),
+            columns: vec![1],
+            unique: true,
+        }]
+    }
+
+    #[test]
+    fn a_unique_index_refuses_a_repeated_value_but_not_nulls() {
+        let mut state = TableState::new(with_email(&[]).schema(), vec![0])
+            .unwrap()
+            .with_indexes(&unique_email(), true)
+            .unwrap();
+        state
+            .apply(&ChangeBatch::inserts(with_email(&[
+                (1, Some("a")),
+                (2, None),
+                (3, None),
+            ])))
+            .unwrap();
+        let before = state.clone();
+        let err = state
+            .apply(&ChangeBatch::inserts(with_email(&[
+                (4, Some("b")),
+                (5, Some("a")),
+            ])))
+            .unwrap_err();
+        assert!(
+            matches!(&err, EngineError::UniqueViolation { index, values, .. } if index == "t_email_key" && values == "a"),
+            "{err}"
+        );
+        assert!(state.same_version(&before), "unchanged on error");
+        // Within one change: two new rows with the same value.
+        assert!(
+            state
+                .apply(&ChangeBatch::inserts(with_email(&[
+                    (6, Some("c")),
+                    (7, Some("c"))
+                ])))
+                .is_err()
+        );
+        // Moving a value from one row to another in one change is fine:
+        // the retraction frees it first.
+        let moved = ChangeBatch::new(
+            with_email(&[(1, Some("a")), (2, None), (1, Some("z")), (2, Some("a"))]),
+            Int64Array::from(vec![-1, -1, 1, 1]),
+        )
+        .unwrap();
+        state.apply(&moved).unwrap();
+        let found = state
+            .rows_matching(
+                &[1],
+                &[Arc::new(StringArray::from(vec!["a", "z", "q"])) as ArrayRef],
+            )
+            .unwrap()
+            .unwrap();
+        let ids = found
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        assert_eq!(ids.values().to_vec(), vec![1, 2]);
+        assert_eq!(
+            state
+                .contains_each(
+                    &[1],
+                    &[Arc::new(StringArray::from(vec![Some("a"), Some("c"), None])) as ArrayRef]
+                )
+                .unwrap()
+                .unwrap(),
+            vec![true, false, true],
+            "a NULL value row counts as found"
+        );
+    }
+
+    #[test]
+    fn replay_keeps_indexes_without_checking_and_building_one_checks() {
+        let mut state = TableState::new(with_email(&[]).schema(), vec![0])
+            .unwrap()
+            .with_indexes(&unique_email(), true)
+            .unwrap();
+        state
+            .apply_unchecked(&ChangeBatch::inserts(with_email(&[
+                (1, Some("a")),
+                (2, Some("a")),
+            ])))
+            .unwrap();
+        state
+            .apply(&ChangeBatch::retractions(with_email(&[(2, Some("a"))])))
+            .unwrap();
+        assert!(
+            state
+                .apply(&ChangeBatch::inserts(with_email(&[(3, Some("a"))])))
+                .is_err(),
+            "the index still holds row 1's value"
+        );
+        let plain = TableState::new(with_email(&[]).schema(), vec![0]).unwrap();
+        let mut plain = plain;
+        plain
+            .apply(&ChangeBatch::inserts(with_email(&[
+                (1, Some("a")),
+                (2, Some("a")),
+            ])))
+            .unwrap();
+        assert!(plain.clone().with_indexes(&unique_email(), true).is_err());
+        let indexed = plain.with_indexes(&unique_email(), false).unwrap();
+        let (positions, _) = indexed
+            .lookup_by(&[1], &with_email(&[(9, Some("a")), (9, Some("x"))]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(positions, vec![Some(0), None]);
+        let range = indexed
+            .rows_in_index_range(
+                1,
+                Bound::Included(&(Arc::new(StringArray::from(vec!["a"])) as ArrayRef)),
+                Bound::Unbounded,
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(range.num_rows(), 2);
+    }
 }

@@ -168,7 +168,11 @@ impl SystemSchema {
                         .iter()
                         .map(|d| snapshot.tables.get(&d.id).map_or(0, |s| s.len() as i64))
                         .collect()),
-                    text(defs.iter().map(|d| d.create_statement()).collect()),
+                    text(
+                        defs.iter()
+                            .map(|d| d.create_statement(&snapshot.catalog))
+                            .collect(),
+                    ),
                 ]
             }
             "backends" => {

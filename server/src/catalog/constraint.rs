@@ -18,7 +18,7 @@ use weir_common::ObjectId;
 use weir_engine::table::IndexSpec;
 
 use super::Catalog;
-use super::model::TableDef;
+use super::model::{TableDef, quote_ident};
 
 /// A secondary index: `CREATE [UNIQUE] INDEX`, or the index behind a
 /// UNIQUE constraint.
@@ -171,19 +171,53 @@ impl TableDef {
         names
     }
 
-    /// Whether a constraint or index mentions the column.
-    pub fn column_in_constraint(&self, column: &str) -> Option<String> {
-        let has = |columns: &[String]| columns.iter().any(|c| c == column);
-        self.indexes
-            .iter()
-            .find(|i| has(&i.columns))
-            .map(|i| i.name.clone())
-            .or_else(|| {
-                self.foreign_keys
-                    .iter()
-                    .find(|f| has(&f.columns))
-                    .map(|f| f.name.clone())
-            })
+    /// `CONSTRAINT name UNIQUE (...)`, `... CHECK (...)`, `... FOREIGN KEY
+    /// (...) REFERENCES t (...) [ON ...]`, for `SHOW CREATE TABLE`.
+    pub fn constraint_clauses(&self, catalog: &Catalog) -> Vec<String> {
+        let list = |columns: &[String]| {
+            columns
+                .iter()
+                .map(|c| quote_ident(c))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut out = Vec::new();
+        for i in self.indexes.iter().filter(|i| i.constraint) {
+            out.push(format!(
+                "CONSTRAINT {} UNIQUE ({})",
+                quote_ident(&i.name),
+                list(&i.columns)
+            ));
+        }
+        for c in &self.checks {
+            out.push(format!(
+                "CONSTRAINT {} CHECK ({})",
+                quote_ident(&c.name),
+                c.expr
+            ));
+        }
+        for f in &self.foreign_keys {
+            let parent = match catalog.tables.get(&f.parent) {
+                Some(p) if p.schema == super::model::DEFAULT_SCHEMA => quote_ident(&p.name),
+                Some(p) => format!("{}.{}", quote_ident(&p.schema), quote_ident(&p.name)),
+                // Itself, while being created.
+                None => quote_ident(&self.name),
+            };
+            let mut s = format!(
+                "CONSTRAINT {} FOREIGN KEY ({}) REFERENCES {parent} ({})",
+                quote_ident(&f.name),
+                list(&f.columns),
+                list(&f.parent_columns)
+            );
+            if f.on_delete != RefAction::NoAction {
+                s.push_str(&format!(" ON DELETE {}", f.on_delete.sql()));
+            }
+            if f.on_update != RefAction::NoAction {
+                s.push_str(&format!(" ON UPDATE {}", f.on_update.sql()));
+            }
+            out.push(s);
+        }
+        out
     }
 }
 

@@ -29,6 +29,7 @@ mod rows;
 pub mod sequence;
 mod sizes;
 pub mod streaming;
+mod table_access;
 pub mod view;
 
 pub use model::{Catalog, CatalogChange, ColumnDef, ControlEntry, TableDef, UserDef};

@@ -141,8 +141,11 @@ impl TableDef {
         format!("{}_pkey", self.name)
     }
 
-    /// `CREATE TABLE` text that recreates this table exactly.
-    pub fn create_statement(&self) -> String {
+    /// `CREATE TABLE` text that recreates this table exactly: its
+    /// constraints inline (a foreign key names its table as `catalog` has
+    /// it now), then a `CREATE INDEX` for each index that is not a
+    /// constraint's.
+    pub fn create_statement(&self, catalog: &Catalog) -> String {
         let mut parts: Vec<String> = self
             .columns
             .iter()
@@ -186,8 +189,23 @@ impl TableDef {
         } else {
             format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
         };
+        parts.extend(self.constraint_clauses(catalog));
         let append_only = if self.append_only { " APPEND ONLY" } else { "" };
-        format!("CREATE TABLE {name} ({}){append_only}", parts.join(", "))
+        let mut out = format!("CREATE TABLE {name} ({}){append_only}", parts.join(", "));
+        for index in self.indexes.iter().filter(|i| !i.constraint) {
+            out.push_str(&format!(
+                ";\nCREATE {}INDEX {} ON {name} ({})",
+                if index.unique { "UNIQUE " } else { "" },
+                quote_ident(&index.name),
+                index
+                    .columns
+                    .iter()
+                    .map(|c| quote_ident(c))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        out
     }
 }
 
@@ -841,7 +859,7 @@ mod tests {
     #[test]
     fn create_statement_round_trips_names_and_types() {
         assert_eq!(
-            table(1, "a").create_statement(),
+            table(1, "a").create_statement(&Catalog::bootstrap()),
             "CREATE TABLE a (id BIGINT, \"Owner\" NUMERIC(12,2) DEFAULT 0, PRIMARY KEY (id))"
         );
     }

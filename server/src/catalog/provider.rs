@@ -438,10 +438,16 @@ impl TableProvider for WeirTable {
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
         let physical = self.def.physical_schema();
         let keys = KeyColumns::new(&physical, self.state.key_columns());
+        let indexes: Vec<KeyColumns> = self
+            .state
+            .index_specs()
+            .map(|s| KeyColumns::new(&physical, &s.columns))
+            .collect();
         Ok(filters
             .iter()
             .map(|f| {
-                if key_access::usable(&keys, f) {
+                if key_access::usable(&keys, f) || indexes.iter().any(|i| key_access::usable(i, f))
+                {
                     // Inexact: the filter stays above the scan, which may
                     // return a superset (see key_access).
                     TableProviderFilterPushDown::Inexact
@@ -462,21 +468,28 @@ impl TableProvider for WeirTable {
         let physical = self.def.physical_schema();
         let keys = KeyColumns::new(&physical, self.state.key_columns());
         let external = |e| DataFusionError::External(Box::new(e));
-        let batches: Arc<Vec<RecordBatch>> = match key_access::access(&keys, filters) {
-            KeyAccess::Points(keys) => {
-                Arc::new(vec![self.state.rows_with_keys(&keys).map_err(external)?])
-            }
+        let full = || -> DfResult<(Arc<Vec<RecordBatch>>, String)> {
+            Ok((self.state.scan().map_err(external)?, "full scan".into()))
+        };
+        let (batches, access) = match key_access::access(&keys, filters) {
+            KeyAccess::Points(keys) => (
+                Arc::new(vec![self.state.rows_with_keys(&keys).map_err(external)?]),
+                "primary key (points)".to_string(),
+            ),
             KeyAccess::Range(lower, upper) => {
                 match self
                     .state
                     .rows_in_key_range(lower.as_ref(), upper.as_ref())
                     .map_err(external)?
                 {
-                    Some(batches) => Arc::new(batches),
-                    None => self.state.scan().map_err(external)?,
+                    Some(batches) => (Arc::new(batches), "primary key (range)".into()),
+                    None => full()?,
                 }
             }
-            KeyAccess::Full => self.state.scan().map_err(external)?,
+            KeyAccess::Full => match self.index_access(&physical, filters).map_err(external)? {
+                Some((batch, access)) => (Arc::new(vec![batch]), access),
+                None => full()?,
+            },
         };
         let visible = self.schema.fields().len();
         let batches: Vec<_> = if visible == physical.fields().len() {
@@ -491,11 +504,47 @@ impl TableProvider for WeirTable {
                 })
                 .collect::<Result<_, _>>()?
         };
-        Ok(MemorySourceConfig::try_new_exec(
-            &[batches],
-            self.schema.clone(),
-            projection.cloned(),
-        )?)
+        let rows =
+            MemorySourceConfig::try_new_exec(&[batches], self.schema.clone(), projection.cloned())?;
+        Ok(Arc::new(super::table_access::TableAccessExec::new(
+            self.def.qualified_name(),
+            access,
+            rows,
+        )))
+    }
+}
+
+impl WeirTable {
+    /// The rows a secondary index reaches for `filters` (a superset of
+    /// the matching ones), when the primary key reaches none: the first
+    /// index whose columns the filters pin, else the first single-column
+    /// index they bound.
+    fn index_access(
+        &self,
+        physical: &SchemaRef,
+        filters: &[Expr],
+    ) -> Result<Option<(RecordBatch, String)>, weir_engine::EngineError> {
+        let mut ranged = None;
+        for spec in self.state.index_specs() {
+            let columns = KeyColumns::new(physical, &spec.columns);
+            match key_access::access(&columns, filters) {
+                KeyAccess::Points(values) => {
+                    let rows = self.state.rows_matching(&spec.columns, &values)?;
+                    return Ok(rows.map(|r| (r, format!("index {} (points)", spec.name))));
+                }
+                KeyAccess::Range(lower, upper) if ranged.is_none() => {
+                    ranged = Some((spec.columns[0], spec.name.clone(), lower, upper));
+                }
+                _ => {}
+            }
+        }
+        let Some((column, name, lower, upper)) = ranged else {
+            return Ok(None);
+        };
+        let rows = self
+            .state
+            .rows_in_index_range(column, lower.as_ref(), upper.as_ref())?;
+        Ok(rows.map(|r| (r, format!("index {name} (range)"))))
     }
 }
 

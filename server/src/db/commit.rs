@@ -256,7 +256,7 @@ impl Database {
         if writes.ddl.is_empty() {
             self.commit_tables(base, applied, writes.tables).await
         } else {
-            self.commit_serialized(base, writes).await
+            self.commit_serialized(base, applied, writes).await
         }
     }
 
@@ -299,6 +299,7 @@ impl Database {
     async fn commit_serialized(
         &self,
         base: &Snapshot,
+        applied: Option<&Snapshot>,
         writes: TxnWrites,
     ) -> Result<u64, ServerError> {
         let mut head = self.commit_lock.lock().await;
@@ -329,7 +330,7 @@ impl Database {
         }
         let mut next = (*previous).clone();
         next.apply_catalog(&writes.ddl)?;
-        next.apply_writes(&writes.tables)?;
+        apply_after_ddl(&mut next, &previous, base, applied, &writes.tables)?;
         next.check_foreign_keys(&writes.tables)?;
 
         let txn = uuid::Uuid::new_v4();
@@ -379,6 +380,44 @@ impl Database {
         *head = self.published.snapshot();
         head
     }
+}
+
+/// Applies a DDL transaction's table writes to `next` (the head with its
+/// catalog changes applied). Its statements applied DDL and writes
+/// interleaved, in order, to its overlay (`applied`); here the DDL went
+/// first, so writing its rows again could trip an index the transaction
+/// created only after them. A table nobody wrote since the transaction
+/// began (or that it created) takes the overlay's state instead; only the
+/// others get the writes again, checked against what committed meanwhile.
+fn apply_after_ddl(
+    next: &mut Snapshot,
+    previous: &Snapshot,
+    base: &Snapshot,
+    applied: Option<&Snapshot>,
+    ops: &[(ObjectId, TableWrite)],
+) -> Result<(), ServerError> {
+    let Some(applied) = applied else {
+        return next.apply_writes(ops);
+    };
+    let untouched = |id: &ObjectId| {
+        applied.tables.contains_key(id)
+            && next.tables.contains_key(id)
+            && match (previous.tables.get(id), base.tables.get(id)) {
+                (Some(now), Some(then)) => now.same_version(then),
+                (None, None) => true,
+                _ => false,
+            }
+    };
+    let (keep, redo): (Vec<_>, Vec<_>) = ops.iter().cloned().partition(|(id, _)| untouched(id));
+    next.apply_writes(&redo)?;
+    if !keep.is_empty() {
+        let mut tables = (*next.tables).clone();
+        for (id, _) in &keep {
+            tables.insert(*id, applied.tables[id].clone());
+        }
+        next.tables = Arc::new(tables);
+    }
+    Ok(())
 }
 
 /// The head with `ops` applied. A table whose head version is the very

@@ -70,9 +70,10 @@ impl Session {
         match kind {
             ShowCreateObject::Table => {
                 let def = self.resolve_table(name)?;
+                let catalog = self.snapshot().catalog.clone();
                 text_rows(
                     &["name", "create_sql"],
-                    vec![vec![def.qualified_name(), def.create_statement()]],
+                    vec![vec![def.qualified_name(), def.create_statement(&catalog)]],
                 )
             }
             ShowCreateObject::View => {

@@ -73,6 +73,7 @@ mod alter_options;
 mod alter_table;
 mod append_only;
 mod auth;
+mod constraints;
 mod crash;
 mod crash_projections;
 mod destination;
