@@ -574,17 +574,7 @@ impl TableState {
 
     /// The key of row `i` of `batch`, as text for error messages.
     pub fn describe_key(&self, batch: &RecordBatch, i: usize) -> String {
-        let indices = UInt32Array::from(vec![i as u32]);
-        self.key_columns
-            .iter()
-            .map(|&c| {
-                take(batch.column(c).as_ref(), &indices, None)
-                    .ok()
-                    .and_then(|a| arrow::util::display::array_value_to_string(&a, 0).ok())
-                    .unwrap_or_default()
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
+        describe(batch, &self.key_columns, i).1
     }
 
     fn decode<'a>(&self, rows: impl Iterator<Item = &'a Row>) -> Result<RecordBatch, EngineError> {

@@ -145,9 +145,42 @@ impl Column {
                 .and_then(|t| t.strip_suffix("')"))
             {
                 Some(name) => format!("nextval('{name}'::regclass)"),
+                // PostgreSQL stores a quoted default as a constant of the
+                // column's type and prints it with its cast: 'draft'::text.
+                None if is_quoted_literal(text) => match literal_cast(&self.sql_type) {
+                    Some(t) => format!("{text}::{t}"),
+                    None => text.clone(),
+                },
                 None => text.clone(),
             },
         )
+    }
+}
+
+/// `'...'` with only doubled quotes inside: one string literal.
+fn is_quoted_literal(text: &str) -> bool {
+    text.len() >= 2
+        && text.starts_with('\'')
+        && text.ends_with('\'')
+        && !text[1..text.len() - 1].replace("''", "").contains('\'')
+}
+
+/// The type a quoted default is shown cast to; `None` for types whose
+/// constants PostgreSQL prints bare (numbers, booleans).
+fn literal_cast(t: &SqlType) -> Option<String> {
+    match t {
+        SqlType::Varchar(_) => Some("character varying".into()),
+        SqlType::Text
+        | SqlType::Date
+        | SqlType::Time
+        | SqlType::Timestamp
+        | SqlType::Timestamptz
+        | SqlType::Interval
+        | SqlType::Uuid
+        | SqlType::Json
+        | SqlType::Jsonb
+        | SqlType::Bytea => Some(t.display_name()),
+        _ => None,
     }
 }
 

@@ -195,13 +195,7 @@ impl Snapshot {
         if gone.first().is_none_or(|g| g.is_empty()) {
             return Ok(());
         }
-        let child_state = table_state(self, child.id)?;
-        let child_columns = positions(child, &fk.columns)?;
-        let as_child: Vec<ArrayRef> = gone
-            .iter()
-            .zip(&child_columns)
-            .map(|(g, &c)| cast(g, child_state.schema().field(c).data_type()))
-            .collect::<Result<_, _>>()?;
+        let (child_state, child_columns, as_child) = self.as_child_keys(child, fk, &gone)?;
         let referenced = child_state
             .contains_each(&child_columns, &as_child)?
             .ok_or_else(|| {
@@ -225,6 +219,25 @@ impl Snapshot {
             });
         }
         Ok(())
+    }
+
+    /// Referenced keys (`gone`, in the parent's types) as the child's
+    /// referencing columns hold them: the child's state, those columns'
+    /// positions and the keys cast to their types.
+    fn as_child_keys(
+        &self,
+        child: &TableDef,
+        fk: &ForeignKeyDef,
+        gone: &[ArrayRef],
+    ) -> Result<(&TableState, Vec<usize>, Vec<ArrayRef>), ServerError> {
+        let state = table_state(self, child.id)?;
+        let columns = positions(child, &fk.columns)?;
+        let keys = gone
+            .iter()
+            .zip(&columns)
+            .map(|(g, &c)| cast(g, state.schema().field(c).data_type()))
+            .collect::<Result<_, _>>()?;
+        Ok((state, columns, keys))
     }
 
     /// The referenced keys (`fk.parent_columns`) of `removed`, rows of
@@ -360,13 +373,7 @@ impl Snapshot {
             // Per gone key: the row it was updated to, if any.
             let updated_to: Vec<Option<usize>> =
                 rows.iter().map(|&r| updated[r as usize]).collect();
-            let child_state = table_state(self, child.id)?;
-            let child_columns = positions(child, &fk.columns)?;
-            let as_child: Vec<ArrayRef> = gone
-                .iter()
-                .zip(&child_columns)
-                .map(|(g, &c)| cast(g, child_state.schema().field(c).data_type()))
-                .collect::<Result<_, _>>()?;
+            let (child_state, child_columns, as_child) = self.as_child_keys(child, fk, &gone)?;
             let referencing = child_state
                 .rows_matching(&child_columns, &as_child)?
                 .ok_or_else(|| {

@@ -223,6 +223,23 @@ fn duplicate_constraint(name: &str, table: &str) -> ServerError {
     }
 }
 
+/// The given name, unless the table has a constraint of that name
+/// (42710), or one chosen PostgreSQL's way (`table_columns_suffix`).
+fn constraint_name(
+    catalog: &Catalog,
+    def: &TableDef,
+    taken: &[String],
+    name: Option<String>,
+    columns: &[String],
+    suffix: &str,
+) -> Result<String, ServerError> {
+    match name {
+        Some(n) if taken.contains(&n) => Err(duplicate_constraint(&n, &def.name)),
+        Some(n) => Ok(n),
+        None => Ok(catalog.choose_constraint_name(&def.schema, &def.name, columns, suffix, taken)),
+    }
+}
+
 fn invalid_fk(message: String) -> ServerError {
     ServerError::Sqlstate {
         code: "42830",
@@ -250,26 +267,14 @@ impl Session {
                 }
                 // The constraint's index is a relation: its name clashes
                 // with relations first, as in PostgreSQL.
-                let name = match name {
-                    Some(n)
-                        if catalog.relation_exists(&def.schema, &n)
-                            || def.indexes.iter().any(|i| i.name == n)
-                            || n == def.name =>
-                    {
-                        return Err(ServerError::DuplicateTable(n));
-                    }
-                    Some(n) if taken.contains(&n) => {
-                        return Err(duplicate_constraint(&n, &def.name));
-                    }
-                    Some(n) => n,
-                    None => catalog.choose_constraint_name(
-                        &def.schema,
-                        &def.name,
-                        &columns,
-                        "key",
-                        &taken,
-                    ),
-                };
+                if let Some(n) = &name
+                    && (catalog.relation_exists(&def.schema, n)
+                        || def.indexes.iter().any(|i| &i.name == n)
+                        || *n == def.name)
+                {
+                    return Err(ServerError::DuplicateTable(n.clone()));
+                }
+                let name = constraint_name(catalog, def, &taken, name, &columns, "key")?;
                 def.indexes.push(IndexDef {
                     id: catalog.allocate_id(),
                     name,
@@ -281,26 +286,12 @@ impl Session {
             }
             NewConstraint::Check { name, expr } => {
                 self.plan_check(def, &expr)?;
-                let name = match name {
-                    Some(n) if taken.contains(&n) => {
-                        return Err(duplicate_constraint(&n, &def.name));
-                    }
-                    Some(n) => n,
-                    None => {
-                        let first: Vec<String> = mentioned_columns(&expr)
-                            .into_iter()
-                            .find(|c| has_column(def, c))
-                            .into_iter()
-                            .collect();
-                        catalog.choose_constraint_name(
-                            &def.schema,
-                            &def.name,
-                            &first,
-                            "check",
-                            &taken,
-                        )
-                    }
-                };
+                let first: Vec<String> = mentioned_columns(&expr)
+                    .into_iter()
+                    .find(|c| has_column(def, c))
+                    .into_iter()
+                    .collect();
+                let name = constraint_name(catalog, def, &taken, name, &first, "check")?;
                 def.checks.push(CheckDef {
                     id: catalog.allocate_id(),
                     name: name.clone(),
@@ -358,19 +349,7 @@ impl Session {
                         "there is no unique constraint matching given keys for referenced table \"{table}\""
                     )));
                 }
-                let name = match name {
-                    Some(n) if taken.contains(&n) => {
-                        return Err(duplicate_constraint(&n, &def.name));
-                    }
-                    Some(n) => n,
-                    None => catalog.choose_constraint_name(
-                        &def.schema,
-                        &def.name,
-                        &columns,
-                        "fkey",
-                        &taken,
-                    ),
-                };
+                let name = constraint_name(catalog, def, &taken, name, &columns, "fkey")?;
                 for (c, p) in columns.iter().zip(&parent_columns) {
                     let ty = |d: &TableDef, n: &String| {
                         d.columns

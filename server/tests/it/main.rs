@@ -84,6 +84,7 @@ mod http;
 mod jdbc;
 mod kafka;
 mod kafka_tls;
+mod migrations;
 mod nexmark;
 mod pg_cdc;
 mod pg_cdc_several;
