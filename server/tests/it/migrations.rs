@@ -1,10 +1,12 @@
 //! A realistic SQL migration (`tests/migrations/blog`) applied to Weir and
 //! to a throwaway PostgreSQL: the two schemas (`information_schema`,
 //! `pg_indexes`, comments) and the data must come out equal, after the up
-//! migration and again after the down one. The files are plain SQL, as
-//! migration tools run them.
+//! migration and again after the down one: run directly, and by real
+//! migration tools (dbmate, yoyo), which keep their own bookkeeping
+//! tables, take locks and run each migration in a transaction.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use crate::harness::WeirServer;
 use crate::postgres::PgCluster;
@@ -61,4 +63,123 @@ async fn a_migration_gives_the_same_schema_and_data_as_on_postgresql() {
             assert_eq!(have, want, "after {step}: {query}");
         }
     }
+}
+
+/// A migration tool: how to lay the blog migration out for it in a
+/// directory, and the commands that apply and roll it back against a
+/// database on a port (user and database `weir` on both servers).
+struct Tool {
+    name: &'static str,
+    layout: fn(&Path),
+    up: fn(&Path, u16) -> Command,
+    down: fn(&Path, u16) -> Command,
+}
+
+fn home_cache(path: &str) -> PathBuf {
+    let home = std::env::var_os("HOME").expect("HOME is set");
+    let path = PathBuf::from(home).join(".cache").join(path);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/test-all.sh, which installs the migration tools",
+        path.display()
+    );
+    path
+}
+
+fn dbmate(dir: &Path, port: u16, verb: &str) -> Command {
+    let mut c = Command::new(home_cache("weir-npm/node_modules/.bin/dbmate"));
+    c.current_dir(dir)
+        .env(
+            "DATABASE_URL",
+            format!("postgres://weir@127.0.0.1:{port}/weir?sslmode=disable"),
+        )
+        .args(["--no-dump-schema", verb]);
+    c
+}
+
+fn yoyo(dir: &Path, port: u16, verb: &str) -> Command {
+    let mut c = Command::new(home_cache("weir-venv/bin/yoyo"));
+    c.args([
+        verb,
+        "--batch",
+        "--no-config-file",
+        "--database",
+        &format!("postgresql+psycopg://weir@127.0.0.1:{port}/weir"),
+    ])
+    .arg(dir.join("migrations"));
+    c
+}
+
+const DBMATE: Tool = Tool {
+    name: "dbmate",
+    layout: |dir| {
+        let migrations = dir.join("db/migrations");
+        std::fs::create_dir_all(&migrations).unwrap();
+        let text = format!(
+            "-- migrate:up\n{}\n-- migrate:down\n{}",
+            read("blog/001_up.sql"),
+            read("blog/001_down.sql")
+        );
+        std::fs::write(migrations.join("20260101000000_blog.sql"), text).unwrap();
+    },
+    up: |dir, port| dbmate(dir, port, "up"),
+    down: |dir, port| dbmate(dir, port, "down"),
+};
+
+const YOYO: Tool = Tool {
+    name: "yoyo",
+    layout: |dir| {
+        let migrations = dir.join("migrations");
+        std::fs::create_dir_all(&migrations).unwrap();
+        std::fs::write(migrations.join("0001.blog.sql"), read("blog/001_up.sql")).unwrap();
+        std::fs::write(
+            migrations.join("0001.blog.rollback.sql"),
+            read("blog/001_down.sql"),
+        )
+        .unwrap();
+    },
+    up: |dir, port| yoyo(dir, port, "apply"),
+    down: |dir, port| yoyo(dir, port, "rollback"),
+};
+
+fn run(tool: &str, mut command: Command, server: &str) {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{tool} against {server}: {e}"));
+    assert!(
+        out.status.success(),
+        "{tool} against {server} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+async fn tool_migrates_weir_as_postgresql(tool: Tool) {
+    let dir = tempfile::tempdir().unwrap();
+    (tool.layout)(dir.path());
+    let pg = PgCluster::start();
+    let upstream = pg.connect().await;
+    let weir = WeirServer::start();
+    let client = weir.connect().await;
+    for step in ["up", "down"] {
+        let command = if step == "up" { tool.up } else { tool.down };
+        run(tool.name, command(dir.path(), pg.port), "PostgreSQL");
+        run(tool.name, command(dir.path(), weir.pg_port), "Weir");
+        let expected = dump(&upstream).await;
+        let got = dump(&client).await;
+        for ((query, want), (_, have)) in expected.iter().zip(&got) {
+            assert_eq!(have, want, "{} {step}: {query}", tool.name);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dbmate_migrates_weir_as_it_migrates_postgresql() {
+    tool_migrates_weir_as_postgresql(DBMATE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yoyo_migrates_weir_as_it_migrates_postgresql() {
+    tool_migrates_weir_as_postgresql(YOYO).await;
 }
