@@ -567,7 +567,9 @@ impl PgCatalog {
                 ("indkey", int2_list(&keys)),
                 ("indcollation", oid_list(&collations)),
                 ("indclass", oid_list(&vec![0; keys.len()])),
-                ("indoption", int2_list(&vec![0; keys.len()])),
+                // int2vector's text form: SQLAlchemy's psycopg dialect
+                // splits it on spaces (it unnests only indkey).
+                ("indoption", text(vec!["0"; keys.len()].join(" "))),
                 ("indexprs", null()),
                 ("indpred", null()),
             ]);
@@ -733,11 +735,8 @@ impl PgCatalog {
             ),
             "pg_index" => {
                 let t = &self.pg_static.pg_index;
-                let schema = with_vector_columns(
-                    &t.schema(),
-                    &["indkey", "indoption"],
-                    &["indclass", "indcollation"],
-                );
+                let schema =
+                    with_vector_columns(&t.schema(), &["indkey"], &["indclass", "indcollation"]);
                 (schema, self.pg_index(), Some(t.data().to_vec()))
             }
             _ => {
