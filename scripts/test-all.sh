@@ -81,6 +81,17 @@ if ! command -v cargo >/dev/null 2>&1; then
     say "cargo is not installed (the rust machine kind ships it; see rustup.rs otherwise)"
     exit 1
 fi
+# sqlx-cli and refinery: `cargo install` into ~/.cargo/bin once (about six
+# minutes each on a fresh machine; its own build directory, not the target
+# directory), kept between runs.
+if [ ! -x "$HOME/.cargo/bin/sqlx" ]; then
+    say "installing sqlx-cli"
+    cargo install --locked sqlx-cli --no-default-features --features postgres,rustls
+fi
+if [ ! -x "$HOME/.cargo/bin/refinery" ]; then
+    say "installing refinery_cli"
+    cargo install --locked refinery_cli --no-default-features --features postgresql
+fi
 say "cargo build --workspace (target dir $CARGO_TARGET_DIR)"
 cargo build --workspace
 

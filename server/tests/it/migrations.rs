@@ -2,7 +2,7 @@
 //! to a throwaway PostgreSQL: the two schemas (`information_schema`,
 //! `pg_indexes`, comments) and the data must come out equal, after the up
 //! migration and again after the down one: run directly, and by real
-//! migration tools (dbmate, yoyo), which keep their own bookkeeping
+//! migration tools (dbmate, yoyo, sqlx-cli, refinery), which keep their own bookkeeping
 //! tables, take locks and run each migration in a transaction.
 
 use std::path::{Path, PathBuf};
@@ -72,7 +72,8 @@ struct Tool {
     name: &'static str,
     layout: fn(&Path),
     up: fn(&Path, u16) -> Command,
-    down: fn(&Path, u16) -> Command,
+    /// `None`: the tool has no down migrations (refinery).
+    down: Option<fn(&Path, u16) -> Command>,
 }
 
 fn home_cache(path: &str) -> PathBuf {
@@ -123,7 +124,7 @@ const DBMATE: Tool = Tool {
         std::fs::write(migrations.join("20260101000000_blog.sql"), text).unwrap();
     },
     up: |dir, port| dbmate(dir, port, "up"),
-    down: |dir, port| dbmate(dir, port, "down"),
+    down: Some(|dir, port| dbmate(dir, port, "down")),
 };
 
 const YOYO: Tool = Tool {
@@ -139,7 +140,69 @@ const YOYO: Tool = Tool {
         .unwrap();
     },
     up: |dir, port| yoyo(dir, port, "apply"),
-    down: |dir, port| yoyo(dir, port, "rollback"),
+    down: Some(|dir, port| yoyo(dir, port, "rollback")),
+};
+
+fn cargo_bin(name: &str) -> PathBuf {
+    let home = std::env::var_os("HOME").expect("HOME is set");
+    let path = PathBuf::from(home).join(".cargo/bin").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/test-all.sh, which installs the migration tools",
+        path.display()
+    );
+    path
+}
+
+fn sqlx(dir: &Path, port: u16, verb: &str) -> Command {
+    let mut c = Command::new(cargo_bin("sqlx"));
+    c.args(["migrate", verb, "--database-url"])
+        .arg(format!(
+            "postgres://weir@127.0.0.1:{port}/weir?sslmode=disable"
+        ))
+        .arg("--source")
+        .arg(dir.join("migrations"));
+    c
+}
+
+const SQLX: Tool = Tool {
+    name: "sqlx-cli",
+    layout: |dir| {
+        let migrations = dir.join("migrations");
+        std::fs::create_dir_all(&migrations).unwrap();
+        std::fs::write(
+            migrations.join("20260101000000_blog.up.sql"),
+            read("blog/001_up.sql"),
+        )
+        .unwrap();
+        std::fs::write(
+            migrations.join("20260101000000_blog.down.sql"),
+            read("blog/001_down.sql"),
+        )
+        .unwrap();
+    },
+    up: |dir, port| sqlx(dir, port, "run"),
+    down: Some(|dir, port| sqlx(dir, port, "revert")),
+};
+
+const REFINERY: Tool = Tool {
+    name: "refinery",
+    layout: |dir| {
+        let migrations = dir.join("migrations");
+        std::fs::create_dir_all(&migrations).unwrap();
+        std::fs::write(migrations.join("V1__blog.sql"), read("blog/001_up.sql")).unwrap();
+    },
+    up: |dir, port| {
+        let mut c = Command::new(cargo_bin("refinery"));
+        c.env(
+            "WEIR_MIGRATION_URL",
+            format!("postgres://weir@127.0.0.1:{port}/weir"),
+        )
+        .args(["migrate", "-e", "WEIR_MIGRATION_URL", "-p"])
+        .arg(dir.join("migrations"));
+        c
+    },
+    down: None,
 };
 
 fn run(tool: &str, mut command: Command, server: &str) {
@@ -163,13 +226,30 @@ async fn tool_migrates_weir_as_postgresql(tool: Tool) {
     let weir = WeirServer::start();
     let client = weir.connect().await;
     for step in ["up", "down"] {
-        let command = if step == "up" { tool.up } else { tool.down };
+        let command = match step {
+            "up" => tool.up,
+            _ => match tool.down {
+                Some(down) => down,
+                None => break,
+            },
+        };
         run(tool.name, command(dir.path(), pg.port), "PostgreSQL");
         run(tool.name, command(dir.path(), weir.pg_port), "Weir");
         let expected = dump(&upstream).await;
         let got = dump(&client).await;
         for ((query, want), (_, have)) in expected.iter().zip(&got) {
             assert_eq!(have, want, "{} {step}: {query}", tool.name);
+        }
+        // Equal could also mean that the tool did nothing on either.
+        if step == "up" {
+            assert_eq!(
+                crate::harness::try_rows(&client, "SELECT count(*) FROM posts")
+                    .await
+                    .unwrap(),
+                vec!["3"],
+                "{} applied the migration",
+                tool.name
+            );
         }
     }
 }
@@ -182,4 +262,14 @@ async fn dbmate_migrates_weir_as_it_migrates_postgresql() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn yoyo_migrates_weir_as_it_migrates_postgresql() {
     tool_migrates_weir_as_postgresql(YOYO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlx_cli_migrates_weir_as_it_migrates_postgresql() {
+    tool_migrates_weir_as_postgresql(SQLX).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refinery_migrates_weir_as_it_migrates_postgresql() {
+    tool_migrates_weir_as_postgresql(REFINERY).await;
 }
