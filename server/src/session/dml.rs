@@ -450,14 +450,51 @@ impl Session {
     }
 
     pub(super) fn truncate(&mut self, truncate: Truncate) -> Result<StatementResult, ServerError> {
-        let mut writes = TxnWrites::default();
+        let mut ids = Vec::new();
         for target in &truncate.table_names {
             match self.resolve_table(&target.name) {
-                Ok(def) => writes.tables.push((def.id, TableWrite::Truncate)),
+                Ok(def) => ids.push(def.id),
                 Err(_) if truncate.if_exists => {}
                 Err(e) => return Err(e),
             }
         }
+        // A table other tables' foreign keys reference empties only with
+        // them, as in PostgreSQL: named in the statement, or by CASCADE.
+        let cascade = matches!(
+            truncate.cascade,
+            Some(datafusion::sql::sqlparser::ast::CascadeOption::Cascade)
+        );
+        let catalog = self.snapshot().catalog.clone();
+        let mut next = 0;
+        while next < ids.len() {
+            let parent = ids[next];
+            next += 1;
+            for (child, _) in catalog.foreign_keys_to(parent) {
+                if ids.contains(&child.id) {
+                    continue;
+                }
+                if !cascade {
+                    let parent = catalog.tables.get(&parent).map(|t| t.name.clone());
+                    return Err(ServerError::Sqlstate {
+                        code: "0A000",
+                        message: format!(
+                            "cannot truncate a table referenced in a foreign key constraint: table \"{}\" references \"{}\" (truncate it in the same statement, or use TRUNCATE ... CASCADE)",
+                            child.name,
+                            parent.unwrap_or_default()
+                        ),
+                    });
+                }
+                self.notice(format!("truncate cascades to table \"{}\"", child.name));
+                ids.push(child.id);
+            }
+        }
+        let writes = TxnWrites {
+            ddl: vec![],
+            tables: ids
+                .into_iter()
+                .map(|id| (id, TableWrite::Truncate))
+                .collect(),
+        };
         self.write(writes)?;
         Ok(command("TRUNCATE TABLE"))
     }
