@@ -881,3 +881,36 @@ fn rename_in_expr(expr: &mut SqlExpr, old: &str, new: &str) {
     }
     let _ = datafusion::sql::sqlparser::ast::VisitMut::visit(expr, &mut Rename(old, new));
 }
+
+/// The catalog changes that take foreign keys into the `dropped` tables
+/// off the tables that keep them (each such table replaced once), to go
+/// before the drops. Without `cascade`, a foreign key from a table that is
+/// not dropped too is refused (2BP01).
+pub(super) fn unlink_foreign_keys(
+    catalog: &Catalog,
+    dropped: &[ObjectId],
+    cascade: bool,
+) -> Result<Vec<CatalogChange>, ServerError> {
+    let mut unlinked: Vec<TableDef> = Vec::new();
+    for id in dropped {
+        for (child, fk) in catalog.foreign_keys_to(*id) {
+            if child.id == *id {
+                continue;
+            }
+            if !cascade && !dropped.contains(&child.id) {
+                catalog.refuse_if_referenced(*id)?;
+            }
+            let at = unlinked.iter().position(|t| t.id == child.id);
+            let mut next = match at {
+                Some(i) => unlinked.remove(i),
+                None => child.clone(),
+            };
+            next.foreign_keys.retain(|f| f.id != fk.id);
+            unlinked.push(next);
+        }
+    }
+    Ok(unlinked
+        .into_iter()
+        .map(CatalogChange::ReplaceTable)
+        .collect())
+}

@@ -8,7 +8,7 @@ use datafusion::sql::sqlparser::ast::{
     Value,
 };
 
-use super::constraints::NewConstraint;
+use super::constraints::{NewConstraint, unlink_foreign_keys};
 use super::dml::normalize_ident;
 use super::projection::drop_readers;
 use super::sequence;
@@ -429,27 +429,7 @@ impl Session {
                     .filter_map(|n| self.resolve_table(n).ok())
                     .map(|d| d.id)
                     .collect();
-                // Foreign keys into a dropped table go first: refused
-                // unless CASCADE or their own table goes too.
-                let mut unlinked: Vec<TableDef> = Vec::new();
-                for id in &dropped {
-                    for (child, fk) in catalog.foreign_keys_to(*id) {
-                        if child.id == *id {
-                            continue;
-                        }
-                        if !cascade && !dropped.contains(&child.id) {
-                            catalog.refuse_if_referenced(*id)?;
-                        }
-                        let at = unlinked.iter().position(|t| t.id == child.id);
-                        let mut next = match at {
-                            Some(i) => unlinked.remove(i),
-                            None => child.clone(),
-                        };
-                        next.foreign_keys.retain(|f| f.id != fk.id);
-                        unlinked.push(next);
-                    }
-                }
-                changes.extend(unlinked.into_iter().map(CatalogChange::ReplaceTable));
+                changes.extend(unlink_foreign_keys(&catalog, &dropped, cascade)?);
                 for name in &names {
                     match self.resolve_table(name) {
                         Ok(def) => {
@@ -546,6 +526,8 @@ impl Session {
                             changes.push(change);
                         }
                     }
+                    let dropped: Vec<_> = tables.iter().map(|t| t.id).collect();
+                    changes.extend(unlink_foreign_keys(&catalog, &dropped, true)?);
                     for t in &tables {
                         drop_readers(&catalog, t.id, "", true, &mut changes)?;
                         changes.push(CatalogChange::DropTable { id: t.id });

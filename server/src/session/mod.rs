@@ -628,14 +628,16 @@ impl Session {
             .overlay
             .clone();
         overlay.apply_catalog(&writes.ddl)?;
-        for (table, write) in &writes.tables {
+        let tables = overlay.apply_with_actions(writes.tables)?;
+        // After the actions: a cascade must not delete from an
+        // append-only table either.
+        for (table, write) in &tables {
             if let Some(def) = overlay.catalog.tables.get(table)
                 && def.append_only
             {
                 refuse_on_append_only(def, write)?;
             }
         }
-        let tables = overlay.apply_with_actions(writes.tables)?;
         self.check_rows(&overlay.catalog, &tables)?;
         overlay.check_foreign_keys(&tables)?;
         let txn = self
