@@ -23,6 +23,24 @@ impl Catalog {
         self.comments.get(&(id, column.map(str::to_string)))
     }
 
+    /// Every comment as `pg_description` keys it: (relation oid, column
+    /// number or 0, text).
+    pub fn descriptions(&self) -> Vec<(i64, i64, &String)> {
+        self.comments
+            .iter()
+            .filter_map(|((id, column), text)| {
+                let subid = match column {
+                    None => 0,
+                    Some(c) => {
+                        let columns = self.relation_columns(*id)?;
+                        columns.iter().position(|n| n == c)? as i64 + 1
+                    }
+                };
+                Some((table_oid(*id), subid, text))
+            })
+            .collect()
+    }
+
     /// The column names of relation `id`, in order; `None` if no relation
     /// has the id.
     fn relation_columns(&self, id: ObjectId) -> Option<Vec<&str>> {

@@ -265,6 +265,7 @@ const COMPUTED: &[&str] = &[
     "pg_index",
     "pg_constraint",
     "pg_indexes",
+    "pg_description",
     "pg_settings",
     "pg_foreign_data_wrapper",
     "pg_foreign_server",
@@ -441,6 +442,12 @@ impl PgCatalog {
                 def.columns.len(),
                 false,
             ));
+        }
+        // The system catalogs clients name by regclass
+        // ('pg_catalog.pg_class'::regclass in SQLAlchemy's comment
+        // reflection), with PostgreSQL's OIDs.
+        for (oid, name) in SYSTEM_RELATIONS {
+            rows.push(class_row(*oid, name, PG_CATALOG_OID, "r", HEAP_AM, 0, true));
         }
         for (i, name) in self.view.system.table_names_sorted().iter().enumerate() {
             let natts = self
@@ -718,6 +725,25 @@ impl PgCatalog {
                 ),
                 None,
             ),
+            "pg_description" => {
+                let t = &self.pg_static.pg_description;
+                let rows = self
+                    .view
+                    .snapshot()
+                    .catalog
+                    .descriptions()
+                    .into_iter()
+                    .map(|(oid, subid, text_)| {
+                        vec![
+                            ("objoid", int(oid)),
+                            ("classoid", int(PG_CLASS_OID)),
+                            ("objsubid", int(subid)),
+                            ("description", text(text_.clone())),
+                        ]
+                    })
+                    .collect();
+                (t.schema().as_ref().clone(), rows, Some(t.data().to_vec()))
+            }
             "pg_indexes" => (
                 Schema::new(
                     [
@@ -844,6 +870,25 @@ impl SchemaProvider for PgCatalog {
 }
 
 const PG_INDEXES: &str = "pg_indexes";
+
+/// `pg_class`'s own OID: the `classoid` of a relation's description.
+const PG_CLASS_OID: i64 = 1259;
+
+/// System catalogs listed in `pg_class` under their PostgreSQL OIDs.
+const SYSTEM_RELATIONS: &[(i64, &str)] = &[
+    (1247, "pg_type"),
+    (1249, "pg_attribute"),
+    (1255, "pg_proc"),
+    (PG_CLASS_OID, "pg_class"),
+    (1262, "pg_database"),
+    (2224, "pg_sequence"),
+    (2601, "pg_am"),
+    (2604, "pg_attrdef"),
+    (2606, "pg_constraint"),
+    (2609, "pg_description"),
+    (2610, "pg_index"),
+    (2615, "pg_namespace"),
+];
 
 #[cfg(test)]
 mod tests {
