@@ -151,14 +151,7 @@ impl Session {
                             def.default = Some(expr.to_string());
                             default = Some(expr.clone());
                         }
-                        other
-                            if NewConstraint::from_column(
-                                &column,
-                                option.name.as_ref(),
-                                other,
-                            )?
-                            .is_some() =>
-                        {
+                        other if NewConstraint::is_column_constraint(other) => {
                             constraints.extend(NewConstraint::from_column(
                                 &column,
                                 option.name.as_ref(),

@@ -147,6 +147,15 @@ impl NewConstraint {
         }))
     }
 
+    /// Whether a column option is a UNIQUE, CHECK or REFERENCES
+    /// constraint ([`Self::from_column`] reads it).
+    pub(super) fn is_column_constraint(option: &ColumnOption) -> bool {
+        matches!(
+            option,
+            ColumnOption::Unique(_) | ColumnOption::Check(_) | ColumnOption::ForeignKey(_)
+        )
+    }
+
     /// A column's UNIQUE, CHECK or REFERENCES option; `None` for any
     /// other option.
     pub(super) fn from_column(

@@ -102,14 +102,7 @@ impl Session {
                         }
                         primary_key.push(column_name.clone());
                     }
-                    other
-                        if NewConstraint::from_column(
-                            &column_name,
-                            option.name.as_ref(),
-                            other,
-                        )?
-                        .is_some() =>
-                    {
+                    other if NewConstraint::is_column_constraint(other) => {
                         constraints.extend(NewConstraint::from_column(
                             &column_name,
                             option.name.as_ref(),
