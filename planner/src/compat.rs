@@ -24,8 +24,15 @@
 //! conditions on the outer row alone either (SQLAlchemy's `WHERE
 //! attribute.atthasdef AND ...`), so those move out into
 //! `CASE WHEN <condition> THEN (subquery) END`, which is NULL exactly when the
-//! subquery would find no row. A lookup in a catalog Weir always leaves
-//! empty (`pg_sequence`) is NULL, whatever it selects from the outer row.
+//! subquery would find no row.
+//!
+//! `regclass` casts of anything but a literal (literals are resolved by the
+//! compatibility parser): `oid::regclass::text` becomes
+//! [`REGCLASS_TEXT`]`(oid)`, the relation's name as PostgreSQL prints a
+//! regclass, and a text expression cast to `regclass` (a function's result,
+//! a cast to text) becomes `to_regclass(text)`. SQLAlchemy's identity
+//! reflection chains both: `pg_get_serial_sequence(attrelid::regclass::text,
+//! attname)::regclass`.
 //!
 //! `ARRAY(subquery)` is rewritten by the private `compat_array` module.
 
@@ -208,51 +215,6 @@ fn aggregate_catalog_lookup(query: &mut Query) -> Option<Expr> {
     and_all(outer)
 }
 
-/// Catalog tables that are always empty in Weir: it has no sequences.
-const EMPTY_CATALOG_TABLES: &[&str] = &["pg_sequence"];
-
-/// Whether `query` is a scalar lookup in a table of
-/// [`EMPTY_CATALOG_TABLES`] alone, so it is NULL whatever its correlation to
-/// the outer row. SQLAlchemy's column reflection asks `pg_sequence` for an
-/// identity column's options, selecting an outer column in the subquery,
-/// which DataFusion cannot decorrelate. An aggregate would make one row of
-/// no rows, so a query with one is left alone.
-fn reads_only_empty_catalog(query: &Query) -> bool {
-    let SetExpr::Select(select) = query.body.as_ref() else {
-        return false;
-    };
-    let grouped = !matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty());
-    if grouped || select.having.is_some() || query.with.is_some() {
-        return false;
-    }
-    let [table] = select.from.as_slice() else {
-        return false;
-    };
-    let only_empty = table.joins.is_empty()
-        && own_qualifiers(select)
-            .is_some_and(|names| EMPTY_CATALOG_TABLES.contains(&names[0].as_str()));
-    let mut aggregates = false;
-    let _ = select.projection.visit(&mut FunctionNames(|name: &str| {
-        aggregates |= AGGREGATES.contains(&name);
-    }));
-    only_empty && !aggregates
-}
-
-/// Calls its closure with the lowercased last name part of every function call.
-struct FunctionNames<F>(F);
-
-impl<F: FnMut(&str)> Visitor for FunctionNames<F> {
-    type Break = ();
-    fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
-        if let Expr::Function(f) = expr
-            && let Some(name) = f.name.0.last().and_then(|p| p.as_ident())
-        {
-            (self.0)(&name.value.to_ascii_lowercase());
-        }
-        ControlFlow::Continue(())
-    }
-}
-
 /// asyncpg's type introspection finds a domain's base type with a recursive
 /// CTE correlated to the outer `pg_type` row, which DataFusion cannot
 /// decorrelate: `WITH RECURSIVE typebases(oid, depth) AS (SELECT
@@ -305,6 +267,180 @@ fn domain_base_type_walk(query: &Query) -> Option<Query> {
     Some(crate::plain_query(SetExpr::Select(Box::new(lookup))))
 }
 
+/// Whether `query` is a SELECT of one call to `name`.
+fn outputs_call(query: &Query, name: &str) -> bool {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return false;
+    };
+    matches!(
+        select.projection.as_slice(),
+        [SelectItem::UnnamedExpr(Expr::Function(f)) | SelectItem::ExprWithAlias { expr: Expr::Function(f), .. }]
+            if args_of(f, name).is_some()
+    )
+}
+
+fn as_json(expr: Expr) -> Expr {
+    Expr::Cast {
+        kind: CastKind::Cast,
+        expr: Box::new(expr),
+        data_type: SqlDataType::JSON,
+        array: false,
+        format: None,
+    }
+}
+
+/// Whether `expr` is a CASE each of whose results is NULL or a cast to
+/// `json`, one at least: DataFusion's CASE drops the `json` type its
+/// results have, so the CASE is cast as a whole.
+fn json_or_null_case(expr: &Expr) -> bool {
+    let Expr::Case {
+        conditions,
+        else_result,
+        ..
+    } = expr
+    else {
+        return false;
+    };
+    let is_json = |e: &Expr| {
+        matches!(
+            e,
+            Expr::Cast {
+                data_type: SqlDataType::JSON,
+                ..
+            }
+        )
+    };
+    let is_null = |e: &Expr| matches!(e, Expr::Value(v) if v.value == Value::Null);
+    let results: Vec<&Expr> = conditions
+        .iter()
+        .map(|c| &c.result)
+        .chain(else_result.as_deref())
+        .collect();
+    results.iter().any(|e| is_json(e)) && results.iter().all(|e| is_json(e) || is_null(e))
+}
+
+fn case(branches: Vec<(Expr, Expr)>, else_result: Option<Expr>) -> Expr {
+    Expr::Case {
+        case_token: AttachedToken::empty(),
+        end_token: AttachedToken::empty(),
+        operand: None,
+        conditions: branches
+            .into_iter()
+            .map(|(condition, result)| CaseWhen { condition, result })
+            .collect(),
+        else_result: else_result.map(Box::new),
+    }
+}
+
+/// A catalog lookup whose output holds a comparison of the outer row
+/// alone (SQLAlchemy's identity reflection: `json_build_object('always',
+/// a.attidentity = 'a', 'start', s.seqstart, ...)`), which DataFusion cannot
+/// decorrelate, as `CASE WHEN c THEN <lookup with c true> WHEN NOT c THEN
+/// <with c false> ELSE <with c NULL> END`: the same value, with nothing of
+/// the outer row left in any lookup's output.
+fn split_on_outer_comparison(query: &Query) -> Option<Expr> {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    let own = own_qualifiers(select)?;
+    let [SelectItem::UnnamedExpr(output) | SelectItem::ExprWithAlias { expr: output, .. }] =
+        select.projection.as_slice()
+    else {
+        return None;
+    };
+    let mut found = None;
+    let _ = datafusion::sql::sqlparser::ast::visit_expressions(output, |e| {
+        let comparison = matches!(
+            e,
+            Expr::BinaryOp {
+                op: BinaryOperator::Eq
+                    | BinaryOperator::NotEq
+                    | BinaryOperator::Lt
+                    | BinaryOperator::LtEq
+                    | BinaryOperator::Gt
+                    | BinaryOperator::GtEq,
+                ..
+            }
+        );
+        if comparison && only_outer(e, &own) {
+            found = Some(e.clone());
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    });
+    let comparison = found?;
+    let taking = |value: Value| {
+        let mut lookup = query.clone();
+        let _ = visit_expressions_mut(&mut lookup, |e| {
+            if *e == comparison {
+                *e = Expr::value(value.clone());
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        Expr::Subquery(Box::new(lookup))
+    };
+    Some(case(
+        vec![
+            (comparison.clone(), taking(Value::Boolean(true))),
+            (
+                Expr::UnaryOp {
+                    op: datafusion::sql::sqlparser::ast::UnaryOperator::Not,
+                    expr: Box::new(Expr::Nested(Box::new(comparison.clone()))),
+                },
+                taking(Value::Boolean(false)),
+            ),
+        ],
+        Some(taking(Value::Null)),
+    ))
+}
+
+/// The function Weir registers for `oid::regclass::text`.
+pub const REGCLASS_TEXT: &str = "weir_regclass_text";
+
+fn is_regclass(data_type: &SqlDataType) -> bool {
+    match data_type {
+        SqlDataType::Regclass => true,
+        SqlDataType::Custom(name, modifiers) => {
+            modifiers.is_empty()
+                && name
+                    .0
+                    .last()
+                    .and_then(|p| p.as_ident())
+                    .is_some_and(|i| i.value.eq_ignore_ascii_case("regclass"))
+        }
+        _ => false,
+    }
+}
+
+fn is_text(data_type: &SqlDataType) -> bool {
+    matches!(
+        data_type,
+        SqlDataType::Text | SqlDataType::Varchar(_) | SqlDataType::String(_)
+    )
+}
+
+/// The rewrite of `CAST(inner AS data_type)` when a regclass is involved
+/// and the compatibility parser left it (see the module's docs); children
+/// are rewritten first, so an inner regclass cast is still there to see.
+fn regclass_cast(inner: &Expr, data_type: &SqlDataType) -> Option<Expr> {
+    if is_text(data_type)
+        && let Expr::Cast {
+            expr: oid,
+            data_type: inner_type,
+            ..
+        } = inner
+        && is_regclass(inner_type)
+    {
+        return Some(call(REGCLASS_TEXT, vec![(**oid).clone()]));
+    }
+    let names_a_relation = match inner {
+        Expr::Function(_) => true,
+        Expr::Cast { data_type, .. } => is_text(data_type),
+        _ => false,
+    };
+    (is_regclass(data_type) && names_a_relation).then(|| call("to_regclass", vec![inner.clone()]))
+}
+
 /// Applies the rewrites to one statement.
 pub fn rewrite(mut statement: Statement) -> Statement {
     let _ = visit_expressions_mut(&mut statement, |expr| {
@@ -324,26 +460,37 @@ pub fn rewrite(mut statement: Statement) -> Statement {
                 }
                 return ControlFlow::Continue(());
             }
-            Expr::Subquery(query) if reads_only_empty_catalog(query) => {
-                *expr = Expr::value(Value::Null);
+            Expr::Cast {
+                expr: inner,
+                data_type,
+                ..
+            } => {
+                if let Some(rewritten) = regclass_cast(inner, data_type) {
+                    *expr = rewritten;
+                }
                 return ControlFlow::Continue(());
             }
             Expr::Subquery(query) => {
                 if let Some(lookup) = domain_base_type_walk(query) {
                     **query = lookup;
                 }
-                if let Some(condition) = aggregate_catalog_lookup(query) {
-                    *expr = Expr::Case {
-                        case_token: AttachedToken::empty(),
-                        end_token: AttachedToken::empty(),
-                        operand: None,
-                        conditions: vec![CaseWhen {
-                            condition,
-                            result: expr.clone(),
-                        }],
-                        else_result: None,
-                    };
+                let builds_json = outputs_call(query, "json_build_object");
+                let outer_condition = aggregate_catalog_lookup(query);
+                if let Some(split) = split_on_outer_comparison(query) {
+                    *expr = split;
                 }
+                if let Some(condition) = outer_condition {
+                    *expr = case(vec![(condition, expr.clone())], None);
+                }
+                // `max` and CASE keep the value but not its `json` type,
+                // which drivers decode by (psycopg: to a dict).
+                if builds_json && !matches!(expr, Expr::Subquery(_)) {
+                    *expr = as_json(expr.clone());
+                }
+                return ControlFlow::Continue(());
+            }
+            Expr::Case { .. } if json_or_null_case(expr) => {
+                *expr = as_json(expr.clone());
                 return ControlFlow::Continue(());
             }
             Expr::Like {
@@ -601,20 +748,33 @@ mod tests {
     }
 
     #[test]
-    fn lookups_in_always_empty_catalogs_are_null() {
+    fn outer_comparisons_in_a_lookups_output_split_it() {
         assert_eq!(
             rewritten(
                 "SELECT CASE WHEN a.attidentity != '' THEN (SELECT json_build_object('always', a.attidentity = 'a', 'start', s.seqstart) FROM pg_catalog.pg_sequence s WHERE s.seqrelid = a.attrelid) END FROM pg_catalog.pg_attribute a"
             ),
-            "SELECT CASE WHEN a.attidentity <> '' THEN NULL END FROM pg_catalog.pg_attribute a"
+            "SELECT CAST(CASE WHEN a.attidentity <> '' THEN CAST(CASE WHEN a.attidentity = 'a' THEN (SELECT max(json_build_object('always', true, 'start', s.seqstart)) FROM pg_catalog.pg_sequence s WHERE s.seqrelid = a.attrelid) WHEN NOT (a.attidentity = 'a') THEN (SELECT max(json_build_object('always', false, 'start', s.seqstart)) FROM pg_catalog.pg_sequence s WHERE s.seqrelid = a.attrelid) ELSE (SELECT max(json_build_object('always', NULL, 'start', s.seqstart)) FROM pg_catalog.pg_sequence s WHERE s.seqrelid = a.attrelid) END AS JSON) END AS JSON) FROM pg_catalog.pg_attribute a"
         );
-        // count(*) of no rows is one row, 0: not NULL.
+    }
+
+    #[test]
+    fn regclass_casts_of_expressions_look_relations_up() {
+        // SQLAlchemy's identity reflection.
         assert_eq!(
             rewritten(
-                "SELECT (SELECT count(*) FROM pg_catalog.pg_sequence s WHERE s.seqrelid = a.attrelid) FROM pg_catalog.pg_attribute a"
+                "SELECT CAST(CAST(pg_get_serial_sequence(CAST(CAST(a.attrelid AS REGCLASS) AS TEXT), a.attname) AS REGCLASS) AS OID) FROM pg_catalog.pg_attribute a"
             ),
-            "SELECT ((SELECT count(*) FROM pg_catalog.pg_sequence s WHERE s.seqrelid = a.attrelid)) FROM pg_catalog.pg_attribute a"
+            "SELECT CAST(to_regclass(pg_get_serial_sequence(weir_regclass_text(a.attrelid), a.attname)) AS OID) FROM pg_catalog.pg_attribute a"
         );
+        assert_eq!(
+            rewritten(
+                "SELECT c.oid::pg_catalog.regclass::text, (n || '.t')::text::regclass FROM pg_catalog.pg_class c"
+            ),
+            "SELECT weir_regclass_text(c.oid), to_regclass((n || '.t')::TEXT) FROM pg_catalog.pg_class c"
+        );
+        // An OID column cast to regclass is the number it is.
+        let plain = "SELECT c.oid::REGCLASS FROM pg_catalog.pg_class c";
+        assert_eq!(rewritten(plain), plain);
     }
 
     #[test]

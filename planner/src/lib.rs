@@ -19,6 +19,8 @@
 //!   plan through it. [`session_window`]: SESSION's two window functions.
 //! - [`mod@lower`]: a projection's bound `LogicalPlan` to its incremental
 //!   operator graph ([`StreamPlan`]), rejecting what cannot be maintained.
+//! - [`wildcard`]: `*` in a stored query expanded to the columns it stood
+//!   for when the query was created, as PostgreSQL stores a view.
 //! - [`streaming_ddl`]: CREATE/DROP/SHOW of sources and sinks, which
 //!   sqlparser does not know.
 //! - [`error`]: [`PlanError`].
@@ -34,6 +36,7 @@ mod sequence_options;
 pub mod session_window;
 pub mod streaming_ddl;
 pub mod table_clauses;
+pub mod wildcard;
 pub mod window_tvf;
 
 pub use bind::bind;

@@ -22,6 +22,7 @@ use datafusion::scalar::ScalarValue;
 use datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables;
 use weir_pgsem::SqlType;
 
+use super::model::quote_ident;
 use super::pg::{self, PG_CATALOG_OID, schema_oid};
 use super::pg_constraints;
 use super::provider::{PG_CATALOG, SessionView, SharedVars, WeirCatalogList};
@@ -203,6 +204,30 @@ pub fn register(
         })
     }));
 
+    // `oid::regclass::text` (see `weir_planner::compat`): the name as
+    // PostgreSQL prints a regclass, schema-qualified unless the search path
+    // finds this relation first under its bare name; the number itself for
+    // an OID that names no relation.
+    let v = view.clone();
+    let u = user.clone();
+    ctx.register_udf(oid_to_text(
+        weir_planner::compat::REGCLASS_TEXT,
+        move |oid| {
+            let relations = relations(&v);
+            let Some((schema, name)) = relations.get(&oid) else {
+                return Some(oid.to_string());
+            };
+            let first_found = effective_path(&v, &u)
+                .into_iter()
+                .find(|s| relations.values().any(|(rs, rn)| rs == s && rn == name));
+            Some(if first_found.as_ref() == Some(schema) {
+                quote_ident(name)
+            } else {
+                format!("{}.{}", quote_ident(schema), quote_ident(name))
+            })
+        },
+    ));
+
     let statics = pg_static.clone();
     let info = proc_info.clone();
     ctx.register_udf(text_to_oid("to_regtype", move |name| {
@@ -224,15 +249,6 @@ pub fn register(
             format!("unknown (OID={oid})")
         })
     }));
-
-    // Weir has no sequences, so no column owns one.
-    ctx.register_udf(create_udf(
-        "pg_get_serial_sequence",
-        vec![DataType::Utf8, DataType::Utf8],
-        DataType::Utf8,
-        Volatility::Stable,
-        Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
-    ));
 
     // Every collation PostgreSQL ships lives in pg_catalog, which is always
     // searched.
@@ -357,12 +373,9 @@ fn relations(view: &SessionView) -> HashMap<i64, (String, String)> {
     let mut out = HashMap::new();
     for d in snapshot.catalog.tables.values() {
         out.insert(pg::table_oid(d.id), (d.schema.clone(), d.name.clone()));
-        if !d.primary_key.is_empty() {
-            out.insert(
-                pg::pkey_index_oid(d.id),
-                (d.schema.clone(), d.pkey_constraint_name()),
-            );
-        }
+    }
+    for (d, index) in pg_constraints::all_indexes(&snapshot.catalog) {
+        out.insert(index.oid, (d.schema.clone(), index.name));
     }
     for p in snapshot.catalog.projections.values() {
         out.insert(pg::table_oid(p.id), (p.schema.clone(), p.name.clone()));

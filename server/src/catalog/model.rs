@@ -82,6 +82,11 @@ pub struct TableDef {
     /// FOREIGN KEY constraints of this table (it is the referencing one).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub foreign_keys: Vec<super::constraint::ForeignKeyDef>,
+    /// `CONSTRAINT name PRIMARY KEY`: the primary key's name when one was
+    /// given (alembic names its version table's `alembic_version_pkc`);
+    /// `None` for PostgreSQL's `<table>_pkey`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_key_name: Option<String>,
 }
 
 /// `WATERMARK FOR column AS expression` of a source or an append-only
@@ -138,7 +143,10 @@ impl TableDef {
     }
 
     pub fn pkey_constraint_name(&self) -> String {
-        format!("{}_pkey", self.name)
+        match &self.primary_key_name {
+            Some(name) => name.clone(),
+            None => format!("{}_pkey", self.name),
+        }
     }
 
     /// `CREATE TABLE` text that recreates this table exactly: its
@@ -175,7 +183,11 @@ impl TableDef {
             .collect();
         if !self.primary_key.is_empty() {
             let cols: Vec<String> = self.primary_key.iter().map(|c| quote_ident(c)).collect();
-            parts.push(format!("PRIMARY KEY ({})", cols.join(", ")));
+            let named = match &self.primary_key_name {
+                Some(name) => format!("CONSTRAINT {} ", quote_ident(name)),
+                None => String::new(),
+            };
+            parts.push(format!("{named}PRIMARY KEY ({})", cols.join(", ")));
         }
         if let Some(w) = &self.watermark {
             parts.push(format!(
@@ -823,6 +835,7 @@ mod tests {
             indexes: Vec::new(),
             checks: Vec::new(),
             foreign_keys: Vec::new(),
+            primary_key_name: None,
         }
     }
 

@@ -508,6 +508,7 @@ mod tests {
                     indexes: Vec::new(),
                     checks: Vec::new(),
                     foreign_keys: Vec::new(),
+                    primary_key_name: None,
                 })
             })
             .collect();

@@ -120,6 +120,7 @@ impl Session {
             indexes: Vec::new(),
             checks: Vec::new(),
             foreign_keys: Vec::new(),
+            primary_key_name: None,
         };
         let target = ObjectName::from(vec![
             datafusion::sql::sqlparser::ast::Ident::with_quote('"', &def.schema),

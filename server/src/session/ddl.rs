@@ -66,6 +66,7 @@ impl Session {
         }
         let mut columns = Vec::new();
         let mut primary_key: Vec<String> = Vec::new();
+        let mut primary_key_name: Option<String> = None;
         // Columns that take their values from a sequence of their own.
         let mut sequences: Vec<(String, Vec<SequenceOptions>)> = Vec::new();
         let mut constraints: Vec<NewConstraint> = Vec::new();
@@ -94,13 +95,18 @@ impl Session {
                     ColumnOption::Null => def.nullable = true,
                     ColumnOption::NotNull => def.nullable = false,
                     ColumnOption::Default(expr) => def.default = Some(expr.to_string()),
-                    ColumnOption::PrimaryKey(_) => {
+                    ColumnOption::PrimaryKey(pk) => {
                         if !primary_key.is_empty() {
                             return Err(ServerError::invalid_param(format!(
                                 "multiple primary keys for table \"{name}\" are not allowed"
                             )));
                         }
                         primary_key.push(column_name.clone());
+                        primary_key_name = pk
+                            .name
+                            .as_ref()
+                            .or(option.name.as_ref())
+                            .map(normalize_ident);
                     }
                     other if NewConstraint::is_column_constraint(other) => {
                         constraints.extend(NewConstraint::from_column(
@@ -150,6 +156,7 @@ impl Session {
                             "multiple primary keys for table \"{name}\" are not allowed"
                         )));
                     }
+                    primary_key_name = pk.name.as_ref().map(normalize_ident);
                     for c in &pk.columns {
                         let Expr::Identifier(ident) = &c.column.expr else {
                             return Err(ServerError::feature_not_supported(
@@ -187,7 +194,13 @@ impl Session {
             indexes: Vec::new(),
             checks: Vec::new(),
             foreign_keys: Vec::new(),
+            primary_key_name,
         };
+        if let Some(key) = &def.primary_key_name
+            && (catalog.relation_exists(&def.schema, key) || *key == def.name)
+        {
+            return Err(ServerError::DuplicateTable(key.clone()));
+        }
         let mut changes = Vec::new();
         let mut names: Vec<String> = Vec::new();
         for (column, options) in sequences {

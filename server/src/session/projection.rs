@@ -70,11 +70,12 @@ impl Session {
         reads.dedup();
         let id = (*catalog).clone().allocate_id();
         let settings = self.object_settings();
+        let query = self.stored_query(&create.query).await?;
         let def = ProjectionDef {
             id,
             schema,
             name,
-            query: create.query.to_string(),
+            query: query.to_string(),
             columns,
             reads,
             settings,

@@ -7,7 +7,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion::common::ParamValues;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::ast::{Query, Statement};
 
 use super::{Session, StatementResult};
 use crate::error::ServerError;
@@ -22,6 +22,37 @@ impl Session {
         // would otherwise carry it inline (debug builds overflow a 2 MiB
         // test thread's stack).
         Ok(Box::pin(weir_planner::bind(&self.ctx.state(), statement)).await?)
+    }
+
+    /// `query` as a view, projection or sink stores it: each `*` of its
+    /// outermost SELECT expanded to the columns it stands for now
+    /// ([`weir_planner::wildcard`]), so a column added to a table later is
+    /// not read by it; as written when the expansion cannot be made or does
+    /// not plan to the same columns.
+    pub(super) async fn stored_query(&self, query: &Query) -> Result<Query, ServerError> {
+        let plan = self
+            .plan_statement(Statement::Query(Box::new(query.clone())))
+            .await?;
+        let Some(expanded) = weir_planner::wildcard::expand_wildcards(query, plan.schema()) else {
+            return Ok(query.clone());
+        };
+        let same = match self
+            .plan_statement(Statement::Query(Box::new(expanded.clone())))
+            .await
+        {
+            Ok(again) => {
+                let columns = |p: &LogicalPlan| -> Vec<(String, DataType)> {
+                    p.schema()
+                        .fields()
+                        .iter()
+                        .map(|f| (f.name().clone(), f.data_type().clone()))
+                        .collect()
+                };
+                columns(&plan) == columns(&again)
+            }
+            Err(_) => false,
+        };
+        Ok(if same { expanded } else { query.clone() })
     }
 
     /// Substitutes bound parameters, if any.

@@ -234,6 +234,11 @@ impl Session {
         reads.sort();
         reads.dedup();
         let settings = self.object_settings();
+        // `FROM relation` reads all of it, whatever columns it comes to have.
+        let query = match from {
+            Some(_) => query,
+            None => self.stored_query(&query).await?,
+        };
         let def = SinkDef {
             id: (*catalog).clone().allocate_id(),
             schema,

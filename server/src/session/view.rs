@@ -71,11 +71,12 @@ impl Session {
             None => (*catalog).clone().allocate_id(),
         };
         let settings = self.object_settings();
+        let query = self.stored_query(&create.query).await?;
         let def = ViewDef {
             id,
             schema,
             name,
-            query: create.query.to_string(),
+            query: query.to_string(),
             columns,
             reads,
             settings,

@@ -2,8 +2,10 @@
 //! to a throwaway PostgreSQL: the two schemas (`information_schema`,
 //! `pg_indexes`, comments) and the data must come out equal, after the up
 //! migration and again after the down one: run directly, and by real
-//! migration tools (dbmate, yoyo, sqlx-cli, refinery), which keep their own bookkeeping
-//! tables, take locks and run each migration in a transaction.
+//! migration tools (dbmate, yoyo, sqlx-cli, refinery, alembic), which keep
+//! their own bookkeeping tables, take locks and run each migration in a
+//! transaction; alembic's `check` then compares the database with the
+//! SQLAlchemy models as autogenerate does.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -205,6 +207,41 @@ const REFINERY: Tool = Tool {
     down: None,
 };
 
+fn alembic(dir: &Path, port: u16, commands: &str) -> Command {
+    let bin = home_cache("weir-venv/bin");
+    let mut c = Command::new("sh");
+    c.current_dir(dir)
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env(
+            "WEIR_MIGRATION_URL",
+            format!("postgresql+psycopg://weir@127.0.0.1:{port}/weir"),
+        )
+        .args(["-ec", commands]);
+    c
+}
+
+/// The migration written with alembic's operations (SQLAlchemy's DDL
+/// compiler writes the SQL); after it, `alembic check` must find no
+/// difference between the models and the database (autogenerate's compare,
+/// types and server defaults included).
+const ALEMBIC: Tool = Tool {
+    name: "alembic",
+    layout: |dir| {
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/migrations/alembic");
+        std::fs::create_dir_all(dir.join("versions")).unwrap();
+        for file in [
+            "alembic.ini",
+            "env.py",
+            "models.py",
+            "versions/0001_blog.py",
+        ] {
+            std::fs::copy(source.join(file), dir.join(file)).unwrap();
+        }
+    },
+    up: |dir, port| alembic(dir, port, "alembic upgrade head; alembic check"),
+    down: Some(|dir, port| alembic(dir, port, "alembic downgrade base")),
+};
+
 fn run(tool: &str, mut command: Command, server: &str) {
     let out = command
         .output()
@@ -272,4 +309,9 @@ async fn sqlx_cli_migrates_weir_as_it_migrates_postgresql() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refinery_migrates_weir_as_it_migrates_postgresql() {
     tool_migrates_weir_as_postgresql(REFINERY).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alembic_migrates_weir_as_it_migrates_postgresql() {
+    tool_migrates_weir_as_postgresql(ALEMBIC).await;
 }
