@@ -156,6 +156,8 @@ fn parse_with_streaming(sql: &str) -> Option<Result<Vec<Statement>, ParseError>>
         "rename",
         "projection",
         "materialized",
+        // ALTER ... SET SCHEMA
+        "schema",
     ]
     .iter()
     .any(|w| lower.contains(w))

@@ -18,6 +18,7 @@
 //! DROP SECRET | CONNECTION [IF EXISTS] name [, ...] [CASCADE | RESTRICT]
 //! SHOW SECRETS | CONNECTIONS
 //! ALTER SEQUENCE [IF EXISTS] name option ...   -- not streaming; sqlparser lacks it too
+//! ALTER TABLE | VIEW | MATERIALIZED VIEW | PROJECTION | SEQUENCE [IF EXISTS] name SET SCHEMA s   -- likewise
 //! ```
 //!
 //! In any option list, `option = SECRET name` names a secret instead of
@@ -149,6 +150,14 @@ pub enum StreamingDdl {
         name: Vec<String>,
         to: String,
     },
+    /// `ALTER {TABLE | VIEW | MATERIALIZED VIEW | PROJECTION | SEQUENCE}
+    /// [IF EXISTS] name SET SCHEMA schema` (sqlparser reads none of these).
+    SetSchema {
+        kind: alter::MovedKind,
+        if_exists: bool,
+        name: Vec<String>,
+        schema: String,
+    },
     AlterSink {
         name: Vec<String>,
         action: SinkAction,
@@ -230,7 +239,15 @@ pub fn is_streaming(tokens: &[TokenWithSpan]) -> bool {
         && tokens
             .iter()
             .any(|t| matches!(&t.token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("RENAME")));
+    let moves = matches!(
+        (w(0), w(1)),
+        (
+            "ALTER",
+            "TABLE" | "VIEW" | "SEQUENCE" | "MATERIALIZED" | "PROJECTION"
+        )
+    ) && alter::sets_schema(tokens);
     renames_view
+        || moves
         || matches!(
             (w(0), w(1), w(2)),
             ("CREATE" | "DROP", "SOURCE" | "SINK", _)
@@ -272,9 +289,12 @@ pub fn parse_streaming(mut tokens: Vec<TokenWithSpan>) -> Result<StreamingDdl, P
         }
         None => None,
     };
+    let moves = alter::sets_schema(&tokens);
     let mut p = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(tokens);
     let ddl = if let Some(ddl) = named_ddl(&mut p)? {
         ddl
+    } else if let Some(kind) = moves.then(|| alter::moved_kind(&mut p)).flatten() {
+        alter::set_schema(&mut p, kind)?
     } else if p.parse_keyword(Keyword::CREATE) {
         let kind = kind_word(&mut p)?;
         let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);

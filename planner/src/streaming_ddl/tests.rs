@@ -431,3 +431,54 @@ fn reads_renames_of_sources_sinks_views_and_projections() {
     assert!(parse("ALTER PROJECTION p RENAME q").is_err());
     assert!(parse("ALTER SOURCE s PAUSE").is_ok());
 }
+
+#[test]
+fn reads_set_schema() {
+    use super::alter::MovedKind as K;
+    for (sql, kind, if_exists, name) in [
+        ("ALTER TABLE t SET SCHEMA app", K::Table, false, vec!["t"]),
+        (
+            "alter table if exists only s.T set schema App",
+            K::Table,
+            true,
+            vec!["s", "t"],
+        ),
+        ("ALTER VIEW v SET SCHEMA app", K::View, false, vec!["v"]),
+        (
+            "ALTER MATERIALIZED VIEW m SET SCHEMA app",
+            K::Projection,
+            false,
+            vec!["m"],
+        ),
+        (
+            "ALTER PROJECTION p SET SCHEMA app",
+            K::Projection,
+            false,
+            vec!["p"],
+        ),
+        (
+            "ALTER SEQUENCE IF EXISTS s SET SCHEMA app",
+            K::Sequence,
+            true,
+            vec!["s"],
+        ),
+    ] {
+        let ddl = parse(sql).unwrap();
+        assert_eq!(
+            ddl,
+            StreamingDdl::SetSchema {
+                kind,
+                if_exists,
+                name: name.into_iter().map(String::from).collect(),
+                schema: "app".into(),
+            },
+            "{sql}"
+        );
+        assert_eq!(from_statement(&to_statement(&ddl)), Some(ddl), "{sql}");
+    }
+    // Other ALTER TABLE forms stay sqlparser's.
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, "ALTER TABLE t ADD COLUMN c int")
+        .tokenize_with_location()
+        .unwrap();
+    assert!(!is_streaming(&tokens));
+}

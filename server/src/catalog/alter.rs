@@ -52,6 +52,29 @@ impl Catalog {
         Ok(())
     }
 
+    pub(super) fn move_to(&mut self, id: ObjectId, schema: &str) -> Result<(), ServerError> {
+        if !self.schemas.contains(schema) {
+            return Err(ServerError::UndefinedSchema(schema.to_string()));
+        }
+        let name = if let Some(d) = self.views.get(&id) {
+            d.name.clone()
+        } else if let Some(d) = self.projections.get(&id) {
+            d.name.clone()
+        } else {
+            return Err(ServerError::UndefinedTable(format!("object {id}")));
+        };
+        if self.relation_exists(schema, &name) {
+            return Err(ServerError::DuplicateTable(name));
+        }
+        let schema = schema.to_string();
+        if let Some(d) = self.views.get_mut(&id) {
+            Arc::make_mut(d).schema = schema;
+        } else if let Some(d) = self.projections.get_mut(&id) {
+            Arc::make_mut(d).schema = schema;
+        }
+        Ok(())
+    }
+
     pub(super) fn replace_table(&mut self, def: &TableDef) -> Result<(), ServerError> {
         let old = self
             .tables

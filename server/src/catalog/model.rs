@@ -361,6 +361,13 @@ pub enum CatalogChange {
         id: ObjectId,
         name: String,
     },
+    /// `ALTER VIEW | MATERIALIZED VIEW ... SET SCHEMA`: a view or a
+    /// projection moves to another schema under its name. (Tables and
+    /// sequences move by `ReplaceTable` / `ReplaceSequence`.)
+    Move {
+        id: ObjectId,
+        schema: String,
+    },
     CreateSequence(super::sequence::SequenceDef),
     /// `ALTER SEQUENCE`: same id and incarnation, so its values go on.
     ReplaceSequence(super::sequence::SequenceDef),
@@ -681,6 +688,7 @@ impl Catalog {
             CatalogChange::ReplaceView(def) => self.replace_view(def)?,
             CatalogChange::DropView { id } => self.drop_view(*id)?,
             CatalogChange::Rename { id, name } => self.rename(*id, name)?,
+            CatalogChange::Move { id, schema } => self.move_to(*id, schema)?,
             CatalogChange::CreateSequence(def) => self.create_sequence(def)?,
             CatalogChange::ReplaceSequence(def) => self.replace_sequence(def)?,
             CatalogChange::Comment {

@@ -176,8 +176,16 @@ impl Catalog {
     }
 
     pub(super) fn replace_sequence(&mut self, def: &SequenceDef) -> Result<(), ServerError> {
-        if !self.sequences.contains_key(&def.id) {
+        let Some(old) = self.sequences.get(&def.id) else {
             return Err(ServerError::UndefinedTable(format!("object {}", def.id)));
+        };
+        if old.schema != def.schema || old.name != def.name {
+            if !self.schemas.contains(&def.schema) {
+                return Err(ServerError::UndefinedSchema(def.schema.clone()));
+            }
+            if self.relation_exists(&def.schema, &def.name) {
+                return Err(ServerError::DuplicateTable(def.name.clone()));
+            }
         }
         self.sequences.insert(def.id, Arc::new(def.clone()));
         Ok(())

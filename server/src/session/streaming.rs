@@ -86,6 +86,12 @@ impl Session {
                 name,
                 to,
             } => self.rename_relation(kind, if_exists, &name, to),
+            StreamingDdl::SetSchema {
+                kind,
+                if_exists,
+                name,
+                schema,
+            } => self.set_schema(kind, if_exists, &name, schema),
             StreamingDdl::AlterSink { name, action } => self.alter_sink(&name, action).await,
             StreamingDdl::AlterOptions {
                 kind,
