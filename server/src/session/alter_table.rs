@@ -103,6 +103,11 @@ impl Session {
         let mut alteration = Alteration::new(before);
         for operation in &alter.operations {
             self.alter_one(&mut alteration, &mut catalog, operation)?;
+            // A new or dropped primary key re-keys the stored rows.
+            if alteration.def.primary_key != alteration.before.primary_key {
+                alteration.relayout = true;
+                alteration.depends("change the primary key".into());
+            }
         }
         self.finish_alteration(alteration, &catalog).await?;
         Ok(command("ALTER TABLE"))
@@ -201,15 +206,20 @@ impl Session {
                     a.validations.push(validate);
                 }
             }
-            Op::AddConstraint { constraint, .. } => {
-                let Some(constraint) = NewConstraint::from_table(constraint)? else {
-                    return Err(ServerError::feature_not_supported(format!(
-                        "adding a primary key to an existing table (\"{table}\": Weir keys a table's rows by its primary key, which cannot change yet)"
-                    )));
-                };
-                let validate = self.add_constraint(catalog, &mut a.def, constraint)?;
-                a.validations.push(validate);
-            }
+            Op::AddConstraint { constraint, .. } => match NewConstraint::from_table(constraint)? {
+                Some(constraint) => {
+                    let validate = self.add_constraint(catalog, &mut a.def, constraint)?;
+                    a.validations.push(validate);
+                }
+                None => {
+                    let datafusion::sql::sqlparser::ast::TableConstraint::PrimaryKey(pk) =
+                        constraint
+                    else {
+                        return Err(ServerError::internal("a table constraint of no kind"));
+                    };
+                    super::primary_key::add_primary_key(catalog, &mut a.def, pk)?;
+                }
+            },
             Op::DropConstraint {
                 if_exists,
                 name,
@@ -579,6 +589,9 @@ impl Session {
         }
         if a.relayout {
             let rows = self.relaid_rows(&a, &stored)?;
+            if a.def.primary_key != a.before.primary_key {
+                super::primary_key::check_unique_key(&a.def, &rows)?;
+            }
             let key = a.def.key_indices();
             let mut writes: Vec<(weir_common::ObjectId, TableWrite)> = Vec::new();
             let mut rows = rows.into_iter();
@@ -702,8 +715,17 @@ impl Session {
                 columns.push(array);
             }
             if a.def.has_row_id() {
-                let i = batch.schema().index_of(ROW_ID_COLUMN)?;
-                columns.push(batch.column(i).clone());
+                // Rows keyed by a primary key that is being dropped get
+                // row ids of their own.
+                columns.push(match batch.schema().index_of(ROW_ID_COLUMN) {
+                    Ok(i) => batch.column(i).clone(),
+                    Err(_) => {
+                        let first = self.db.allocate_row_ids(batch.num_rows());
+                        Arc::new(arrow::array::Int64Array::from_iter_values(
+                            first..first + batch.num_rows() as i64,
+                        ))
+                    }
+                });
             }
             out.push(RecordBatch::try_new(schema.clone(), columns)?);
         }

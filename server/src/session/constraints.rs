@@ -759,12 +759,8 @@ impl Session {
         changes: &mut Vec<CatalogChange>,
     ) -> Result<(), ServerError> {
         if !def.primary_key.is_empty() && name == def.pkey_constraint_name() {
-            return Err(not_supported(format!(
-                "dropping the primary key of \"{}\" (Weir keys a table's rows by its primary key, which cannot change yet)",
-                def.name
-            )));
-        }
-        if let Some(at) = def
+            super::primary_key::drop_primary_key(catalog, def, cascade, changes)?;
+        } else if let Some(at) = def
             .indexes
             .iter()
             .position(|i| i.constraint && i.name == name)

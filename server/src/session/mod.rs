@@ -30,6 +30,7 @@ mod functions;
 mod modify;
 mod point_query;
 pub(crate) mod prepared;
+mod primary_key;
 mod projection;
 mod query;
 mod recovery_gate;
