@@ -23,6 +23,7 @@ pub async fn bind(
     mut statement: Statement,
 ) -> Result<LogicalPlan, PlanError> {
     crate::rewrite_window_tvfs(&mut statement)?;
+    compat::name_regclass_outputs(&mut statement);
     weir_pgsem::name_columns(&mut statement);
     weir_pgsem::name_function_columns(&mut statement);
     weir_pgsem::at_time_zone_as_function(&mut statement);

@@ -419,26 +419,83 @@ fn is_text(data_type: &SqlDataType) -> bool {
     )
 }
 
-/// The rewrite of `CAST(inner AS data_type)` when a regclass is involved
-/// and the compatibility parser left it (see the module's docs); children
-/// are rewritten first, so an inner regclass cast is still there to see.
-fn regclass_cast(inner: &Expr, data_type: &SqlDataType) -> Option<Expr> {
-    if is_text(data_type)
-        && let Expr::Cast {
-            expr: oid,
-            data_type: inner_type,
+/// A function's arguments that are `oid::regclass::text` as
+/// [`REGCLASS_TEXT`]`(oid)`: the relation's name, as the function expects
+/// (SQLAlchemy's `pg_get_serial_sequence(attrelid::regclass::text, ...)`).
+/// Only there: an ORDER BY of it beside a select item `oid::regclass`
+/// (psql's `\d`) must still read as that item, which DataFusion resolves
+/// only while the expression is the same.
+fn regclass_text_arguments(f: &mut Function) {
+    let FunctionArguments::List(list) = &mut f.args else {
+        return;
+    };
+    for arg in &mut list.args {
+        let FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) = arg else {
+            continue;
+        };
+        if let Expr::Cast {
+            expr: inner,
+            data_type,
             ..
-        } = inner
-        && is_regclass(inner_type)
-    {
-        return Some(call(REGCLASS_TEXT, vec![(**oid).clone()]));
+        } = e
+            && is_text(data_type)
+            && let Expr::Cast {
+                expr: oid,
+                data_type: inner_type,
+                ..
+            } = inner.as_ref()
+            && is_regclass(inner_type)
+        {
+            *e = call(REGCLASS_TEXT, vec![(**oid).clone()]);
+        }
     }
+}
+
+/// The rewrite of `CAST(inner AS data_type)`, a text expression cast to
+/// regclass (see the module's docs).
+fn regclass_cast(inner: &Expr, data_type: &SqlDataType) -> Option<Expr> {
     let names_a_relation = match inner {
         Expr::Function(_) => true,
         Expr::Cast { data_type, .. } => is_text(data_type),
         _ => false,
     };
     (is_regclass(data_type) && names_a_relation).then(|| call("to_regclass", vec![inner.clone()]))
+}
+
+/// A regclass a query returns prints as the relation's name in
+/// PostgreSQL (psql's `\d` shows the tables that reference this one as
+/// `conrelid::regclass`): each output column of the statement's SELECT
+/// that is a regclass cast of an OID under a name of its own (`AS
+/// ontable`) becomes [`REGCLASS_TEXT`] of it. (Unnamed, the column would
+/// take the OID column's name, which DataFusion finds ambiguous beside that
+/// column: those stay numbers.)
+///
+/// Run before the output columns are named (`weir_pgsem::name_columns`),
+/// so only names the query gives count.
+pub fn name_regclass_outputs(statement: &mut Statement) {
+    let Statement::Query(query) = statement else {
+        return;
+    };
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return;
+    };
+    for item in &mut select.projection {
+        let SelectItem::ExprWithAlias { expr, .. } = item else {
+            continue;
+        };
+        let Expr::Cast {
+            expr: oid,
+            data_type,
+            ..
+        } = expr
+        else {
+            continue;
+        };
+        if !is_regclass(data_type) {
+            continue;
+        }
+        *expr = call(REGCLASS_TEXT, vec![(**oid).clone()]);
+    }
 }
 
 /// Applies the rewrites to one statement.
@@ -525,6 +582,7 @@ pub fn rewrite(mut statement: Statement) -> Statement {
         let Expr::Function(f) = expr else {
             return ControlFlow::<()>::Continue(());
         };
+        regclass_text_arguments(f);
         if let Some(array) = crate::compat_array::rewrite_array_subquery(f) {
             *expr = array;
         } else if let Some([array]) = args_of(f, "_pg_expandarray").as_deref() {
@@ -638,19 +696,39 @@ pub fn null_select_subqueries(statement: &mut Statement, null: impl Fn(usize) ->
                     else {
                         continue;
                     };
-                    let is_subquery = match &*expr {
-                        Expr::Nested(inner) => matches!(inner.as_ref(), Expr::Subquery(_)),
-                        bare => matches!(bare, Expr::Subquery(_)),
-                    };
-                    if is_subquery {
-                        if (self.null)(self.next) {
-                            *expr = Expr::value(Value::Null);
-                        }
-                        self.next += 1;
-                    }
+                    self.item(expr);
                 }
             }
             ControlFlow::Continue(())
+        }
+    }
+    impl<F: Fn(usize) -> bool> Nulling<F> {
+        /// The subqueries an item is or picks between (psql's `CASE WHEN
+        /// ... THEN (SELECT ...) END`), not those deeper in other
+        /// expressions.
+        fn item(&mut self, expr: &mut Expr) {
+            match expr {
+                Expr::Subquery(_) => {
+                    if (self.null)(self.next) {
+                        *expr = Expr::value(Value::Null);
+                    }
+                    self.next += 1;
+                }
+                Expr::Nested(inner) => self.item(inner),
+                Expr::Case {
+                    conditions,
+                    else_result,
+                    ..
+                } => {
+                    for branch in conditions {
+                        self.item(&mut branch.result);
+                    }
+                    if let Some(e) = else_result {
+                        self.item(e);
+                    }
+                }
+                _ => {}
+            }
         }
     }
     let mut visitor = Nulling { next: 0, null };
@@ -766,15 +844,25 @@ mod tests {
             ),
             "SELECT CAST(to_regclass(pg_get_serial_sequence(weir_regclass_text(a.attrelid), a.attname)) AS OID) FROM pg_catalog.pg_attribute a"
         );
+        // Only as a function's argument: an ORDER BY keeps its spelling.
         assert_eq!(
             rewritten(
-                "SELECT c.oid::pg_catalog.regclass::text, (n || '.t')::text::regclass FROM pg_catalog.pg_class c"
+                "SELECT lower(c.oid::pg_catalog.regclass::text), (n || '.t')::text::regclass FROM pg_catalog.pg_class c ORDER BY c.oid::regclass::text"
             ),
-            "SELECT weir_regclass_text(c.oid), to_regclass((n || '.t')::TEXT) FROM pg_catalog.pg_class c"
+            "SELECT lower(weir_regclass_text(c.oid)), to_regclass((n || '.t')::TEXT) FROM pg_catalog.pg_class c ORDER BY c.oid::REGCLASS::TEXT"
         );
-        // An OID column cast to regclass is the number it is.
-        let plain = "SELECT c.oid::REGCLASS FROM pg_catalog.pg_class c";
+        // An OID column cast to regclass in an expression is the number it
+        // is; as a named output column it prints as the name.
+        let plain =
+            "SELECT c.oid::REGCLASS FROM pg_catalog.pg_class c WHERE c.oid::REGCLASS = 1259";
         assert_eq!(rewritten(plain), plain);
+        let mut named =
+            crate::parse_sql("SELECT c.oid::regclass AS t FROM pg_catalog.pg_class c").unwrap();
+        name_regclass_outputs(&mut named[0]);
+        assert_eq!(
+            named[0].to_string(),
+            "SELECT weir_regclass_text(c.oid) AS t FROM pg_catalog.pg_class c"
+        );
     }
 
     #[test]

@@ -240,6 +240,10 @@ pub fn register(
             .map(|(oid, _)| *oid)
     }));
 
+    // Weir has no triggers: no OID names one (psql's `\d` asks for a
+    // table's triggers once it has foreign keys).
+    ctx.register_udf(oid_to_text("pg_get_triggerdef", |_| None));
+
     // Roles have no OIDs in Weir; the bootstrap superuser's is 10, as in
     // PostgreSQL.
     ctx.register_udf(oid_to_text("pg_get_userbyid", |oid| {

@@ -383,6 +383,9 @@ impl PgCatalog {
             // also plans a trigger query with a lateral table function
             // DataFusion cannot plan: left false, as Weir has no triggers.)
             row.push(("relchecks", int(def.checks.len() as i64)));
+            let references = !def.foreign_keys.is_empty()
+                || !snapshot.catalog.foreign_keys_to(def.id).is_empty();
+            row.push(("relhastriggers", boolean(references)));
             rows.push(row);
             for index in indexes {
                 rows.push(class_row(

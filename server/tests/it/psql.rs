@@ -139,6 +139,36 @@ fn psql_meta_commands_describe_the_catalog() {
         &["code", "character varying(4)", "name", "'unnamed'"],
     );
 
+    // Foreign keys, both ways, and the other constraints and indexes.
+    psql(
+        &server,
+        &[
+            "-c",
+            "CREATE TABLE psql_lines (id int PRIMARY KEY, order_id bigint REFERENCES psql_orders (id) ON DELETE CASCADE, qty int CHECK (qty > 0), sku text UNIQUE)",
+        ],
+    );
+    let out = psql(&server, &["-c", "\\d psql_lines"]);
+    assert_contains_all(
+        &out,
+        "\\d psql_lines lists its constraints",
+        &[
+            "\"psql_lines_sku_key\" UNIQUE CONSTRAINT, btree (sku)",
+            "Check constraints:",
+            "\"psql_lines_qty_check\" CHECK (",
+            "Foreign-key constraints:",
+            "\"psql_lines_order_id_fkey\" FOREIGN KEY (order_id) REFERENCES psql_orders(id) ON DELETE CASCADE",
+        ],
+    );
+    let out = psql(&server, &["-c", "\\d psql_orders"]);
+    assert_contains_all(
+        &out,
+        "\\d psql_orders lists who references it",
+        &[
+            "Referenced by:",
+            "TABLE \"psql_lines\" CONSTRAINT \"psql_lines_order_id_fkey\" FOREIGN KEY (order_id) REFERENCES psql_orders(id) ON DELETE CASCADE",
+        ],
+    );
+
     // A projection is a materialized view to psql.
     psql(
         &server,
