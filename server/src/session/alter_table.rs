@@ -66,6 +66,11 @@ struct Alteration {
     depended_on: Option<String>,
     /// `DROP COLUMN ... CASCADE`: drop those readers instead.
     cascade: bool,
+    /// A column dropped or renamed that is neither in the key nor the
+    /// watermark: readers that do not name it keep running (each is
+    /// planned again over the new definition; one that names it is
+    /// refused, or with CASCADE dropped).
+    column_change: bool,
     renamed_column: bool,
     /// Constraints added: what the existing rows must be checked for.
     validations: Vec<Validate>,
@@ -286,7 +291,7 @@ impl Session {
                     a.def.columns.remove(i);
                     a.values.remove(i);
                     a.relayout = true;
-                    a.depends(format!("drop column \"{column}\""));
+                    a.column_changed(&column, format!("drop column \"{column}\""));
                     a.cascade |= matches!(drop_behavior, Some(DropBehavior::Cascade));
                 }
             }
@@ -337,7 +342,7 @@ impl Session {
                 }
                 a.relayout = true;
                 a.renamed_column = true;
-                a.depends(format!("rename column \"{old}\""));
+                a.column_changed(&old, format!("rename column \"{old}\""));
             }
             Op::RenameTable { table_name } => {
                 let (RenameTableNameKind::To(name) | RenameTableNameKind::As(name)) = table_name;
@@ -585,7 +590,20 @@ impl Session {
         })?;
         self.ensure_defaults(&a.def)?;
         if a.depended_on.is_none() {
-            self.check_readers_still_plan(&a, catalog).await?;
+            match self.check_readers_still_plan(&a, catalog).await {
+                Ok(()) => {}
+                // DROP COLUMN ... CASCADE of a column a reader names drops
+                // the table's readers (all of them, not only that one).
+                Err(_) if a.cascade && a.column_change => {
+                    let mut drops = Vec::new();
+                    drop_readers(catalog, id, "", true, &mut drops)?;
+                    self.write(TxnWrites {
+                        ddl: drops,
+                        tables: vec![],
+                    })?;
+                }
+                Err(refused) => return Err(refused),
+            }
         }
         if a.relayout {
             let rows = self.relaid_rows(&a, &stored)?;
@@ -749,6 +767,7 @@ impl Alteration {
             depended_on: None,
             cascade: false,
             renamed_column: false,
+            column_change: false,
             validations: Vec::new(),
         }
     }
@@ -759,6 +778,23 @@ impl Alteration {
 
     fn depends(&mut self, what: String) {
         self.depended_on.get_or_insert(what);
+    }
+
+    /// `column` dropped or renamed: only the readers that name it depend on
+    /// that, unless it keys the table or carries its watermark (how its
+    /// changes reach every reader).
+    fn column_changed(&mut self, column: &str, what: String) {
+        let structural = self.before.primary_key.iter().any(|k| k == column)
+            || self
+                .before
+                .watermark
+                .as_ref()
+                .is_some_and(|w| w.column == column);
+        if structural {
+            self.depends(what);
+        } else {
+            self.column_change = true;
+        }
     }
 }
 
@@ -791,8 +827,8 @@ fn refused_by_reader(table: &str, reader: &str, why: &ServerError) -> ServerErro
         code: "2BP01",
         message: format!(
             "cannot alter table \"{table}\" this way because {reader} depends on it: over the \
-             altered table it would not plan to the same columns ({why}); drop it first, or \
-             name its columns instead of SELECT *"
+             altered table it would not plan to the same columns ({why}); drop it first (or \
+             DROP COLUMN ... CASCADE)"
         ),
     }
 }
