@@ -359,6 +359,10 @@ impl Session {
                     return Err(ServerError::DuplicateTable(new));
                 }
                 a.depends(format!("rename table \"{}\"", a.def.name));
+                // The key keeps its name, as PostgreSQL's index does.
+                if !a.def.primary_key.is_empty() && a.def.primary_key_name.is_none() {
+                    a.def.primary_key_name = Some(a.def.pkey_constraint_name());
+                }
                 a.def.name = new;
             }
             Op::AlterColumn {

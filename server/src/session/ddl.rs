@@ -196,10 +196,19 @@ impl Session {
             foreign_keys: Vec::new(),
             primary_key_name,
         };
-        if let Some(key) = &def.primary_key_name
-            && (catalog.relation_exists(&def.schema, key) || *key == def.name)
-        {
-            return Err(ServerError::DuplicateTable(key.clone()));
+        match &def.primary_key_name {
+            Some(key) if catalog.relation_exists(&def.schema, key) || *key == def.name => {
+                return Err(ServerError::DuplicateTable(key.clone()));
+            }
+            // `t_pkey` can be taken by a table renamed from `t`, whose key
+            // kept its name: then `t_pkey1`, ... as PostgreSQL names it.
+            None if !def.primary_key.is_empty()
+                && catalog.relation_exists(&def.schema, &def.pkey_constraint_name()) =>
+            {
+                def.primary_key_name =
+                    Some(catalog.choose_constraint_name(&def.schema, &def.name, &[], "pkey", &[]));
+            }
+            _ => {}
         }
         let mut changes = Vec::new();
         let mut names: Vec<String> = Vec::new();
