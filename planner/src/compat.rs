@@ -745,10 +745,14 @@ pub fn keeps_subqueries(plan: &datafusion::logical_expr::LogicalPlan) -> bool {
         node.apply_expressions(|e| {
             found |= e
                 .exists(|e| {
-                    Ok(matches!(
-                        e,
-                        DfExpr::ScalarSubquery(_) | DfExpr::Exists(_) | DfExpr::InSubquery(_)
-                    ))
+                    // DataFusion runs an uncorrelated scalar subquery as it
+                    // stands (ScalarSubqueryExec); a correlated one only
+                    // once decorrelated into a join.
+                    Ok(match e {
+                        DfExpr::ScalarSubquery(s) => !s.outer_ref_columns.is_empty(),
+                        DfExpr::Exists(_) | DfExpr::InSubquery(_) => true,
+                        _ => false,
+                    })
                 })
                 .unwrap_or(false);
             Ok(if found {
