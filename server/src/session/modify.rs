@@ -49,6 +49,7 @@ impl Session {
         };
         let def = self.resolve_table(name)?;
         super::sequence::refuse_identity_updates(&def, &update)?;
+        super::sequence::defaults_for_default_keyword(&def, &mut update.assignments)?;
         let qualifier = alias
             .as_ref()
             .map(|a| normalize_ident(&a.name))

@@ -493,18 +493,42 @@ pub(super) fn refuse_identity_values(
     Ok(())
 }
 
+/// `SET column = DEFAULT`: the column's default expression (its
+/// sequence's `nextval` for serial and identity columns, evaluated per
+/// row), or NULL for a column without one, as PostgreSQL does.
+pub(super) fn defaults_for_default_keyword(
+    def: &TableDef,
+    assignments: &mut [datafusion::sql::sqlparser::ast::Assignment],
+) -> Result<(), ServerError> {
+    for assignment in assignments {
+        if !is_default_keyword(&assignment.value) {
+            continue;
+        }
+        let (index, _) =
+            super::dml::assigned_column(def, assignment, "UPDATE ... SET (a, b) = ...")?;
+        assignment.value = match &def.columns[index].default {
+            Some(text) => super::alter_table::parse_expr(text)?,
+            None => Expr::value(datafusion::sql::sqlparser::ast::Value::Null),
+        };
+    }
+    Ok(())
+}
+
 /// `DEFAULT` in a VALUES row, which sqlparser reads as an identifier.
 pub(super) fn is_default_keyword(expr: &Expr) -> bool {
     matches!(expr, Expr::Identifier(id)
         if id.quote_style.is_none() && id.value.eq_ignore_ascii_case("default"))
 }
 
-/// `UPDATE` may not set a `GENERATED ALWAYS` identity column (428C9).
+/// `UPDATE` may not set a `GENERATED ALWAYS` identity column (428C9) but
+/// to `DEFAULT`.
 pub(super) fn refuse_identity_updates(def: &TableDef, update: &Update) -> Result<(), ServerError> {
     for assignment in &update.assignments {
         let (index, column) =
             super::dml::assigned_column(def, assignment, "UPDATE ... SET (a, b) = ...")?;
-        if def.columns[index].generated == Some(Generated::IdentityAlways) {
+        if def.columns[index].generated == Some(Generated::IdentityAlways)
+            && !is_default_keyword(&assignment.value)
+        {
             return Err(ServerError::Sqlstate {
                 code: "428C9",
                 message: format!(
