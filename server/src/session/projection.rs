@@ -70,7 +70,7 @@ impl Session {
         reads.dedup();
         let id = (*catalog).clone().allocate_id();
         let settings = self.object_settings();
-        let query = self.stored_query(&create.query).await?;
+        let query = self.stored_query(&create.query).await;
         let def = ProjectionDef {
             id,
             schema,

@@ -29,12 +29,17 @@ impl Session {
     /// ([`weir_planner::wildcard`]), so a column added to a table later is
     /// not read by it; as written when the expansion cannot be made or does
     /// not plan to the same columns.
-    pub(super) async fn stored_query(&self, query: &Query) -> Result<Query, ServerError> {
-        let plan = self
+    pub(super) async fn stored_query(&self, query: &Query) -> Query {
+        // A query over a source does not plan as an ad-hoc query (a source
+        // keeps no rows): kept as written.
+        let Ok(plan) = self
             .plan_statement(Statement::Query(Box::new(query.clone())))
-            .await?;
+            .await
+        else {
+            return query.clone();
+        };
         let Some(expanded) = weir_planner::wildcard::expand_wildcards(query, plan.schema()) else {
-            return Ok(query.clone());
+            return query.clone();
         };
         let same = match self
             .plan_statement(Statement::Query(Box::new(expanded.clone())))
@@ -52,7 +57,7 @@ impl Session {
             }
             Err(_) => false,
         };
-        Ok(if same { expanded } else { query.clone() })
+        if same { expanded } else { query.clone() }
     }
 
     /// Substitutes bound parameters, if any.

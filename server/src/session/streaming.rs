@@ -243,7 +243,7 @@ impl Session {
         // `FROM relation` reads all of it, whatever columns it comes to have.
         let query = match from {
             Some(_) => query,
-            None => self.stored_query(&query).await?,
+            None => self.stored_query(&query).await,
         };
         let def = SinkDef {
             id: (*catalog).clone().allocate_id(),

@@ -71,7 +71,7 @@ impl Session {
             None => (*catalog).clone().allocate_id(),
         };
         let settings = self.object_settings();
-        let query = self.stored_query(&create.query).await?;
+        let query = self.stored_query(&create.query).await;
         let def = ViewDef {
             id,
             schema,
