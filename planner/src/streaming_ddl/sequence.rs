@@ -27,6 +27,9 @@ pub struct AlterSequence {
     pub options: Vec<SequenceOption>,
     pub restart: Option<Restart>,
     pub owned_by: Option<Owner>,
+    /// `AS type`, the type as written (`smallint`, `int4`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_type: Option<String>,
 }
 
 /// `RESTART [[WITH] n]`. (Enums rather than nested options: the statement
@@ -65,6 +68,7 @@ pub(super) fn alter_sequence(p: &mut Parser) -> Result<StreamingDdl, ParserError
         options: Vec::new(),
         restart: None,
         owned_by: None,
+        data_type: None,
     };
     loop {
         let option = if p.parse_keyword(Keyword::INCREMENT) {
@@ -99,6 +103,9 @@ pub(super) fn alter_sequence(p: &mut Parser) -> Result<StreamingDdl, ParserError
                 Restart::AtStart
             });
             continue;
+        } else if p.parse_keyword(Keyword::AS) {
+            alter.data_type = Some(p.parse_data_type()?.to_string());
+            continue;
         } else if p.parse_keywords(&[Keyword::OWNED, Keyword::BY]) {
             alter.owned_by = Some(if p.parse_keyword(Keyword::NONE) {
                 Owner::Nobody
@@ -111,9 +118,13 @@ pub(super) fn alter_sequence(p: &mut Parser) -> Result<StreamingDdl, ParserError
         };
         alter.options.push(option);
     }
-    if alter.options.is_empty() && alter.restart.is_none() && alter.owned_by.is_none() {
+    if alter.options.is_empty()
+        && alter.restart.is_none()
+        && alter.owned_by.is_none()
+        && alter.data_type.is_none()
+    {
         return p.expected(
-            "a sequence option (INCREMENT, MINVALUE, MAXVALUE, START, RESTART, CACHE, CYCLE, OWNED BY)",
+            "a sequence option (AS, INCREMENT, MINVALUE, MAXVALUE, START, RESTART, CACHE, CYCLE, OWNED BY)",
             p.peek_token(),
         );
     }
@@ -147,6 +158,7 @@ mod tests {
                 options: vec![Cycle(true), Increment(-2), MinValue(None)],
                 restart: Some(Restart::AtStart),
                 owned_by: Some(Owner::Nobody),
+                data_type: None,
             }
         );
         assert_eq!(
@@ -157,7 +169,12 @@ mod tests {
                 options: vec![],
                 restart: Some(Restart::At(5)),
                 owned_by: Some(Owner::Column(vec!["t".into(), "id".into()])),
+                data_type: None,
             }
+        );
+        assert_eq!(
+            parsed("ALTER SEQUENCE s AS smallint MAXVALUE 100").data_type,
+            Some("SMALLINT".into())
         );
         assert!(crate::parse::parse_sql("ALTER SEQUENCE s").is_err());
         assert!(crate::parse::parse_sql("ALTER SEQUENCE s RENAME TO t").is_err());

@@ -150,6 +150,34 @@ fn from_sqlparser(option: &SequenceOptions) -> Result<SequenceOption, ServerErro
     })
 }
 
+/// `ALTER SEQUENCE ... AS type`: a bound that was the old type's limit
+/// becomes the new type's, as in PostgreSQL (the caller's [`configure`]
+/// then checks the others against the new type).
+fn retype(def: &mut SequenceDef, text: &str) -> Result<(), ServerError> {
+    let data_type = datafusion::sql::sqlparser::parser::Parser::new(
+        &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+    )
+    .try_with_sql(text)
+    .and_then(|mut p| p.parse_data_type())
+    .map_err(|e| ServerError::invalid_param(format!("type {text}: {e}")))?;
+    let sql_type = SqlType::from_sql(&data_type).map_err(ServerError::feature_not_supported)?;
+    if !matches!(sql_type, SqlType::Int2 | SqlType::Int4 | SqlType::Int8) {
+        return Err(ServerError::invalid_param(
+            "sequence type must be smallint, integer, or bigint",
+        ));
+    }
+    let (old_min, old_max) = SequenceDef::type_range(&def.data_type);
+    let (new_min, new_max) = SequenceDef::type_range(&sql_type);
+    if def.max == old_max {
+        def.max = new_max;
+    }
+    if def.min == old_min {
+        def.min = new_min;
+    }
+    def.data_type = sql_type;
+    Ok(())
+}
+
 /// Applies `options` to `def` and checks the result as PostgreSQL does. A
 /// `fresh` definition takes PostgreSQL's defaults for what the options
 /// leave out; an altered one keeps its values.
@@ -372,6 +400,9 @@ impl Session {
             Err(e) => return Err(e),
         };
         let mut def = SequenceDef::clone(&found);
+        if let Some(text) = &alter.data_type {
+            retype(&mut def, text)?;
+        }
         configure(&mut def, &alter.options, false)?;
         if let Some(owner) = &alter.owned_by {
             def.owned_by = match owner {
