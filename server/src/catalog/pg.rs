@@ -366,6 +366,13 @@ impl PgCatalog {
     fn pg_class(&self) -> Vec<Row> {
         let snapshot = self.view.snapshot();
         let mut rows = Vec::new();
+        // Tables other tables' foreign keys reference, found once.
+        let referenced: std::collections::HashSet<_> = snapshot
+            .catalog
+            .tables
+            .values()
+            .flat_map(|t| t.foreign_keys.iter().map(|f| f.parent))
+            .collect();
         for def in snapshot.catalog.tables.values() {
             let oid = table_oid(def.id);
             let indexes = indexes_of(def);
@@ -379,12 +386,9 @@ impl PgCatalog {
                 !indexes.is_empty(),
             );
             // psql's \d lists check constraints only when relchecks > 0.
-            // (It lists foreign keys only when relhastriggers, and then
-            // also plans a trigger query with a lateral table function
-            // DataFusion cannot plan: left false, as Weir has no triggers.)
             row.push(("relchecks", int(def.checks.len() as i64)));
-            let references = !def.foreign_keys.is_empty()
-                || !snapshot.catalog.foreign_keys_to(def.id).is_empty();
+            // psql's `\d` lists foreign keys only when relhastriggers.
+            let references = !def.foreign_keys.is_empty() || referenced.contains(&def.id);
             row.push(("relhastriggers", boolean(references)));
             rows.push(row);
             for index in indexes {
